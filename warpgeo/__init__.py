@@ -1,0 +1,58 @@
+"""warpgeo: differentiable geometry ops for PyTorch, written as NVIDIA Warp kernels.
+
+Importing the package does no work: each op's module (and Warp itself) is imported on first access, and
+Warp compiles a kernel module the first time it runs (then loads it from its cache).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FarthestPointSampling",
+    "GatherPoints",
+    "MeshWorld",
+    "SdfMesh",
+    "SweptSdfMesh",
+    "farthest_point_sampling",
+    "gather_points",
+    "signed_distance",
+    "sphere_mesh_cost",
+    "swept_sphere_mesh_cost",
+]
+
+# public name -> the module that defines it
+_HOME = {
+    "FarthestPointSampling": "fps",
+    "farthest_point_sampling": "fps",
+    "GatherPoints": "gather",
+    "gather_points": "gather",
+    "MeshWorld": "world",
+    "SdfMesh": "sdf",
+    "SweptSdfMesh": "sdf",
+    "signed_distance": "sdf",
+    "sphere_mesh_cost": "sdf",
+    "swept_sphere_mesh_cost": "sdf",
+}
+
+if TYPE_CHECKING:
+    from .fps import FarthestPointSampling, farthest_point_sampling
+    from .gather import GatherPoints, gather_points
+    from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
+    from .world import MeshWorld
+
+
+def __getattr__(name: str):
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'warpgeo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
