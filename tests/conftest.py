@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-_DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+_DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")),
+]
 
 
 @pytest.fixture(params=_DEVICES)

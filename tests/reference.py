@@ -13,6 +13,8 @@ def fps_reference(points, num_samples: int, start: int = 0):
     """
     p = np.asarray(points, dtype=np.float64)
     n = len(p)
+    if n == 0:
+        return [-1] * num_samples, [float("nan")] * num_samples
     chosen = [start]
     dists = [np.inf]
     nearest = np.full(n, np.inf)  # squared distance to the chosen set

@@ -40,7 +40,6 @@ def warp() -> Any:
     settings stand) or ``WARPGEO_VERBOSE=1`` is set.
     """
     import warp as wp
-
     from warp._src import context
 
     if context.runtime is None and not os.environ.get("WARPGEO_VERBOSE"):
@@ -172,7 +171,7 @@ def launch(
     if len(types) != len(args):
         raise TypeError(f"internal error: {kernel.key} takes {len(types)} arguments, got {len(args)}")
     wp_args = []
-    for arg, arg_type in zip(args, types):
+    for arg, arg_type in zip(args, types, strict=True):
         if isinstance(arg, torch.Tensor):
             wp_args.append(as_warp(arg, getattr(arg_type, "dtype", None)))
         else:
@@ -180,7 +179,9 @@ def launch(
     wdev = warp_device(device)
     stream = warp_stream(device)
     if tiled:
-        wp.launch_tiled(kernel, dim=list(dims), inputs=wp_args, device=wdev, stream=stream, block_dim=block_dim)
+        wp.launch_tiled(
+            kernel, dim=list(dims), inputs=wp_args, device=wdev, stream=stream, block_dim=block_dim
+        )
     else:
         wp.launch(kernel, dim=dims, inputs=wp_args, device=wdev, stream=stream, block_dim=block_dim)
 

@@ -20,7 +20,11 @@ _GPU_BLOCK_DIM = 256
 
 @torch.library.custom_op("warpgeo::farthest_point_sampling", mutates_args=())
 def _fps_op(
-    points: torch.Tensor, lengths: torch.Tensor, num_samples: torch.Tensor, start: torch.Tensor, max_samples: int
+    points: torch.Tensor,
+    lengths: torch.Tensor,
+    num_samples: torch.Tensor,
+    start: torch.Tensor,
+    max_samples: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """points (B, N, 3) float*, lengths/num_samples/start (B,) int64 -> indices (B, K) int64, distances (B, K)."""
     _check_values(points, lengths, num_samples, start)
@@ -59,7 +63,9 @@ def _(points, lengths, num_samples, start, max_samples):
     )
 
 
-def _check_values(points: torch.Tensor, lengths: torch.Tensor, num_samples: torch.Tensor, start: torch.Tensor):
+def _check_values(
+    points: torch.Tensor, lengths: torch.Tensor, num_samples: torch.Tensor, start: torch.Tensor
+):
     """The checks that need tensor values: one device-to-host transfer for all of them."""
     n = points.shape[1]
     valid = torch.arange(n, device=points.device) < lengths[:, None]
@@ -194,9 +200,13 @@ def _per_cloud_samples(num_samples, batch: int, device: torch.device) -> tuple[t
         if num_samples.dim() == 0:
             num_samples = num_samples.reshape(1).expand(batch)
         if tuple(num_samples.shape) != (batch,):
-            raise ValueError(f"num_samples must be an int or a ({batch},) tensor; got {tuple(num_samples.shape)}")
+            raise ValueError(
+                f"num_samples must be an int or a ({batch},) tensor; got {tuple(num_samples.shape)}"
+            )
         if num_samples.device != device:
-            raise ValueError(f"num_samples must be on {device}, like points; got {num_samples.device}")
+            raise ValueError(
+                f"num_samples must be on the device of points ({device}); got {num_samples.device}"
+            )
         max_samples = int(num_samples.max())
         if max_samples <= 0 or int(num_samples.min()) <= 0:
             raise ValueError(f"num_samples must be positive; got {num_samples.tolist()}")
@@ -218,7 +228,7 @@ def _per_cloud_tensor(value, name: str, batch: int, device: torch.device, *, def
         if tuple(value.shape) != (batch,):
             raise ValueError(f"{name} must be an int or a ({batch},) tensor; got shape {tuple(value.shape)}")
         if value.device != device:
-            raise ValueError(f"{name} must be on {device}, like points; got {value.device}")
+            raise ValueError(f"{name} must be on the device of points ({device}); got {value.device}")
         return value.to(torch.int64)
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int or an integer tensor; got {type(value).__name__}")

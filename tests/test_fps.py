@@ -1,0 +1,328 @@
+"""Farthest point sampling against a float64 reference, its invariants, and its error paths."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import fps_reference
+
+import warpgeo
+from warpgeo import FarthestPointSampling, farthest_point_sampling
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def _cloud(batch, n, dtype=torch.float32, device="cpu", scale=1.0):
+    return (torch.rand(batch, n, 3, dtype=torch.float64) * scale).to(dtype).to(device)
+
+
+def _reference_rows(points, num_samples, starts=None, lengths=None):
+    rows, dists = [], []
+    for b in range(points.shape[0]):
+        n = points.shape[1] if lengths is None else int(lengths[b])
+        k = num_samples if isinstance(num_samples, int) else int(num_samples[b])
+        start = 0 if starts is None else int(starts[b])
+        idx, dist = fps_reference(points[b, :n].double().cpu().numpy(), k, start)
+        rows.append(idx)
+        dists.append(dist)
+    width = max(len(r) for r in rows)
+    rows = [r + [-1] * (width - len(r)) for r in rows]
+    dists = [d + [math.nan] * (width - len(d)) for d in dists]
+    return torch.tensor(rows), torch.tensor(dists, dtype=torch.float64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# exact agreement with the reference
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 2, 7, 512, 513, 4097])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_matches_reference(device, batch, n, dtype):
+    points = _cloud(batch, n, dtype, device)
+    for k in sorted({1, max(1, n // 2), n}):
+        got = farthest_point_sampling(points, k)
+        expected, _ = _reference_rows(points, k)
+        assert got.dtype == torch.int64 and got.shape == (batch, k)
+        assert torch.equal(got.cpu(), expected), f"batch={batch} n={n} k={k} dtype={dtype}"
+
+
+def test_unbatched_input_gives_unbatched_output(device):
+    points = _cloud(1, 300, device=device)
+    got = farthest_point_sampling(points[0], 20)
+    assert got.shape == (20,)
+    assert torch.equal(got, farthest_point_sampling(points, 20)[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_distances_match_reference(device, dtype):
+    points = _cloud(2, 200, dtype, device)
+    idx, dist = farthest_point_sampling(points, 50, return_distances=True)
+    expected_idx, expected_dist = _reference_rows(points, 50)
+    assert torch.equal(idx.cpu(), expected_idx)
+    assert dist.dtype == dtype
+    assert torch.isinf(dist[:, 0]).all()
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(dtype, 1e-6)
+    torch.testing.assert_close(dist[:, 1:].double().cpu(), expected_dist[:, 1:], rtol=tol, atol=0)
+    # the coverage radius never grows
+    assert (dist[:, 2:] <= dist[:, 1:-1]).all()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# invariants, for any cloud (hypothesis)
+# ---------------------------------------------------------------------------------------------------------
+
+_coords = st.integers(min_value=-3, max_value=3)  # small integer grid: many exact ties and duplicates
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cloud=st.lists(st.tuples(_coords, _coords, _coords), min_size=1, max_size=40),
+    k=st.integers(min_value=1, max_value=50),
+    start=st.integers(min_value=0, max_value=39),
+)
+def test_greedy_invariants(cloud, k, start):
+    points = torch.tensor(cloud, dtype=torch.float64)
+    n = len(cloud)
+    start = start % n
+    idx = farthest_point_sampling(points, k, start_index=start)
+    assert idx.shape == (k,)
+    valid = idx[idx >= 0].tolist()
+    # padding only at the end, and only once every point was taken
+    assert idx[: len(valid)].tolist() == valid
+    assert len(valid) == min(k, n)
+    assert len(set(valid)) == len(valid), "an index repeats"
+    assert valid[0] == start
+    for step in range(1, len(valid)):
+        chosen = points[valid[:step]]
+        nearest = torch.cdist(points, chosen).min(dim=1).values
+        nearest[valid[:step]] = -1.0
+        best = nearest.max()
+        assert nearest[valid[step]] == best, f"step {step}: not a farthest point"
+        # ties go to the lowest index
+        assert valid[step] == int(torch.nonzero(nearest == best)[0])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# known answers
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_collinear_points(device):
+    points = torch.zeros(11, 3, device=device)
+    points[:, 0] = torch.arange(11.0)
+    # 0, then the far end 10, then the middle 5; then 2, 3, 7, 8 are all 2 away: the lowest index wins
+    assert farthest_point_sampling(points, 4).tolist() == [0, 10, 5, 2]
+
+
+def test_duplicated_points_never_repeat_an_index(device):
+    distinct = torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]], device=device)
+    points = distinct.repeat(3, 1)  # indices i, i+3, i+6 coincide
+    idx = farthest_point_sampling(points, 9).tolist()
+    assert sorted(idx[:3]) == [0, 1, 2], "the distinct points come first"
+    assert sorted(idx) == list(range(9))
+    assert idx[3:] == [3, 4, 5, 6, 7, 8], "then the duplicates, lowest index first"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_large_coordinates_sample_like_the_scaled_cloud(device, dtype):
+    unit = _cloud(2, 2000, torch.float64, device)
+    # a power of two scales exactly, so the two clouds are the same shape bit for bit
+    big = (unit * 2.0**13 + 1.0e4).to(dtype)
+    small = ((big.double() - 1.0e4) / 2.0**13).to(dtype)
+    assert big.abs().max() > 1.0e4
+    assert torch.equal(farthest_point_sampling(big, 500), farthest_point_sampling(small, 500))
+    assert torch.equal(farthest_point_sampling(unit * 1.0e4, 500), farthest_point_sampling(unit, 500))
+
+
+def test_fp16_with_coordinates_of_a_thousand(device):
+    # squared distances up to ~1.2e7 overflow float16 (max 65504): the op must not compute in float16
+    points = (torch.rand(2, 3000, 3, dtype=torch.float64) * 2000 - 1000).half().to(device)
+    got = farthest_point_sampling(points, 300)
+    assert torch.equal(got, farthest_point_sampling(points.float(), 300))
+    assert len(set(got[0].tolist())) == 300
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ragged batches, per-cloud K, start points
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_lengths_and_per_cloud_k(device):
+    points = _cloud(4, 100, device=device)
+    points[1, 60:] = float("nan")  # padding may hold anything: it is never read
+    lengths = torch.tensor([100, 60, 5, 0], device=device)
+    num_samples = torch.tensor([10, 30, 8, 3], device=device)  # cloud 2 asks for more than it has
+    got = farthest_point_sampling(points, num_samples, lengths=lengths)
+    expected, _ = _reference_rows(points, num_samples, lengths=lengths)
+    assert got.shape == (4, 30)
+    assert torch.equal(got.cpu(), expected)
+    assert got[2, 5:].eq(-1).all() and sorted(got[2, :5].tolist()) == list(range(5))
+    assert got[3].eq(-1).all()
+
+
+def test_distances_are_nan_on_padding(device):
+    points = _cloud(1, 4, device=device)
+    idx, dist = farthest_point_sampling(points, 6, return_distances=True)
+    assert idx[0, 4:].eq(-1).all()
+    assert torch.isnan(dist[0, 4:]).all() and torch.isfinite(dist[0, 1:4]).all()
+
+
+def test_start_index(device):
+    points = _cloud(3, 50, device=device)
+    starts = torch.tensor([0, 7, 49], device=device)
+    got = farthest_point_sampling(points, 12, start_index=starts)
+    expected, _ = _reference_rows(points, 12, starts=starts)
+    assert torch.equal(got.cpu(), expected)
+    assert farthest_point_sampling(points, 5, start_index=3)[:, 0].eq(3).all()
+
+
+def test_random_start_is_reproducible_and_valid(device):
+    points = _cloud(8, 64, device=device)
+    lengths = torch.tensor([64, 1, 2, 3, 10, 20, 40, 64], device=device)
+
+    def run(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return farthest_point_sampling(points, 4, lengths=lengths, random_start=True, generator=gen)
+
+    a, b, c = run(1), run(1), run(2)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    assert (a[:, 0] < lengths).all() and (a[:, 0] >= 0).all()
+    expected, _ = _reference_rows(points, 4, starts=a[:, 0], lengths=lengths)
+    assert torch.equal(a.cpu(), expected)
+    # the draw is uniform over the valid points: every start of a 3-point cloud shows up
+    gen = torch.Generator().manual_seed(0)
+    seen = {
+        int(farthest_point_sampling(points[3, :3], 1, random_start=True, generator=gen)[0]) for _ in range(60)
+    }
+    assert seen == {0, 1, 2}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# autograd
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_indices_are_not_differentiable_but_gathered_features_are(device):
+    points = _cloud(2, 128, device=device).requires_grad_()
+    features = torch.randn(2, 128, 5, device=device, requires_grad=True)
+    idx, dist = farthest_point_sampling(points, 16, return_distances=True)
+    assert not idx.requires_grad and not dist.requires_grad
+    picked = torch.gather(features, 1, idx[..., None].expand(-1, -1, 5))
+    upstream = torch.randn_like(picked)
+    (picked * upstream).sum().backward()
+    expected = torch.zeros_like(features)
+    for b in range(2):
+        expected[b, idx[b]] = upstream[b]
+    assert torch.equal(features.grad, expected)
+    assert points.grad is None
+
+
+def test_function_backward_returns_none(device):
+    class Ctx:  # backward needs nothing from ctx: it must not touch it
+        pass
+
+    assert FarthestPointSampling.backward(Ctx(), None, None) == (None, None, None, None, None)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# torch.compile and the custom op
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_torch_compile_fullgraph_matches_eager(device):
+    torch._dynamo.reset()
+
+    def sample_and_gather(points, features):
+        idx = warpgeo.farthest_point_sampling(points, 32)
+        return torch.gather(features, 2, idx[:, None, :].expand(-1, features.shape[1], -1))
+
+    points = _cloud(2, 300, device=device)
+    features = torch.randn(2, 4, 300, device=device, requires_grad=True)
+    compiled = torch.compile(sample_and_gather, fullgraph=True, backend="aot_eager")
+    out = compiled(points, features)
+    upstream = torch.randn_like(out)
+    (grad_compiled,) = torch.autograd.grad(out, features, upstream)
+    eager = sample_and_gather(points, features)
+    (grad_eager,) = torch.autograd.grad(eager, features, upstream)
+    assert torch.equal(out, eager) and torch.equal(grad_compiled, grad_eager)
+
+
+def test_opcheck(device):
+    # no padding here: NaN padding distances would compare unequal to themselves inside opcheck
+    points = _cloud(2, 100, device=device)
+    full = torch.full((2,), 100, device=device)
+    args = (
+        points,
+        full,
+        torch.tensor([10, 10], device=device),
+        torch.zeros(2, dtype=torch.int64, device=device),
+        10,
+    )
+    torch.library.opcheck(torch.ops.warpgeo.farthest_point_sampling.default, args)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# bad input
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"points": torch.rand(4, 2, 5, 3)}, ValueError, "points"),
+        ({"points": torch.rand(10)}, ValueError, "points"),
+        ({"points": torch.rand(2, 10, 2)}, ValueError, "points"),
+        ({"points": torch.randint(0, 5, (2, 10, 3))}, TypeError, "points"),
+        ({"points": torch.rand(2, 10, 3, dtype=torch.complex64)}, TypeError, "points"),
+        ({"points": torch.rand(2, 0, 3)}, ValueError, "points"),
+        ({"num_samples": 0}, ValueError, "num_samples"),
+        ({"num_samples": -3}, ValueError, "num_samples"),
+        ({"num_samples": 2.5}, TypeError, "num_samples"),
+        ({"num_samples": torch.tensor([3, 4, 5])}, ValueError, "num_samples"),
+        ({"num_samples": torch.tensor([3, 0])}, ValueError, "num_samples"),
+        ({"num_samples": torch.tensor([3.0, 4.0])}, TypeError, "num_samples"),
+        ({"lengths": torch.tensor([11, 5])}, ValueError, "lengths"),
+        ({"lengths": torch.tensor([-1, 5])}, ValueError, "lengths"),
+        ({"lengths": torch.tensor([5])}, ValueError, "lengths"),
+        ({"lengths": torch.tensor([5.0, 5.0])}, TypeError, "lengths"),
+        ({"start_index": 10}, IndexError, "start_index"),
+        ({"start_index": -1}, IndexError, "start_index"),
+        ({"start_index": torch.tensor([0, 6]), "lengths": torch.tensor([10, 6])}, IndexError, "start_index"),
+        ({"start_index": 1, "random_start": True}, ValueError, "start_index"),
+        ({"lengths": torch.tensor([10, 10], device="meta")}, ValueError, "device"),
+        ({"num_samples": torch.tensor([3, 3], device="meta")}, ValueError, "device"),
+    ],
+)
+def test_bad_input_raises(kwargs, error, match):
+    args = {"points": torch.rand(2, 10, 3), "num_samples": 4}
+    args.update(kwargs)
+    points, k = args.pop("points"), args.pop("num_samples")
+    with pytest.raises(error, match=match):
+        farthest_point_sampling(points, k, **args)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_points_raise(device, bad):
+    points = _cloud(2, 10, device=device)
+    points[1, 3, 2] = bad
+    with pytest.raises(ValueError, match="finite"):
+        farthest_point_sampling(points, 4)
+
+
+def test_reference_agrees_with_brute_force():
+    # guard the guard: the reference against an exhaustive check on a tiny cloud
+    rng = np.random.default_rng(1)
+    points = rng.random((9, 3))
+    idx, _ = fps_reference(points, 9)
+    for step in range(1, 9):
+        d = np.array([min(np.linalg.norm(points[i] - points[j]) for j in idx[:step]) for i in range(9)])
+        d[idx[:step]] = -1
+        assert idx[step] == int(np.argmax(d))
