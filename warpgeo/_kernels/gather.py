@@ -1,0 +1,136 @@
+"""Point-feature gather and its scatter-add backward.
+
+Shapes: ``features`` / ``grad_features`` ``(B, C, N)``, ``idx`` ``(B, L)`` int32 (L = M or M * K),
+``out`` / ``grad_out`` ``(B, C, L)``. An index outside ``[0, N)`` (``-1`` is the padding value) reads as 0
+and scatters nothing; the host rejects other negative or too large values before launching, the kernels
+only make sure a bad index can never touch memory.
+
+Two shapes of work, chosen by the caller per device:
+
+* ``*_rows``: one thread per ``(b, c)`` row, looping over the row in order. On the CPU (where Warp runs
+  the threads one after the other) this is a tight contiguous loop; in the backward the thread owns its
+  whole ``grad_features`` row, so no atomics are needed and the sum order is fixed (deterministic).
+* ``*_elements`` / ``scatter_add_atomic`` / ``scatter_add_segments``: one thread per output element, for
+  CUDA. ``scatter_add_atomic`` uses float atomics (fast; the summation order varies from run to run);
+  ``scatter_add_segments`` gives each thread one ``grad_features[b, c, n]`` and sums its contributors in
+  ascending ``l`` order from a CSR of the sorted indices (bit-identical run to run, and bit-identical to
+  ``scatter_add_rows``).
+
+The forward copies values, so it runs on bit patterns (int16 / int32 / int64 views of half, float32 and
+float64 tensors): exact for every float dtype, bfloat16 included. The backward accumulates in float32
+(half inputs, widened on the host) or float64.
+"""
+
+from typing import Any
+
+import warp as wp
+
+
+@wp.func
+def _valid(i: wp.int32, n: wp.int32) -> bool:
+    return i >= 0 and i < n
+
+
+@wp.kernel
+def gather_rows(
+    features: wp.array3d(dtype=Any),
+    idx: wp.array2d(dtype=wp.int32),
+    out: wp.array3d(dtype=Any),
+):
+    b, c = wp.tid()
+    n = features.shape[2]
+    zero = out.dtype(0)
+    for l in range(idx.shape[1]):
+        i = idx[b, l]
+        v = zero
+        if _valid(i, n):
+            v = features[b, c, i]
+        out[b, c, l] = v
+
+
+@wp.kernel
+def gather_elements(
+    features: wp.array3d(dtype=Any),
+    idx: wp.array2d(dtype=wp.int32),
+    out: wp.array3d(dtype=Any),
+):
+    b, c, l = wp.tid()
+    i = idx[b, l]
+    v = out.dtype(0)
+    if _valid(i, features.shape[2]):
+        v = features[b, c, i]
+    out[b, c, l] = v
+
+
+@wp.kernel
+def scatter_add_rows(
+    grad_out: wp.array3d(dtype=Any),
+    idx: wp.array2d(dtype=wp.int32),
+    grad_features: wp.array3d(dtype=Any),
+):
+    """Thread ``(b, c)`` owns row ``grad_features[b, c]`` and writes all of it.
+
+    Zeroing the row here rather than on the host leaves it in cache for the scattered adds that follow.
+    """
+    b, c = wp.tid()
+    n = grad_features.shape[2]
+    zero = grad_features.dtype(0)
+    for i in range(n):
+        grad_features[b, c, i] = zero
+    for l in range(idx.shape[1]):
+        i = idx[b, l]
+        if _valid(i, n):
+            grad_features[b, c, i] = grad_features[b, c, i] + grad_out[b, c, l]
+
+
+@wp.kernel
+def scatter_add_atomic(
+    grad_out: wp.array3d(dtype=Any),
+    idx: wp.array2d(dtype=wp.int32),
+    grad_features: wp.array3d(dtype=Any),
+):
+    """``grad_features`` must be zero on entry."""
+    b, c, l = wp.tid()
+    i = idx[b, l]
+    if _valid(i, grad_features.shape[2]):
+        wp.atomic_add(grad_features, b, c, i, grad_out[b, c, l])
+
+
+@wp.kernel
+def scatter_add_segments(
+    grad_out: wp.array3d(dtype=Any),
+    order: wp.array2d(dtype=wp.int32),
+    offsets: wp.array2d(dtype=wp.int32),
+    grad_features: wp.array3d(dtype=Any),
+):
+    """``order[b]`` lists ``l`` by ascending ``idx[b, l]`` (stable); ``order[b, offsets[b, n]:offsets[b, n+1]]``
+    are the ``l`` with ``idx[b, l] == n``. Every element of ``grad_features`` is written."""
+    b, c, n = wp.tid()
+    acc = grad_features.dtype(0)
+    for j in range(offsets[b, n], offsets[b, n + 1]):
+        acc = acc + grad_out[b, c, order[b, j]]
+    grad_features[b, c, n] = acc
+
+
+# Explicit instances, so that Warp builds the module once with all of them (an implicit instance created at
+# launch time would rebuild it).
+_BITS = (wp.int16, wp.int32, wp.int64)
+_ACCUMULATORS = (wp.float32, wp.float64)
+_INDEX = wp.array2d(dtype=wp.int32)
+
+GATHER_ROWS = {t: wp.overload(gather_rows, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t)]) for t in _BITS}
+GATHER_ELEMENTS = {
+    t: wp.overload(gather_elements, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t)]) for t in _BITS
+}
+SCATTER_ADD_ROWS = {
+    t: wp.overload(scatter_add_rows, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t)])
+    for t in _ACCUMULATORS
+}
+SCATTER_ADD_ATOMIC = {
+    t: wp.overload(scatter_add_atomic, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t)])
+    for t in _ACCUMULATORS
+}
+SCATTER_ADD_SEGMENTS = {
+    t: wp.overload(scatter_add_segments, [wp.array3d(dtype=t), _INDEX, _INDEX, wp.array3d(dtype=t)])
+    for t in _ACCUMULATORS
+}

@@ -1,0 +1,270 @@
+"""Point-feature gather (pointnet2 / pointops "Gathering") with a scatter-add backward."""
+
+from __future__ import annotations
+
+import torch
+
+from . import _interop
+
+__all__ = ["GatherPoints", "gather_points"]
+
+_SENTINEL_INDEX = -1
+#: Indices are handed to the kernels as int32.
+_MAX_POINTS = 2**31 - 1
+
+# The forward copies values, so it moves bit patterns of the same width (exact for every float dtype,
+# bfloat16 included, and no widening pass for half inputs).
+_BITS_DTYPE = {
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+}
+
+
+def _kernels():
+    from ._kernels import gather
+
+    return gather
+
+
+def _warp_scalar(dtype: torch.dtype):
+    wp = _interop.warp()
+    return {
+        torch.int16: wp.int16,
+        torch.int32: wp.int32,
+        torch.int64: wp.int64,
+        torch.float32: wp.float32,
+        torch.float64: wp.float64,
+    }[dtype]
+
+
+def _flat_index(idx: torch.Tensor) -> torch.Tensor:
+    """``(B, M)`` or ``(B, M, K)`` integer -> contiguous ``(B, L)`` int32."""
+    return idx.reshape(idx.shape[0], -1).to(torch.int32).contiguous()
+
+
+def _check_index_range(idx: torch.Tensor, num_points: int) -> None:
+    """IndexError unless every index lies in ``[-1, num_points)``: one device-to-host transfer."""
+    if idx.numel() == 0:
+        return
+    lo, hi = (int(v) for v in torch.stack(torch.aminmax(idx)).tolist())
+    if lo < _SENTINEL_INDEX:
+        raise IndexError(f"idx must lie in [-1, N={num_points}) (-1 = no point); found {lo}")
+    if hi >= num_points:
+        raise IndexError(f"idx must lie in [-1, N={num_points}) (-1 = no point); found {hi}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# the custom ops (what torch.compile sees as opaque nodes)
+# --------------------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("warpgeo::gather_points", mutates_args=())
+def _gather_op(features: torch.Tensor, idx: torch.Tensor, deterministic: bool) -> torch.Tensor:
+    """features (B, C, N), idx (B, M[, K]) int -> (B, C, M[, K]). ``deterministic`` only matters to autograd."""
+    batch, channels, num_points = features.shape
+    _check_index_range(idx, num_points)
+    kernels = _kernels()
+    device = features.device
+    flat_idx = _flat_index(idx)
+    bits = _BITS_DTYPE[features.dtype]
+    out = torch.empty(batch, channels, flat_idx.shape[1], dtype=features.dtype, device=device)
+    args = [features.contiguous().view(bits), flat_idx, out.view(bits)]
+    if device.type == "cpu":
+        _interop.launch(kernels.GATHER_ROWS[_warp_scalar(bits)], [batch, channels], args, device=device)
+    else:
+        dim = [batch, channels, flat_idx.shape[1]]
+        _interop.launch(kernels.GATHER_ELEMENTS[_warp_scalar(bits)], dim, args, device=device)
+    return out.view(batch, channels, *idx.shape[1:])
+
+
+@_gather_op.register_fake
+def _(features, idx, deterministic):
+    return features.new_empty(features.shape[0], features.shape[1], *idx.shape[1:])
+
+
+@torch.library.custom_op("warpgeo::gather_points_backward", mutates_args=())
+def _scatter_op(
+    grad_out: torch.Tensor, idx: torch.Tensor, num_points: int, deterministic: bool
+) -> torch.Tensor:
+    """grad_out (B, C, M[, K]), idx (B, M[, K]) -> grad_features (B, C, num_points), dtype of grad_out.
+
+    Indices outside ``[0, num_points)`` contribute nothing (the forward has rejected all but -1).
+    """
+    batch, channels = grad_out.shape[0], grad_out.shape[1]
+    flat_idx = _flat_index(idx)
+    grad = _interop.to_compute(grad_out).reshape(batch, channels, flat_idx.shape[1])
+    method = _scatter_method(grad_out.device, deterministic)
+    return _scatter_add(grad, flat_idx, num_points, method).to(grad_out.dtype)
+
+
+@_scatter_op.register_fake
+def _(grad_out, idx, num_points, deterministic):
+    return grad_out.new_empty(grad_out.shape[0], grad_out.shape[1], num_points)
+
+
+def _scatter_method(device: torch.device, deterministic: bool) -> str:
+    """The backward kernel for a device; the CPU one is race-free and ordered, deterministic either way."""
+    if device.type == "cpu":
+        return "rows"
+    return "segments" if deterministic else "atomic"
+
+
+def _scatter_add(grad: torch.Tensor, flat_idx: torch.Tensor, num_points: int, method: str) -> torch.Tensor:
+    """``out[b, c, n] = sum of grad[b, c, l] over idx[b, l] == n`` in the precision of ``grad``.
+
+    ``grad`` (B, C, L) contiguous float32/float64, ``flat_idx`` (B, L) int32 contiguous. ``method``:
+
+    * ``"rows"``: a thread per ``(b, c)`` row, in ``l`` order (the CPU kernel; deterministic);
+    * ``"atomic"``: a thread per ``(b, c, l)`` with float atomics (CUDA default; order varies run to run);
+    * ``"segments"``: a thread per ``(b, c, n)`` summing its contributors in ``l`` order through a CSR of
+      the stably sorted indices (CUDA ``deterministic=True``; bit-identical to ``"rows"``).
+    """
+    kernels = _kernels()
+    batch, channels, length = grad.shape
+    device = grad.device
+    scalar = _warp_scalar(grad.dtype)
+    if method == "rows":
+        out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
+        _interop.launch(
+            kernels.SCATTER_ADD_ROWS[scalar], [batch, channels], [grad, flat_idx, out], device=device
+        )
+    elif method == "atomic":
+        out = torch.zeros(batch, channels, num_points, dtype=grad.dtype, device=device)
+        dim = [batch, channels, length]
+        _interop.launch(kernels.SCATTER_ADD_ATOMIC[scalar], dim, [grad, flat_idx, out], device=device)
+    elif method == "segments":
+        out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
+        order, offsets = _segments(flat_idx, num_points)
+        dim = [batch, channels, num_points]
+        _interop.launch(kernels.SCATTER_ADD_SEGMENTS[scalar], dim, [grad, order, offsets, out], device=device)
+    else:
+        raise ValueError(f"internal error: unknown scatter method {method!r}")
+    return out
+
+
+def _segments(flat_idx: torch.Tensor, num_points: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR of each row of ``flat_idx`` (B, L): ``order`` (B, L) int32 lists ``l`` by ascending index (ties in
+    ``l`` order); ``order[b, offsets[b, n]:offsets[b, n + 1]]`` are the ``l`` with ``idx[b, l] == n``.
+    Padding (-1) sorts first and lies before ``offsets[b, 0]``."""
+    keys, order = torch.sort(flat_idx, dim=1, stable=True)
+    bounds = torch.arange(num_points + 1, dtype=torch.int32, device=flat_idx.device)
+    offsets = torch.searchsorted(keys, bounds.expand(flat_idx.shape[0], -1).contiguous(), out_int32=True)
+    return order.to(torch.int32).contiguous(), offsets.contiguous()
+
+
+# --------------------------------------------------------------------------------------------------------
+# autograd: one setup / backward pair shared by GatherPoints and the custom ops' registrations
+# --------------------------------------------------------------------------------------------------------
+
+
+def _setup_gather(ctx, inputs, output) -> None:
+    features, idx, deterministic = inputs
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(idx)
+    ctx.num_points = features.shape[-1]
+    ctx.deterministic = deterministic
+
+
+def _backward_gather(ctx, grad_out):
+    """d(gather)/d(features): scatter-add of ``grad_out``; idx and the flag get None."""
+    if grad_out is None or not ctx.needs_input_grad[0]:
+        return None, None, None
+    (idx,) = ctx.saved_tensors
+    return _scatter_op(grad_out, idx, ctx.num_points, ctx.deterministic), None, None
+
+
+def _setup_scatter(ctx, inputs, output) -> None:
+    _grad_out, idx, _num_points, deterministic = inputs
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(idx)
+    ctx.deterministic = deterministic
+
+
+def _backward_scatter(ctx, grad_grad_features):
+    """The scatter-add is linear in ``grad_out`` and its adjoint is the gather: double backward works."""
+    if grad_grad_features is None or not ctx.needs_input_grad[0]:
+        return None, None, None, None
+    (idx,) = ctx.saved_tensors
+    return _gather_op(grad_grad_features, idx, ctx.deterministic), None, None, None
+
+
+_gather_op.register_autograd(_backward_gather, setup_context=_setup_gather)
+_scatter_op.register_autograd(_backward_scatter, setup_context=_setup_scatter)
+
+
+class GatherPoints(torch.autograd.Function):
+    """Gather as an autograd Function; prefer :func:`gather_points`, which validates its input.
+
+    ``apply(features (B, C, N), idx (B, M) or (B, M, K) int32/int64, deterministic: bool)``
+    -> ``(B, C, M)`` or ``(B, C, M, K)``. Only ``idx`` is saved; the backward runs only when ``features``
+    needs a gradient and a gradient arrives (``None`` grad_output -> ``None``).
+    """
+
+    @staticmethod
+    def forward(features, idx, deterministic):
+        return _gather_op(features, idx, deterministic)
+
+    setup_context = staticmethod(_setup_gather)
+    backward = staticmethod(_backward_gather)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the public function
+# --------------------------------------------------------------------------------------------------------
+
+
+def gather_points(features: torch.Tensor, idx: torch.Tensor, *, deterministic: bool = False) -> torch.Tensor:
+    """Gather point features by index: ``out[b, c, m(, k)] = features[b, c, idx[b, m(, k)]]``.
+
+    The backward scatter-adds ``grad_out`` into ``grad_features``: duplicated indices accumulate and ``-1``
+    (padding, e.g. from FPS or a ball query) gives 0 in the output and contributes no gradient.
+
+    Determinism of the backward: on the CPU both settings run the same race-free kernel (one thread per
+    ``(b, c)`` row, summing in index order), so gradients are bit-identical run to run. On CUDA the default
+    uses float atomics (fastest; the last bits can change from run to run where indices repeat), and
+    ``deterministic=True`` sums each ``grad_features[b, c, n]`` in a fixed order through a sorted-index
+    segment sum (bit-identical run to run, and to the CPU result). Half-precision gradients are accumulated
+    in float32; results are returned in the dtype of ``features``. Double backward is supported.
+
+    Args:
+        features: ``(B, C, N)`` float16, bfloat16, float32 or float64.
+        idx: ``(B, M)`` or grouped ``(B, M, K)`` (e.g. from a ball query / kNN), int32 or int64, values in
+            ``[-1, N)``; ``-1`` means "no point".
+        deterministic: bit-identical gradients run to run on every device (see above).
+
+    Returns:
+        ``(B, C, M)`` or ``(B, C, M, K)`` in the dtype and on the device of ``features``.
+
+    Raises:
+        TypeError: ``features`` is not a float tensor, ``idx`` is not an int32/int64 tensor, or
+            ``deterministic`` is not a bool.
+        ValueError: ``features`` is not 3-d, ``idx`` is not 2-d or 3-d, their batch sizes differ, or they
+            lie on different devices.
+        IndexError: an index lies outside ``[-1, N)`` (one device-to-host check of the index range).
+
+    Example:
+        >>> feats = torch.randn(2, 32, 1000, requires_grad=True)           # (B, C, N)
+        >>> idx = farthest_point_sampling(torch.rand(2, 1000, 3), 128)     # (B, M) int64
+        >>> out = gather_points(feats, idx)                                # (2, 32, 128)
+        >>> out.sum().backward()                                           # feats.grad: (2, 32, 1000)
+    """
+    _interop.check_float(features, "features")
+    _interop.check_index(idx, "idx")
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool; got {type(deterministic).__name__}")
+    if features.dim() != 3:
+        raise ValueError(f"features must have shape (B, C, N); got {tuple(features.shape)}")
+    if idx.dim() not in (2, 3):
+        raise ValueError(f"idx must have shape (B, M) or (B, M, K); got {tuple(idx.shape)}")
+    if idx.shape[0] != features.shape[0]:
+        raise ValueError(
+            f"idx must have the batch size of features ({features.shape[0]}); got idx of shape {tuple(idx.shape)}"
+        )
+    if features.shape[2] > _MAX_POINTS:
+        raise ValueError(f"features may hold at most {_MAX_POINTS} points; got N={features.shape[2]}")
+    _interop.check_same_device("features", {"features": features, "idx": idx})
+    if features.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"warpgeo runs on 'cpu' and 'cuda' devices; got features on {features.device}")
+    return GatherPoints.apply(features, idx, deterministic)
