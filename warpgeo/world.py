@@ -1,0 +1,418 @@
+"""MeshWorld: triangle meshes (Warp BVHs) grouped in environments, with poses and enable flags."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import _interop
+
+__all__ = ["MeshWorld"]
+
+#: A mesh: a ``trimesh.Trimesh``, a path trimesh can load, or a ``(vertices (V, 3), faces (F, 3))`` pair.
+MeshLike = Any
+
+_SIGN_METHODS = ("ray", "winding")
+#: A quaternion whose norm is within this of 1 is renormalised; farther off, it is refused.
+_QUAT_NORM_TOL = 1.0e-3
+_IDENTITY_POSE = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
+
+
+class MeshWorld:
+    """Triangle meshes in one or more environments, posed in the world frame, for the SDF ops.
+
+    Each mesh becomes a Warp mesh (a BVH over its triangles) on ``device``, built once. Poses and enable
+    flags live in device tensors the kernels read, so :meth:`set_poses` and :meth:`set_enabled` rebuild
+    nothing. Environments may hold different numbers of meshes: tensors are padded to ``max_meshes`` and
+    padding slots are never enabled.
+
+    Precision: Warp meshes are float32, so vertices are stored in float32 (about 1e-7 relative, i.e.
+    0.1 micrometre at 1 m from the mesh origin). Poses are kept in float64 and applied in the precision of
+    the query (float32, or float64 for float64 queries).
+
+    Poses are ``[x, y, z, qw, qx, qy, qz]``, world-from-mesh: a vertex ``v`` of the mesh is at
+    ``R(q) v + t`` in the world. A quaternion whose norm is within 1e-3 of 1 is renormalised; any other
+    quaternion is refused (it is almost certainly in the wrong order or not a rotation).
+
+    Args:
+        meshes: the meshes of a one-environment world; each a ``trimesh.Trimesh``, a file path trimesh
+            loads as a single mesh (obj, stl, ply, glb, off; scenes are concatenated), or a
+            ``(vertices (V, 3), faces (F, 3))`` pair of arrays or tensors.
+        poses: ``(M, 7)`` world-from-mesh poses (identity by default); any array-like.
+        device: where the meshes live; every query must be on this device.
+        sign_method: ``"ray"`` (Warp's vote of three axis-aligned rays; exact on closed, consistently
+            wound meshes; default) or ``"winding"`` (generalised winding number; robust on open or
+            self-intersecting meshes, slower; the meshes are built with winding-number support).
+
+    Raises:
+        TypeError: a mesh of an unsupported type; faces that are not integers.
+        ValueError: an empty mesh or environment list, non-finite vertices, bad shapes, a file trimesh
+            cannot load as a mesh, a bad ``sign_method`` or device, bad poses (see :meth:`set_poses`).
+        IndexError: face indices outside ``[0, V)``.
+        RuntimeError: ``sign_method="winding"`` and this Warp build does not honour winding numbers.
+
+    Example:
+        >>> import trimesh
+        >>> world = MeshWorld([trimesh.creation.box((1, 1, 1)), "table.obj"],
+        ...                   poses=[[0, 0, 0.5, 1, 0, 0, 0], [1, 0, 0, 1, 0, 0, 0]])
+        >>> world.set_poses(torch.tensor([[0, 0, 0.6, 1, 0, 0, 0], [1, 0, 0, 1, 0, 0, 0]]))
+        >>> world.set_enabled([True, False])
+    """
+
+    def __init__(
+        self,
+        meshes: Sequence[MeshLike],
+        *,
+        poses: Any = None,
+        device: torch.device | str = "cpu",
+        sign_method: str = "ray",
+    ) -> None:
+        if isinstance(meshes, (str, os.PathLike)) or _is_vf_pair(meshes) or not isinstance(meshes, Sequence):
+            raise TypeError(
+                "meshes must be a list of meshes (trimesh.Trimesh, path or (vertices, faces)); "
+                f"got {type(meshes).__name__} (wrap a single mesh in a list)"
+            )
+        self._build([list(meshes)], None if poses is None else [poses], device, sign_method, single=True)
+
+    @classmethod
+    def from_envs(
+        cls,
+        envs: Sequence[Sequence[MeshLike]],
+        *,
+        poses: Any = None,
+        device: torch.device | str = "cpu",
+        sign_method: str = "ray",
+    ) -> MeshWorld:
+        """A world of several environments, which may hold different numbers of meshes.
+
+        Args:
+            envs: one list of meshes per environment, e.g. ``[[table, shelf], [table]]``.
+            poses: per-environment lists of poses (ragged like ``envs``), or an ``(E, max_meshes, 7)``
+                array whose padding entries are ignored. Identity by default.
+            device, sign_method: as for :class:`MeshWorld`.
+        """
+        if not isinstance(envs, Sequence) or isinstance(envs, str) or len(envs) == 0:
+            raise ValueError("envs must be a non-empty list of per-environment mesh lists")
+        env_lists = []
+        for e, env in enumerate(envs):
+            if isinstance(env, (str, os.PathLike)) or _is_vf_pair(env) or not isinstance(env, Sequence):
+                raise TypeError(f"envs[{e}] must be a list of meshes; got {type(env).__name__}")
+            env_lists.append(list(env))
+        world = cls.__new__(cls)
+        world._build(env_lists, poses, device, sign_method, single=False)
+        return world
+
+    # ----------------------------------------------------------------------------------------------------
+
+    def _build(self, envs: list[list], poses: Any, device, sign_method: str, *, single: bool) -> None:
+        if sign_method not in _SIGN_METHODS:
+            raise ValueError(f"sign_method must be one of {_SIGN_METHODS}; got {sign_method!r}")
+        self._device = torch.device(device)
+        if self._device.type == "cuda" and self._device.index is None:
+            self._device = torch.device("cuda", torch.cuda.current_device())
+        wdev = _interop.warp_device(self._device)  # ValueError for devices Warp cannot run on
+        wp = _interop.warp()
+        self._sign_method = sign_method
+        self._single = single
+        counts = [len(env) for env in envs]
+        if sum(counts) == 0:
+            raise ValueError("a MeshWorld needs at least one mesh; got none")
+        num_envs, max_meshes = len(envs), max(counts)
+        self._num_meshes = tuple(counts)
+
+        winding = sign_method == "winding"
+        if winding:
+            _check_winding_support(self._device)
+        # the Warp meshes own the BVHs the kernels query by id: they live (and die) with the world
+        self._wp_meshes: list[list[Any]] = []
+        ids = np.zeros((num_envs, max_meshes), dtype=np.uint64)
+        bounds = np.zeros((num_envs, max_meshes, 2, 3), dtype=np.float32)
+        for e, env in enumerate(envs):
+            row = []
+            for m, item in enumerate(env):
+                where = f"meshes[{m}]" if single else f"envs[{e}][{m}]"
+                vertices, faces = _load_mesh(item, where)
+                mesh = wp.Mesh(
+                    points=wp.array(vertices, dtype=wp.vec3, device=wdev),
+                    indices=wp.array(faces.reshape(-1), dtype=wp.int32, device=wdev),
+                    support_winding_number=winding,
+                )
+                if winding and not getattr(mesh, "support_winding_number", False):
+                    raise RuntimeError(f"{where}: Warp did not build winding-number support for this mesh")
+                row.append(mesh)
+                ids[e, m] = mesh.id
+                bounds[e, m, 0] = vertices.min(axis=0)
+                bounds[e, m, 1] = vertices.max(axis=0)
+            self._wp_meshes.append(row)
+        if self._device.type == "cuda":
+            # BVHs are built on Warp's stream; kernels run on torch's. Wait once, here, not per query.
+            wp.synchronize_device(wdev)
+
+        self._present = torch.zeros(num_envs, max_meshes, dtype=torch.bool)
+        for e, n in enumerate(counts):
+            self._present[e, :n] = True
+        self._present = self._present.to(self._device)
+        self._mesh_ids = torch.from_numpy(ids.view(np.int64)).to(self._device)
+        self._bounds = torch.from_numpy(bounds).to(self._device)
+        self._enabled = self._present.to(torch.int32)
+        self._poses = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
+        self._poses = self._poses.to(self._device)
+        self._inv_poses = _inverse_warp_transform(self._poses)
+        if poses is not None:
+            self.set_poses(poses if not single else poses[0])
+
+    # ----------------------------------------------------------------------------------------------------
+    # public state
+    # ----------------------------------------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the meshes; queries must be on it."""
+        return self._device
+
+    @property
+    def sign_method(self) -> str:
+        """``"ray"`` or ``"winding"``."""
+        return self._sign_method
+
+    @property
+    def num_envs(self) -> int:
+        """E, the number of environments."""
+        return self._mesh_ids.shape[0]
+
+    @property
+    def max_meshes(self) -> int:
+        """M, the largest number of meshes in one environment (the padded width of pose/enable tensors)."""
+        return self._mesh_ids.shape[1]
+
+    @property
+    def num_meshes(self) -> tuple[int, ...]:
+        """The number of meshes of each environment."""
+        return self._num_meshes
+
+    @property
+    def poses(self) -> torch.Tensor:
+        """A copy of the ``(E, M, 7)`` float64 world-from-mesh poses (identity in padding slots)."""
+        return self._poses.clone()
+
+    @property
+    def enabled(self) -> torch.Tensor:
+        """A copy of the ``(E, M)`` bool enable flags (False in padding slots)."""
+        return self._enabled.bool()
+
+    def set_poses(self, poses: Any) -> None:
+        """Move the meshes: new world-from-mesh poses, applied without rebuilding any BVH.
+
+        Args:
+            poses: ``(E, M, 7)``, or ``(M, 7)`` for a one-environment world, ``[x, y, z, qw, qx, qy, qz]``;
+                any array-like or tensor (on any device); a ragged per-environment list is accepted too.
+                Entries in padding slots (``m >= num_meshes[e]``) are ignored. Not differentiable.
+
+        Raises:
+            ValueError: wrong shape, non-finite values, or a quaternion whose norm is not within 1e-3 of 1.
+
+        Validation reads the poses on the host: one device-to-host copy per call.
+        """
+        num_envs, max_meshes = self.num_envs, self.max_meshes
+        value = _pose_tensor(poses, num_envs, max_meshes, self._num_meshes)
+        if value.dim() == 2 and num_envs == 1:
+            value = value.unsqueeze(0)
+        if tuple(value.shape) != (num_envs, max_meshes, 7):
+            expected = f"({max_meshes}, 7) or " if num_envs == 1 else ""
+            raise ValueError(
+                f"poses must have shape {expected}({num_envs}, {max_meshes}, 7); got {tuple(value.shape)}"
+            )
+        value = value.to(device=self._device, dtype=torch.float64)
+        present = self._present
+        value = torch.where(present[..., None], value, self._poses.new_tensor(_IDENTITY_POSE))
+        norm = value[..., 3:].norm(dim=-1)
+        finite, norm_host = bool(torch.isfinite(value).all()), norm.cpu()
+        if not finite:
+            raise ValueError("poses must be finite; got NaN or inf")
+        bad = (norm_host - 1.0).abs() > _QUAT_NORM_TOL
+        if bool(bad.any()):
+            e, m = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"poses[{e}, {m}] must hold a unit quaternion [qw, qx, qy, qz] (norm within {_QUAT_NORM_TOL} "
+                f"of 1); got {value[e, m, 3:].tolist()} with norm {float(norm_host[e, m]):.6g}"
+            )
+        value = torch.cat([value[..., :3], value[..., 3:] / norm[..., None]], dim=-1)
+        # in place: compiled graphs and user references keep seeing the live tensors
+        self._poses.copy_(value)
+        self._inv_poses.copy_(_inverse_warp_transform(value))
+
+    def set_enabled(self, mask: Any) -> None:
+        """Switch meshes on and off (a disabled mesh contributes nothing); rebuilds nothing.
+
+        Args:
+            mask: ``(E, M)``, or ``(M,)`` for a one-environment world; bool (or 0/1 integers). Padding slots
+                stay disabled whatever the mask says.
+
+        Raises:
+            TypeError: a floating mask.
+            ValueError: wrong shape.
+        """
+        value = torch.as_tensor(mask)
+        if value.is_floating_point() or value.is_complex():
+            raise TypeError(f"mask must be bool (or 0/1 integers); got {value.dtype}")
+        if value.dim() == 1 and self.num_envs == 1:
+            value = value.unsqueeze(0)
+        if tuple(value.shape) != (self.num_envs, self.max_meshes):
+            expected = f"({self.max_meshes},) or " if self.num_envs == 1 else ""
+            raise ValueError(
+                f"mask must have shape {expected}({self.num_envs}, {self.max_meshes}); got {tuple(value.shape)}"
+            )
+        value = value.to(self._device).bool() & self._present
+        self._enabled.copy_(value.to(torch.int32))
+
+    def _kernel_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(mesh_ids (E, M) int64, inv_poses (E, M, 7) float64, bounds (E, M, 2, 3) float32,
+        enabled (E, M) int32)``: what the kernels read. ``inv_poses`` is mesh-from-world in Warp's
+        transform layout ``[tx, ty, tz, qx, qy, qz, qw]``."""
+        return self._mesh_ids, self._inv_poses, self._bounds, self._enabled
+
+    def __repr__(self) -> str:
+        return (
+            f"MeshWorld(num_envs={self.num_envs}, num_meshes={list(self._num_meshes)}, "
+            f"device={str(self._device)!r}, sign_method={self._sign_method!r})"
+        )
+
+
+# --------------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------------
+
+
+def _is_vf_pair(item: Any) -> bool:
+    if not isinstance(item, (tuple, list)) or len(item) != 2:
+        return False
+    return all(isinstance(x, (np.ndarray, torch.Tensor)) for x in item)
+
+
+def _load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(vertices (V, 3) float32, faces (F, 3) int32)`` of one mesh argument, validated."""
+    import trimesh
+
+    if isinstance(item, (str, os.PathLike)):
+        path = os.fspath(item)
+        if not os.path.exists(path):
+            raise ValueError(f"{where}: no such mesh file {path!r}")
+        try:
+            loaded = trimesh.load(path, force="mesh")
+        except Exception as exc:  # trimesh raises many types for unreadable files
+            raise ValueError(f"{where}: trimesh could not load {path!r} as a mesh: {exc}") from exc
+        if not isinstance(loaded, trimesh.Trimesh):
+            raise ValueError(
+                f"{where}: {path!r} did not load as a triangle mesh (got {type(loaded).__name__})"
+            )
+        vertices, faces = loaded.vertices, loaded.faces
+    elif isinstance(item, trimesh.Trimesh):
+        vertices, faces = item.vertices, item.faces
+    elif isinstance(item, (tuple, list)) and len(item) == 2:
+        vertices, faces = item
+    else:
+        raise TypeError(
+            f"{where} must be a trimesh.Trimesh, a file path or a (vertices, faces) pair; got {type(item).__name__}"
+        )
+    vertices = _to_numpy(vertices)
+    faces = _to_numpy(faces)
+    if vertices.ndim != 2 or vertices.shape[1] != 3 or vertices.shape[0] == 0:
+        raise ValueError(f"{where}: vertices must have shape (V, 3) with V >= 1; got {vertices.shape}")
+    if faces.ndim != 2 or faces.shape[1] != 3 or faces.shape[0] == 0:
+        raise ValueError(
+            f"{where}: faces must have shape (F, 3) with F >= 1 (an empty mesh?); got {faces.shape}"
+        )
+    if not np.issubdtype(vertices.dtype, np.number) or np.issubdtype(vertices.dtype, np.complexfloating):
+        raise TypeError(f"{where}: vertices must be real numbers; got dtype {vertices.dtype}")
+    if not np.issubdtype(faces.dtype, np.integer):
+        raise TypeError(f"{where}: faces must be integers; got dtype {faces.dtype}")
+    if not np.isfinite(vertices).all():
+        raise ValueError(f"{where}: vertices must be finite; found NaN or inf")
+    lo, hi = int(faces.min()), int(faces.max())
+    if lo < 0 or hi >= len(vertices):
+        raise IndexError(
+            f"{where}: face indices must lie in [0, {len(vertices)}); got values in [{lo}, {hi}]"
+        )
+    return np.ascontiguousarray(vertices, dtype=np.float32), np.ascontiguousarray(faces, dtype=np.int32)
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _pose_tensor(poses: Any, num_envs: int, max_meshes: int, counts: tuple[int, ...]) -> torch.Tensor:
+    if isinstance(poses, torch.Tensor):
+        return poses.detach()
+    try:
+        return torch.as_tensor(np.asarray(poses, dtype=np.float64))
+    except (ValueError, TypeError):
+        pass
+    # ragged: one list of (x, y, z, qw, qx, qy, qz) per environment
+    if not isinstance(poses, Sequence) or len(poses) != num_envs:
+        raise ValueError(f"poses must be an array of shape ({num_envs}, {max_meshes}, 7) or one list per env")
+    out = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
+    for e, env_poses in enumerate(poses):
+        arr = torch.as_tensor(np.asarray(env_poses, dtype=np.float64))
+        if arr.dim() != 2 or arr.shape[1] != 7 or arr.shape[0] != counts[e]:
+            raise ValueError(f"poses[{e}] must have shape ({counts[e]}, 7); got {tuple(arr.shape)}")
+        out[e, : counts[e]] = arr
+    return out
+
+
+def _quat_rotate(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Rotate ``v (..., 3)`` by unit quaternions ``q (..., 4) = (w, x, y, z)``."""
+    w, u = q[..., :1], q[..., 1:]
+    t = 2.0 * torch.cross(u, v, dim=-1)
+    return v + w * t + torch.cross(u, t, dim=-1)
+
+
+def _inverse_warp_transform(poses: torch.Tensor) -> torch.Tensor:
+    """World-from-mesh ``[t, qw, qx, qy, qz]`` -> mesh-from-world in Warp's ``[t, qx, qy, qz, qw]``."""
+    t, q = poses[..., :3], poses[..., 3:]
+    q_inv = torch.cat([q[..., :1], -q[..., 1:]], dim=-1)
+    t_inv = -_quat_rotate(q_inv, t)
+    return torch.cat([t_inv, q_inv[..., 1:], q_inv[..., :1]], dim=-1).contiguous()
+
+
+# the probe: a unit cube without its +x and +y faces. Seen from its centre the four remaining faces make a
+# winding number of 4/6 (inside), while the +x and +y rays of the ray vote escape (outside).
+_PROBE_VERTICES = np.array(
+    [[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 1], [1, 0, 1], [1, 1, 1], [0, 1, 1]], dtype=np.float32
+)
+_PROBE_FACES = np.array(
+    [[0, 3, 2], [0, 2, 1], [4, 5, 6], [4, 6, 7], [0, 1, 5], [0, 5, 4], [0, 4, 7], [0, 7, 3]], dtype=np.int32
+)
+
+
+@functools.cache
+def _winding_probe_result(device: torch.device) -> float:
+    wp = _interop.warp()
+    from ._kernels import mesh as kernels
+
+    wdev = _interop.warp_device(device)
+    probe = wp.Mesh(
+        points=wp.array(_PROBE_VERTICES, dtype=wp.vec3, device=wdev),
+        indices=wp.array(_PROBE_FACES.reshape(-1), dtype=wp.int32, device=wdev),
+        support_winding_number=True,
+    )
+    if device.type == "cuda":
+        wp.synchronize_device(wdev)
+    out = torch.zeros(1, dtype=torch.float32, device=device)
+    _interop.launch(kernels.winding_probe, 1, [probe.id, wp.vec3(0.5, 0.5, 0.5), out], device=device)
+    return float(out.item())
+
+
+def _check_winding_support(device: torch.device) -> None:
+    """Raise unless Warp really classifies by winding number on ``device`` (it falls back silently)."""
+    if _winding_probe_result(device) >= 0.0:
+        raise RuntimeError(
+            "sign_method='winding': this Warp build classified a winding-number probe with the ray vote "
+            "(winding-number support did not take); use sign_method='ray' or another warp-lang version"
+        )
