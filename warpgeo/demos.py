@@ -183,8 +183,8 @@ def run_collision_avoidance(
         loss = cost + smoothness * smooth
         with torch.no_grad():
             clearance = float((warpgeo.signed_distance(xyz, world) - radius).min())
-        result.costs.append(float(cost))
-        result.losses.append(float(loss))
+        result.costs.append(cost.item())
+        result.losses.append(loss.item())
         result.clearances.append(clearance)
         if print_every and (it % print_every == 0 or it == iterations):
             print(
@@ -196,7 +196,7 @@ def run_collision_avoidance(
         loss.backward()
         optimiser.step()
         bar.update(1)
-        bar.set_postfix(cost=f"{float(cost):.4f}")
+        bar.set_postfix(cost=f"{result.costs[-1]:.4f}")
     bar.close()
 
     with torch.no_grad():
@@ -204,7 +204,7 @@ def run_collision_avoidance(
         final_cost = warpgeo.swept_sphere_mesh_cost(spheres, world, sweep_steps=sweep_steps).sum()
         xyz = spheres[0, :, 0, :3]
         result.final = xyz.cpu().double().numpy()
-        result.final_cost = float(final_cost)
+        result.final_cost = final_cost.item()
         result.final_clearance = float((warpgeo.signed_distance(xyz, world) - radius).min())
     result.collision_free = result.final_cost == 0.0 and result.final_clearance > 0.0
     return result
@@ -229,23 +229,28 @@ def plot_collision_avoidance(result: CollisionAvoidanceResult, path: str | os.Pa
     with torch.no_grad():
         sd = warpgeo.signed_distance(grid, world).cpu().numpy()
 
+    from matplotlib.colors import TwoSlopeNorm
+
     fig = Figure(figsize=(13, 4.2), layout="constrained")
     axes = fig.subplots(1, 3, width_ratios=[1, 1, 0.8])
-    limit = float(np.abs(sd).max())
+    # Separate scales either side of 0, so the shallow insides show as clearly as the wide outside.
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=min(float(sd.min()), -1e-3), vmax=max(float(sd.max()), 1e-3))
     for ax, traj, title in (
         (axes[0], result.initial, "before: straight line, in collision"),
         (axes[1], result.final, "after: gradient descent on the swept cost"),
     ):
-        image = ax.pcolormesh(xs, ys, sd, cmap="RdBu", vmin=-limit, vmax=limit, shading="auto")
+        image = ax.pcolormesh(xs, ys, sd, cmap="RdBu", norm=norm, shading="auto")
         ax.contour(xs, ys, sd, levels=[0.0], colors="k", linewidths=1.2)
+        if traj is result.final:
+            ax.plot(result.initial[:, 0], result.initial[:, 1], "--", color="0.4", lw=0.8)
         ax.plot(traj[:, 0], traj[:, 1], "-", color="0.15", lw=1)
         for x, y in traj[:, :2]:
             ax.add_patch(Circle((x, y), result.radius, fill=False, color="#e6550d", lw=0.8))
         ax.set_aspect("equal")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("x")
-    axes[0].set_ylabel("y  (slice z = 0; colour: signed distance, negative inside)")
-    fig.colorbar(image, ax=axes[:2], shrink=0.8, label="signed distance")
+        ax.set_ylabel("y")
+    fig.colorbar(image, ax=axes[:2], shrink=0.8, label="signed distance at z = 0 (negative inside)")
 
     ax = axes[2]
     iters = np.arange(len(result.costs))
