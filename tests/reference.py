@@ -30,3 +30,48 @@ def fps_reference(points, num_samples: int, start: int = 0):
         taken[best] = True
     pad = num_samples - len(chosen)
     return chosen + [-1] * pad, dists + [float("nan")] * pad
+
+
+def collision_cost_reference(d, r, eta: float, weight: float = 1.0):
+    """cuRobo's smooth sphere cost of DESIGN.md §3 for signed distances ``d`` and radii ``r`` (numpy)."""
+    phi = np.asarray(r, dtype=np.float64) + eta - np.asarray(d, dtype=np.float64)
+    if eta == 0.0:
+        return weight * np.maximum(phi, 0.0)
+    cost = np.where(phi <= 0.0, 0.0, np.where(phi <= eta, phi**2 / (2.0 * eta), phi - eta / 2.0))
+    return weight * cost
+
+
+def box_sdf_reference(points, half_extents):
+    """Closed-form signed distance (negative inside) to an axis-aligned box centred at the origin."""
+    q = np.abs(np.asarray(points, dtype=np.float64)) - np.asarray(half_extents, dtype=np.float64)
+    outside = np.linalg.norm(np.maximum(q, 0.0), axis=-1)
+    inside = np.minimum(q.max(axis=-1), 0.0)
+    return outside + inside
+
+
+def triangle_distance_reference(points, vertices, faces):
+    """Unsigned distance from each point (P, 3) to a triangle mesh, by brute force over all faces.
+
+    Closest point on a triangle by projecting onto its plane when the projection falls inside, otherwise
+    the nearest of the three edge segments; float64 throughout. Memory is O(P * F).
+    """
+    p = np.asarray(points, dtype=np.float64)[:, None, :]
+    tri = np.asarray(vertices, dtype=np.float64)[np.asarray(faces)]
+    a, b, c = tri[None, :, 0], tri[None, :, 1], tri[None, :, 2]
+    n = np.cross(b - a, c - a)
+    n = n / np.linalg.norm(n, axis=-1, keepdims=True)
+    plane = np.einsum("pfk,pfk->pf", p - a, np.broadcast_to(n, (p.shape[0], *n.shape[1:])))
+    proj = p - plane[..., None] * n
+
+    def inside_edge(u, v):
+        return np.einsum("pfk,pfk->pf", np.cross(v - u, proj - u), np.broadcast_to(n, proj.shape)) >= 0.0
+
+    in_face = inside_edge(a, b) & inside_edge(b, c) & inside_edge(c, a)
+
+    def segment(u, v):
+        t = np.clip(np.einsum("pfk,pfk->pf", p - u, np.broadcast_to(v - u, proj.shape)) / ((v - u) ** 2).sum(-1), 0, 1)
+        return np.linalg.norm(p - (u + t[..., None] * (v - u)), axis=-1)
+
+    edge = np.minimum(np.minimum(segment(a, b), segment(b, c)), segment(c, a))
+    dist = np.where(in_face, np.abs(plane), edge)
+    return dist.min(axis=1)

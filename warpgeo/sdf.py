@@ -450,10 +450,11 @@ def swept_sphere_mesh_cost(
         raise TypeError(f"sweep_steps must be an int; got {type(sweep_steps).__name__}")
     if sweep_steps < 0:
         raise ValueError(f"sweep_steps must be >= 0; got {sweep_steps}")
-    _, _, env, params = _prepare(spheres, world, 4, "spheres", env_index, activation_distance, weight)
+    flat, _, env, params = _prepare(spheres, world, 4, "spheres", env_index, activation_distance, weight)
     ids, inv, bounds, enabled = world._kernel_tensors()
     winding = world.sign_method == "winding"
-    return SweptSdfMesh.apply(spheres, env, ids, inv, bounds, enabled, params, sweep_steps, winding)
+    traj = flat.reshape(spheres.shape)
+    return SweptSdfMesh.apply(traj, env, ids, inv, bounds, enabled, params, sweep_steps, winding)
 
 
 def signed_distance(
@@ -502,6 +503,8 @@ def _prepare(x, world, width: int, name: str, env_index, activation_distance, we
         raise ValueError(f"{name} must have shape (..., {width}); got {tuple(x.shape)}")
     if x.device != world.device:
         raise ValueError(f"{name} must be on the world's device ({world.device}); got {x.device}")
+    if not torch.is_grad_enabled():
+        x = x.detach()  # under no_grad a Function still sees requires_grad inputs as needing a gradient
     shape = x.shape[:-1]
     flat = x.reshape(1, 1, width) if x.dim() == 1 else x.reshape(x.shape[0], -1, width)
     batch = flat.shape[0]

@@ -1,0 +1,593 @@
+"""sphere_mesh_cost, swept_sphere_mesh_cost and signed_distance against closed forms, trimesh and finite
+differences; the autograd contract; torch.compile / opcheck."""
+
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+import pytest
+import torch
+import trimesh
+from reference import box_sdf_reference, collision_cost_reference, triangle_distance_reference
+
+import warpgeo
+from warpgeo import MeshWorld, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
+from warpgeo import sdf as sdf_module
+
+# --------------------------------------------------------------------------------------------------------
+# input builders (the benchmark uses them too)
+# --------------------------------------------------------------------------------------------------------
+
+HALF = np.array([0.5, 0.3, 0.2])  # half extents of the test box
+
+
+def box_mesh(half=HALF) -> trimesh.Trimesh:
+    return trimesh.creation.box(extents=2 * np.asarray(half))
+
+
+def sphere_mesh(radius: float = 1.0, subdivisions: int = 4) -> trimesh.Trimesh:
+    return trimesh.creation.icosphere(subdivisions=subdivisions, radius=radius)
+
+
+def torus_mesh() -> trimesh.Trimesh:
+    return trimesh.creation.torus(major_radius=1.0, minor_radius=0.3, major_sections=48, minor_sections=24)
+
+
+def random_pose(gen: torch.Generator) -> torch.Tensor:
+    """A random ``[x, y, z, qw, qx, qy, qz]`` pose (float64)."""
+    q = torch.randn(4, generator=gen, dtype=torch.float64)
+    return torch.cat([torch.rand(3, generator=gen, dtype=torch.float64) * 2 - 1, q / q.norm()])
+
+
+def scene_meshes() -> list[trimesh.Trimesh]:
+    """Four obstacles of a manipulation scene: table top, box, sphere, torus (for the benchmark)."""
+    return [
+        box_mesh((0.6, 0.6, 0.02)),
+        box_mesh((0.1, 0.15, 0.2)),
+        sphere_mesh(0.15),
+        torus_mesh().apply_scale(0.2),
+    ]
+
+
+SCENE_POSES = [
+    [0.0, 0.0, -0.02, 1.0, 0.0, 0.0, 0.0],
+    [0.3, -0.2, 0.2, math.cos(0.3), 0.0, 0.0, math.sin(0.3)],
+    [-0.3, 0.25, 0.15, 1.0, 0.0, 0.0, 0.0],
+    [0.1, 0.35, 0.3, math.cos(0.6), math.sin(0.6), 0.0, 0.0],
+]
+
+
+def quat_matrix(q) -> np.ndarray:
+    w, x, y, z = (float(v) for v in q)
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def torus_sdf(p) -> np.ndarray:
+    """Closed-form signed distance of the ideal torus (R = 1, r = 0.3) around the z axis."""
+    q = np.stack([np.linalg.norm(p[:, :2], axis=1) - 1.0, p[:, 2]], axis=1)
+    return np.linalg.norm(q, axis=1) - 0.3
+
+
+@pytest.fixture(scope="module")
+def box_world_cpu():
+    return MeshWorld([box_mesh()])
+
+
+def _world(meshes, device, **kw):
+    return MeshWorld(meshes, device=device, **kw)
+
+
+# --------------------------------------------------------------------------------------------------------
+# signed distance: closed forms and trimesh
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_icosphere_matches_analytic_sphere(device):
+    mesh = sphere_mesh(1.0, 4)
+    # the mesh lies between its inscribed radius (the nearest face plane) and 1: that band is the tolerance
+    inradius = np.abs((mesh.face_normals * mesh.triangles[:, 0]).sum(1)).min()
+    tol = (1.0 - inradius) + 1e-5
+    world = _world([mesh], device)
+    gen = torch.Generator().manual_seed(1)
+    pts = (torch.rand(2000, 3, generator=gen) * 4 - 2).to(device)
+    d = signed_distance(pts, world).cpu().numpy()
+    expected = np.linalg.norm(pts.cpu().numpy(), axis=1) - 1.0
+    assert tol < 2e-3
+    np.testing.assert_allclose(d, expected, atol=tol)
+    assert (d[expected < -tol] < 0).all() and (d[expected > tol] > 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_box_matches_closed_form(device, dtype):
+    world = _world([box_mesh()], device)
+    gen = torch.Generator().manual_seed(2)
+    pts = torch.rand(3000, 3, generator=gen, dtype=torch.float64) * 2 - 1
+    pts[:500] *= torch.tensor(HALF)  # plenty of points deep inside
+    d = signed_distance(pts.to(device, dtype), world)
+    assert d.dtype == dtype
+    expected = box_sdf_reference(pts.numpy(), HALF)
+    # a box is tessellated exactly: only float32 vertices (and float32 queries) limit the agreement
+    np.testing.assert_allclose(d.cpu().double().numpy(), expected, atol=2e-6)
+
+
+def test_torus_matches_trimesh_and_brute_force(device):
+    mesh = torus_mesh()
+    world = _world([mesh], device)
+    gen = np.random.default_rng(3)
+    pts = gen.uniform([-1.5, -1.5, -0.5], [1.5, 1.5, 0.5], size=(400, 3))
+    d = signed_distance(torch.from_numpy(pts).to(device), world).cpu().numpy()
+    # brute-force distance magnitude (no BVH, float64) and the sign of the ideal torus
+    unsigned = triangle_distance_reference(pts, mesh.vertices, mesh.faces)
+    np.testing.assert_allclose(np.abs(d), unsigned, atol=1e-6)
+    ideal = torus_sdf(pts)
+    sure = np.abs(ideal) > 0.02  # farther from the ideal surface than the tessellation error
+    assert sure.sum() > 300
+    np.testing.assert_array_equal(np.sign(d[sure]), np.sign(ideal[sure]))
+    # trimesh is positive inside
+    pytest.importorskip("rtree", reason="trimesh.proximity needs rtree")
+    theirs = -trimesh.proximity.signed_distance(mesh, pts)
+    np.testing.assert_allclose(d, theirs, atol=1e-5)
+
+
+def test_sdf_gradient_has_unit_length(device):
+    world = _world([torus_mesh()], device)
+    gen = np.random.default_rng(4)
+    pts = gen.uniform([-1.5, -1.5, -0.5], [1.5, 1.5, 0.5], size=(500, 3))
+    ideal = torus_sdf(pts)
+    # away from the medial axis (the core circle, where ideal = -0.3) and the surface; inside and outside
+    keep = (np.abs(ideal) > 0.02) & (ideal > -0.2) & (ideal < 0.5)
+    x = torch.from_numpy(pts[keep]).to(device).requires_grad_(True)
+    d = signed_distance(x, world)
+    (grad,) = torch.autograd.grad(d.sum(), x)
+    np.testing.assert_allclose(grad.norm(dim=1).cpu().numpy(), 1.0, atol=1e-6)
+    # and it is the gradient: a small step along it changes d by the step length
+    step = 1e-4
+    d2 = signed_distance((x + step * grad).detach(), world)
+    np.testing.assert_allclose((d2 - d).detach().cpu().numpy(), step, atol=2e-6)
+
+
+def test_open_mesh_winding_sign(device):
+    mesh = sphere_mesh(1.0, 4)
+    # cut a hole around the north pole
+    mesh = trimesh.Trimesh(mesh.vertices, mesh.faces[mesh.triangles_center[:, 2] < 0.85], process=False)
+    assert not mesh.is_watertight
+    world = _world([mesh], device, sign_method="winding")
+    pts = torch.tensor(
+        [
+            [0, 0, 0],
+            [0, 0, -0.5],
+            [0.5, 0, 0],
+            [0, -0.6, 0.2],
+            [0, 0, 1.5],
+            [1.5, 0, 0],
+            [0, 2, -1],
+            [0, 0, -1.3],
+        ],
+        dtype=torch.float64,
+        device=device,
+    )
+    d = signed_distance(pts, world).cpu().numpy()
+    expected = np.linalg.norm(pts.cpu().numpy(), axis=1) - 1.0
+    np.testing.assert_array_equal(np.sign(d), np.sign(expected))
+    np.testing.assert_allclose(d[[0, 1, 2, 3, 5, 6, 7]], expected[[0, 1, 2, 3, 5, 6, 7]], atol=2e-3)
+
+
+# --------------------------------------------------------------------------------------------------------
+# cost: closed forms, poses, environments
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.05])
+def test_cube_penetration_on_faces(device, eta):
+    world = _world([box_mesh((0.5, 0.5, 0.5))], device)
+    centres = torch.tensor(
+        [
+            [0.5, 0.1, -0.2],
+            [-0.5, 0.3, 0.3],
+            [0.2, 0.5, 0.0],
+            [0.0, -0.5, 0.4],
+            [0.1, 0.1, 0.5],
+            [-0.3, 0.2, -0.5],
+        ]
+    )
+    spheres = torch.cat([centres, torch.full((6, 1), 0.1)], dim=1).to(device)
+    cost = sphere_mesh_cost(spheres, world, activation_distance=eta)
+    expected = 0.1 if eta == 0 else 0.1 + eta - eta / 2
+    np.testing.assert_allclose(cost.cpu().numpy(), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.1])
+def test_cost_matches_reference_on_box(device, eta):
+    world = _world([box_mesh()], device)
+    gen = torch.Generator().manual_seed(5)
+    spheres = torch.rand(2, 3, 200, 4, generator=gen, dtype=torch.float64)
+    spheres[..., :3] = spheres[..., :3] * 1.6 - 0.8
+    spheres[..., 3] *= 0.3
+    spheres[0, 0, :10, 3] = -1.0  # disabled
+    cost = sphere_mesh_cost(spheres.to(device), world, activation_distance=eta, weight=2.5)
+    assert cost.shape == (2, 3, 200)
+    d = box_sdf_reference(spheres[..., :3].numpy(), HALF)
+    expected = collision_cost_reference(d, spheres[..., 3].numpy(), eta, 2.5)
+    expected[0, 0, :10] = 0.0
+    np.testing.assert_allclose(cost.cpu().numpy(), expected, atol=1e-5)
+    assert (expected > 0).sum() > 200 and (expected == 0).sum() > 200
+
+
+def test_deep_inside_is_a_collision_whatever_max_distance(device):
+    world = _world([box_mesh((2.0, 2.0, 2.0))], device)
+    spheres = torch.tensor([[0.0, 0.0, 0.0, 0.05], [1.0, 0.5, -0.3, 0.0]], device=device)
+    for max_distance in (None, 0.0, 0.01, 10.0):
+        cost = sphere_mesh_cost(spheres, world, max_distance=max_distance)
+        np.testing.assert_allclose(cost.cpu().numpy(), [2.05, 1.0], atol=1e-5)
+
+
+def test_cost_sums_over_meshes_and_respects_enabled(device):
+    meshes = [box_mesh((0.5, 0.5, 0.5)), box_mesh((0.5, 0.5, 0.5))]
+    world = MeshWorld(meshes, poses=[[0, 0, 0, 1, 0, 0, 0], [0.8, 0, 0, 1, 0, 0, 0]], device=device)
+    sphere = torch.tensor([[0.4, 0.0, 0.0, 0.05]], device=device)  # inside both: d = -0.1 and -0.1
+    np.testing.assert_allclose(sphere_mesh_cost(sphere, world).cpu().numpy(), [0.3], atol=1e-5)
+    world.set_enabled([True, False])
+    np.testing.assert_allclose(sphere_mesh_cost(sphere, world).cpu().numpy(), [0.15], atol=1e-5)
+    world.set_enabled([False, False])
+    assert sphere_mesh_cost(sphere, world).item() == 0.0
+    assert signed_distance(sphere[:, :3], world).item() == float("inf")
+
+
+def test_posed_mesh_equals_transformed_vertices(device):
+    gen = torch.Generator().manual_seed(6)
+    mesh = torus_mesh()
+    pose = random_pose(gen)
+    rot = quat_matrix(pose[3:])
+    moved = trimesh.Trimesh(mesh.vertices @ rot.T + pose[:3].numpy(), mesh.faces, process=False)
+    posed = MeshWorld([mesh], poses=pose[None], device=device)
+    baked = MeshWorld([moved], device=device)
+    spheres = torch.rand(300, 4, generator=gen, dtype=torch.float64)
+    spheres[:, :3] = spheres[:, :3] * 3 - 1.5 + pose[:3]
+    spheres[:, 3] *= 0.2
+    spheres = spheres.to(device)
+    results = []
+    for world in (posed, baked):
+        x = spheres.clone().requires_grad_(True)
+        cost = sphere_mesh_cost(x, world, activation_distance=0.05)
+        (grad,) = torch.autograd.grad(cost.sum(), x)
+        results.append((cost.detach().cpu().numpy(), grad.cpu().numpy(), signed_distance(x[:, :3], world)))
+    np.testing.assert_allclose(results[0][0], results[1][0], atol=2e-6)
+    # float32 vertices round differently once moved: near the surface the closest-point direction follows
+    np.testing.assert_allclose(results[0][1], results[1][1], atol=2e-3)
+    np.testing.assert_allclose(
+        results[0][2].detach().cpu().numpy(), results[1][2].detach().cpu().numpy(), atol=2e-6
+    )
+    assert (results[0][0] > 0).sum() > 30
+
+
+def test_two_environments(device):
+    world = MeshWorld.from_envs(
+        [[box_mesh()], [sphere_mesh(0.5), box_mesh()]],
+        poses=[[[0, 0, 0, 1, 0, 0, 0]], [[2, 0, 0, 1, 0, 0, 0], [0, 5, 0, 1, 0, 0, 0]]],
+        device=device,
+    )
+    assert world.num_envs == 2 and world.max_meshes == 2 and world.num_meshes == (1, 2)
+    probe = torch.tensor([[0.0, 0.0, 0.0, 0.1], [2.0, 0.0, 0.0, 0.1], [0.0, 5.0, 0.0, 0.1]], device=device)
+    spheres = probe[None].repeat(2, 1, 1)
+    cost = sphere_mesh_cost(spheres, world, env_index=torch.tensor([0, 1], device=device)).cpu().numpy()
+    inner = 0.2 + 0.1  # box: d = -0.2 at its centre
+    np.testing.assert_allclose(cost[0], [inner, 0.0, 0.0], atol=1e-5)
+    np.testing.assert_allclose(cost[1], [0.0, 0.5 + 0.1, inner], atol=2e-3)
+    d = signed_distance(probe[:, :3], world, env_index=torch.tensor([1, 1, 0], device=device)).cpu().numpy()
+    # env 1 at the origin: the sphere (d = 1.5) is nearer than the box at y = 5; env 0 at y = 5: the box
+    np.testing.assert_allclose(d, [1.5, -0.5, 5 - 0.3], atol=2e-3)
+
+
+# --------------------------------------------------------------------------------------------------------
+# gradients
+# --------------------------------------------------------------------------------------------------------
+
+
+def _numerical_grad(fn, x: torch.Tensor, h: float = 1e-6) -> torch.Tensor:
+    grad = torch.zeros_like(x)
+    for i in range(x.numel()):
+        e = torch.zeros_like(x).view(-1)
+        e[i] = h
+        e = e.view_as(x)
+        grad.view(-1)[i] = (fn(x + e).sum() - fn(x - e).sum()) / (2 * h)
+    return grad
+
+
+@pytest.mark.parametrize(
+    "case, sphere",
+    [
+        ("outside the band", [0.0, 0.42, 0.05, 0.2]),  # d = 0.12, phi = 0.13 > eta
+        ("in the band", [0.1, 0.05, 0.3, 0.08]),  # d = 0.1, phi = 0.03 < eta
+        ("inside", [0.3, -0.1, 0.05, 0.05]),  # d = -0.15
+        ("inside near an edge", [0.42, 0.25, 0.1, 0.01]),
+        ("at the surface", [0.2, 0.3, -0.05, 0.1]),  # centre on the +y face: d = 0
+        ("beyond reach", [0.9, 0.0, 0.0, 0.1]),  # no cost, no gradient
+    ],
+)
+def test_cost_gradient_matches_finite_differences(device, case, sphere):
+    world = _world([box_mesh()], device)
+    eta = 0.05
+    x = torch.tensor([sphere], dtype=torch.float64, device=device, requires_grad=True)
+    cost = sphere_mesh_cost(x, world, activation_distance=eta, weight=3.0)
+    (grad,) = torch.autograd.grad(cost.sum(), x)
+    assert torch.isfinite(grad).all()
+    numerical = _numerical_grad(
+        lambda s: sphere_mesh_cost(s, world, activation_distance=eta, weight=3.0), x.detach()
+    )
+    np.testing.assert_allclose(grad.cpu().numpy(), numerical.cpu().numpy(), atol=1e-6, err_msg=case)
+    # closed form: d cost / d r = weight * min(phi / eta, 1), d cost / d centre = -that * grad d
+    d = box_sdf_reference(np.array(sphere[:3]), HALF)
+    phi = sphere[3] + eta - d
+    dr = 0.0 if phi <= 0 else 3.0 * min(phi / eta, 1.0)
+    # (vertices are float32: 0.2 is stored as 0.2 + 3e-9)
+    assert grad[0, 3].item() == pytest.approx(dr, abs=1e-6)
+    if case == "at the surface":
+        # centre on the +y face: moving in (-y) raises the cost; the gradient is the face normal, never 0/NaN
+        np.testing.assert_allclose(grad[0, :3].cpu().numpy(), [0.0, -3.0, 0.0], atol=1e-6)
+
+
+def test_gradcheck_chains_grad_output(device):
+    world = _world([torus_mesh()], device)
+    gen = torch.Generator().manual_seed(7)
+    centres = torch.rand(6, 3, generator=gen, dtype=torch.float64) * 0.2 + torch.tensor([0.9, 0.0, 0.1])
+    spheres = torch.cat([centres, torch.full((6, 1), 0.25, dtype=torch.float64)], dim=1)
+    spheres = spheres.to(device).requires_grad_(True)
+    assert (sphere_mesh_cost(spheres, world, activation_distance=0.1) > 0).all()
+    # gradcheck feeds a random upstream gradient (vjp) and compares with central differences
+    assert torch.autograd.gradcheck(
+        lambda s: sphere_mesh_cost(s, world, activation_distance=0.1, weight=2.0), (spheres,), atol=1e-6
+    )
+    points = spheres[:, :3].detach().clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda p: signed_distance(p, world), (points,), atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------------
+# swept
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_swept_catches_tunnelling_through_a_thin_wall(device):
+    world = _world([box_mesh((1.0, 1.0, 0.005))], device)
+    traj = torch.tensor(
+        [[[[0.1, 0.2, -0.3, 0.02]], [[0.1, 0.2, 0.3, 0.02]], [[0.1, 0.2, 0.5, 0.02]]]], device=device
+    )
+    assert sphere_mesh_cost(traj, world).abs().max().item() == 0.0  # every step is free
+    swept = swept_sphere_mesh_cost(traj, world, sweep_steps=5)
+    assert swept.shape == (1, 3, 1)
+    assert swept[0, 0, 0].item() > 0.01  # the sample at t = 1/2 sits in the wall: phi = 0.025
+    assert swept[0, 0, 0].item() == pytest.approx(0.025, abs=1e-5)
+    assert swept[0, 1:].abs().max().item() == 0.0
+    # a disabled end disables the samples
+    traj[0, 1, 0, 3] = -1.0
+    assert swept_sphere_mesh_cost(traj, world, sweep_steps=5).abs().max().item() == 0.0
+
+
+def test_swept_reduces_to_discrete(device):
+    world = _world([box_mesh()], device)
+    gen = torch.Generator().manual_seed(8)
+    spheres = (torch.rand(3, 1, 50, 4, generator=gen) - 0.5).to(device)
+    spheres[..., 3] = spheres[..., 3].abs() * 0.5
+    discrete = sphere_mesh_cost(spheres, world, activation_distance=0.02)
+    torch.testing.assert_close(swept_sphere_mesh_cost(spheres, world, activation_distance=0.02), discrete)
+    long = spheres.expand(3, 4, 50, 4).contiguous()
+    torch.testing.assert_close(
+        swept_sphere_mesh_cost(long, world, sweep_steps=0, activation_distance=0.02),
+        sphere_mesh_cost(long, world, activation_distance=0.02),
+    )
+
+
+def _swept_by_composition(spheres, world, steps, eta):
+    """The swept cost built from sphere_mesh_cost and torch ops (its gradient comes from autograd)."""
+    t = torch.arange(1, steps + 1, dtype=spheres.dtype, device=spheres.device) / (steps + 1)
+    a, b = spheres[:, :-1, None], spheres[:, 1:, None]
+    mid = a + (b - a) * t[None, None, :, None, None]
+    off = (a[..., 3] < 0) | (b[..., 3] < 0)
+    mid = torch.cat([mid[..., :3], torch.where(off, -1.0, mid[..., 3])[..., None]], dim=-1)
+    samples = sphere_mesh_cost(mid, world, activation_distance=eta).sum(dim=2)
+    base = sphere_mesh_cost(spheres, world, activation_distance=eta)
+    return base + torch.nn.functional.pad(samples, (0, 0, 0, 1))
+
+
+def test_swept_gradient(device):
+    world = _world([box_mesh()], device)
+    gen = torch.Generator().manual_seed(9)
+    spheres = torch.rand(2, 4, 3, 4, generator=gen, dtype=torch.float64)
+    spheres[..., :3] = spheres[..., :3] * 1.6 - 0.8
+    spheres[..., 3] = spheres[..., 3] * 0.2 + 0.05
+    spheres[1, 2, 0, 3] = -1.0
+    spheres = spheres.to(device).requires_grad_(True)
+    upstream = torch.rand(2, 4, 3, generator=gen, dtype=torch.float64).to(device)
+    cost = swept_sphere_mesh_cost(spheres, world, sweep_steps=3, activation_distance=0.05)
+    (grad,) = torch.autograd.grad(cost, spheres, upstream)
+    ref = _swept_by_composition(spheres, world, 3, 0.05)
+    (ref_grad,) = torch.autograd.grad(ref, spheres, upstream)
+    torch.testing.assert_close(cost, ref)
+    torch.testing.assert_close(grad, ref_grad)
+    assert grad.abs().sum() > 0
+    numerical = _numerical_grad(
+        lambda s: swept_sphere_mesh_cost(s, world, sweep_steps=3, activation_distance=0.05) * upstream,
+        spheres.detach(),
+    )
+    np.testing.assert_allclose(grad.cpu().numpy(), numerical.cpu().numpy(), atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------------------
+# dtypes and the autograd contract
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_dtypes(device, dtype, box_world_cpu):
+    world = box_world_cpu if device.type == "cpu" else _world([box_mesh()], device)
+    spheres = torch.tensor([[0.5, 0.0, 0.0, 0.125], [0.0, 0.0, 0.0, 0.25]], device=device, dtype=dtype)
+    spheres.requires_grad_(True)
+    cost = sphere_mesh_cost(spheres, world)
+    assert cost.dtype == dtype
+    cost.sum().backward()
+    assert spheres.grad.dtype == dtype
+    np.testing.assert_allclose(cost.detach().double().cpu().numpy(), [0.125, 0.45], atol=1e-2)
+    traj = spheres.detach()[None, :, None].contiguous()
+    assert swept_sphere_mesh_cost(traj, world).dtype == dtype
+    assert signed_distance(spheres.detach()[:, :3], world).dtype == dtype
+
+
+def test_no_gradient_computed_unless_needed(monkeypatch, box_world_cpu):
+    calls = []
+    real = sdf_module._cost_op
+
+    def spy(*args):
+        calls.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(sdf_module, "_cost_op", spy)
+    spheres = torch.tensor([[0.5, 0.0, 0.0, 0.1]])
+    sphere_mesh_cost(spheres, box_world_cpu)
+    swept_sphere_mesh_cost(spheres[None, None], box_world_cpu)
+    with torch.no_grad():
+        sphere_mesh_cost(spheres.clone().requires_grad_(True), box_world_cpu)
+        swept_sphere_mesh_cost(spheres[None, None].clone().requires_grad_(True), box_world_cpu)
+    assert calls == [False, False, False, False]
+    sphere_mesh_cost(spheres.clone().requires_grad_(True), box_world_cpu)
+    assert calls[-1] is True
+
+
+def test_backward_with_none_grad_output():
+    for fn, n_inputs in ((warpgeo.SdfMesh, 9), (warpgeo.SweptSdfMesh, 9), (sdf_module._SignedDistance, 7)):
+        ctx = types.SimpleNamespace(needs_input_grad=(True,) + (False,) * (n_inputs - 1), saved_tensors=())
+        assert fn.backward(ctx, None) == (None,) * n_inputs
+
+
+def test_second_forward_does_not_overwrite_the_first(box_world_cpu):
+    a = torch.tensor([[0.45, 0.0, 0.0, 0.1]], requires_grad=True)
+    b = torch.tensor([[0.0, 0.25, 0.0, 0.1]], requires_grad=True)
+    cost_a = sphere_mesh_cost(a, box_world_cpu)
+    cost_b = sphere_mesh_cost(b, box_world_cpu)
+    (ga,) = torch.autograd.grad(cost_a.sum() * 2.0, a)
+    (gb,) = torch.autograd.grad(cost_b.sum(), b)
+    np.testing.assert_allclose(ga.numpy(), [[-2.0, 0.0, 0.0, 2.0]], atol=1e-6)
+    np.testing.assert_allclose(gb.numpy(), [[0.0, -1.0, 0.0, 1.0]], atol=1e-6)
+
+
+def test_tensor_parameters_need_no_host_sync(box_world_cpu):
+    spheres = torch.tensor([[0.55, 0.0, 0.0, 0.1]])
+    eta, weight = torch.tensor(0.1), torch.tensor([2.0])
+    cost = sphere_mesh_cost(spheres, box_world_cpu, activation_distance=eta, weight=weight)
+    np.testing.assert_allclose(cost.numpy(), collision_cost_reference(0.05, 0.1, 0.1, 2.0), atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------------
+# errors (through the public functions)
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_errors(box_world_cpu):
+    w = box_world_cpu
+    good = torch.zeros(2, 4)
+    with pytest.raises(TypeError, match="spheres"):
+        sphere_mesh_cost(torch.zeros(2, 4, dtype=torch.int32), w)
+    with pytest.raises(ValueError, match=r"spheres must have shape \(\.\.\., 4\)"):
+        sphere_mesh_cost(torch.zeros(2, 3), w)
+    with pytest.raises(ValueError, match="device"):
+        sphere_mesh_cost(torch.zeros(2, 4, device="meta"), w)
+    with pytest.raises(ValueError, match="finite"):
+        sphere_mesh_cost(torch.tensor([[0.0, float("nan"), 0.0, 0.1]]), w)
+    with pytest.raises(ValueError, match="finite"):
+        signed_distance(torch.tensor([[0.0, float("inf"), 0.0]]), w)
+    with pytest.raises(IndexError, match="env_index"):
+        sphere_mesh_cost(good, w, env_index=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="env_index must have shape"):
+        sphere_mesh_cost(good, w, env_index=torch.tensor([0]))
+    with pytest.raises(TypeError, match="env_index"):
+        sphere_mesh_cost(good, w, env_index=torch.tensor([0.0, 0.0]))
+    with pytest.raises(ValueError, match="activation_distance"):
+        sphere_mesh_cost(good, w, activation_distance=-0.1)
+    with pytest.raises(ValueError, match="activation_distance"):
+        sphere_mesh_cost(good, w, activation_distance=torch.tensor(-0.1))
+    with pytest.raises(ValueError, match="weight"):
+        sphere_mesh_cost(good, w, weight=torch.ones(2))
+    with pytest.raises(ValueError, match="max_distance"):
+        sphere_mesh_cost(good, w, max_distance=-1.0)
+    with pytest.raises(TypeError, match="world"):
+        sphere_mesh_cost(good, [box_mesh()])
+    with pytest.raises(ValueError, match=r"\(B, H, N, 4\)"):
+        swept_sphere_mesh_cost(good, w)
+    with pytest.raises(ValueError, match="sweep_steps"):
+        swept_sphere_mesh_cost(good[None, None], w, sweep_steps=-1)
+    with pytest.raises(TypeError, match="sweep_steps"):
+        swept_sphere_mesh_cost(good[None, None], w, sweep_steps=2.0)
+    with pytest.raises(ValueError, match=r"points must have shape \(\.\.\., 3\)"):
+        signed_distance(good, w)
+
+
+# --------------------------------------------------------------------------------------------------------
+# torch.compile and opcheck
+# --------------------------------------------------------------------------------------------------------
+
+
+def _all_three(spheres, world, eta):
+    traj = spheres.reshape(1, 2, -1, 4)
+    return (
+        sphere_mesh_cost(spheres, world, activation_distance=eta, weight=2.0).sum()
+        + swept_sphere_mesh_cost(traj, world, sweep_steps=2, activation_distance=eta).sum()
+        + signed_distance(spheres[..., :3], world).square().sum()
+    )
+
+
+def test_compile_fullgraph_matches_eager(device):
+    world = _world([box_mesh(), sphere_mesh(0.3)], device)
+    world.set_poses([[0, 0, 0, 1, 0, 0, 0], [0.6, 0, 0, 1, 0, 0, 0]])
+    gen = torch.Generator().manual_seed(10)
+    spheres = torch.rand(1, 8, 4, generator=gen)
+    spheres[..., :3] = spheres[..., :3] * 1.2 - 0.4
+    spheres[..., 3] *= 0.2
+    spheres = spheres.to(device).requires_grad_(True)
+    eta = torch.tensor(0.05, device=device)
+    explanation = torch._dynamo.explain(_all_three)(spheres, world, eta)
+    assert explanation.graph_break_count == 0
+    compiled = torch.compile(_all_three, backend="aot_eager", fullgraph=True)
+    out = compiled(spheres, world, eta)
+    (g_compiled,) = torch.autograd.grad(out, spheres)
+    ref = _all_three(spheres, world, eta)
+    (g_eager,) = torch.autograd.grad(ref, spheres)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(g_compiled, g_eager)
+    assert g_eager.abs().sum() > 0
+
+
+def test_compile_inductor(box_world_cpu):
+    spheres = torch.tensor([[0.45, 0.0, 0.0, 0.1], [0.0, 0.25, 0.0, 0.1]], requires_grad=True)
+
+    def loss(x):
+        return sphere_mesh_cost(x * 1.0, box_world_cpu, activation_distance=0.02).sum()
+
+    out = torch.compile(loss, fullgraph=True)(spheres)
+    (g,) = torch.autograd.grad(out, spheres)
+    (g_ref,) = torch.autograd.grad(loss(spheres), spheres)
+    torch.testing.assert_close(g, g_ref)
+
+
+def test_opcheck(device):
+    world = _world([box_mesh()], device)
+    ids, inv, bounds, enabled = world._kernel_tensors()
+    gen = torch.Generator().manual_seed(11)
+    spheres = (torch.rand(2, 5, 4, generator=gen, dtype=torch.float64) * 0.8 - 0.4).to(device)
+    spheres[..., 3] = 0.1
+    env = torch.zeros(2, dtype=torch.int64, device=device)
+    params = torch.tensor([0.05, 1.5], dtype=torch.float64, device=device)
+    for compute_grad in (True, False):
+        x = spheres.clone().requires_grad_(compute_grad)
+        torch.library.opcheck(
+            sdf_module._cost_op, (x, env, ids, inv, bounds, enabled, params, 0.0, False, compute_grad)
+        )
+        p = spheres[..., :3].clone().requires_grad_(compute_grad)
+        torch.library.opcheck(
+            sdf_module._distance_op, (p, env, ids, inv, bounds, enabled, False, compute_grad)
+        )
