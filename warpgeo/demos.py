@@ -426,4 +426,5 @@ def _progress(total: int, desc: str, *, enabled: bool):
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="it", leave=False)
+    # disable=None: no bar when stderr is not a terminal (logs, CI).
+    return tqdm(total=total, desc=desc, unit="it", leave=False, disable=None)
