@@ -311,6 +311,7 @@ def _load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
                 f"{where}: {path!r} did not load as a triangle mesh (got {type(loaded).__name__})"
             )
         vertices, faces = loaded.vertices, loaded.faces
+        where = f"{where} ({path})"
     elif isinstance(item, trimesh.Trimesh):
         vertices, faces = item.vertices, item.faces
     elif isinstance(item, (tuple, list)) and len(item) == 2:

@@ -1,0 +1,181 @@
+"""MeshWorld: mesh inputs, environments, poses, enable flags, sign methods and input errors."""
+
+from __future__ import annotations
+
+import gc
+import math
+import weakref
+
+import numpy as np
+import pytest
+import torch
+import trimesh
+
+from warpgeo import MeshWorld, signed_distance
+
+
+def _cube(size: float = 1.0) -> trimesh.Trimesh:
+    return trimesh.creation.box(extents=(size, size, size))
+
+
+def _distance(world, point, **kw) -> float:
+    return signed_distance(
+        torch.tensor([point], dtype=torch.float64, device=world.device), world, **kw
+    ).item()
+
+
+@pytest.mark.parametrize("ext", ["obj", "stl", "ply", "off", "glb"])
+def test_load_from_file(tmp_path, ext):
+    path = tmp_path / f"cube.{ext}"
+    _cube().export(path)
+    world = MeshWorld([str(path), path])  # str and PathLike
+    assert world.num_meshes == (2,)
+    assert _distance(world, [0.0, 0.0, 0.0]) == pytest.approx(-0.5, abs=1e-6)
+    assert _distance(world, [0.0, 0.0, 1.0]) == pytest.approx(0.5, abs=1e-6)
+
+
+def test_vertices_faces_pairs(device):
+    cube = _cube()
+    as_numpy = (cube.vertices, cube.faces)
+    as_torch = (torch.from_numpy(cube.vertices), torch.from_numpy(cube.faces).int())
+    world = MeshWorld(
+        [as_numpy, as_torch], poses=[[0, 0, 0, 1, 0, 0, 0], [3, 0, 0, 1, 0, 0, 0]], device=device
+    )
+    assert _distance(world, [0.0, 0.0, 0.0]) == pytest.approx(-0.5, abs=1e-6)
+    assert _distance(world, [3.0, 0.2, 0.0]) == pytest.approx(-0.3, abs=1e-6)
+    assert world.device == torch.device(device) or world.device.type == "cuda"
+
+
+def test_set_poses_moves_meshes_without_rebuild(device):
+    world = MeshWorld([_cube()], device=device)
+    ids = world._mesh_ids.clone()
+    meshes = [m for row in world._wp_meshes for m in row]
+    # 90 degrees about z, then a shift: the cube's corner (0.5, 0.5, 0.5) goes to (x - 0.5, y + 0.5, ...)
+    c, s = math.cos(math.pi / 4), math.sin(math.pi / 4)
+    world.set_poses(torch.tensor([[2.0, 0.0, 0.0, c, 0.0, 0.0, s]]))
+    assert torch.equal(world._mesh_ids, ids) and [m for row in world._wp_meshes for m in row] == meshes
+    assert _distance(world, [2.0, 0.0, 0.0]) == pytest.approx(-0.5, abs=1e-6)
+    assert _distance(world, [0.0, 0.0, 0.0]) == pytest.approx(1.5, abs=1e-6)
+    # a stretched box, rotated: its long axis (x in the mesh frame) becomes y in the world
+    long_box = trimesh.creation.box(extents=(2.0, 0.2, 0.2))
+    world = MeshWorld([long_box], poses=[[0, 0, 0, c, 0, 0, s]], device=device)
+    assert _distance(world, [0.0, 0.9, 0.0]) < 0 < _distance(world, [0.9, 0.0, 0.0])
+    np.testing.assert_allclose(world.poses.cpu().numpy(), [[[0, 0, 0, c, 0, 0, s]]], atol=1e-12)
+
+
+def test_near_unit_quaternions_are_normalised_others_refused():
+    world = MeshWorld([_cube()])
+    world.set_poses([[0, 0, 0, 1.0005, 0, 0, 0]])
+    assert world.poses[0, 0, 3].item() == 1.0
+    with pytest.raises(ValueError, match=r"poses\[0, 0\] must hold a unit quaternion"):
+        world.set_poses([[0, 0, 0, 2.0, 0, 0, 0]])
+    with pytest.raises(ValueError, match="unit quaternion"):
+        world.set_poses([[0, 0, 0, 0, 0, 0, 0]])
+    with pytest.raises(ValueError, match="finite"):
+        world.set_poses([[0, float("nan"), 0, 1, 0, 0, 0]])
+    with pytest.raises(ValueError, match=r"poses must have shape \(1, 7\) or \(1, 1, 7\)"):
+        world.set_poses([[0, 0, 0, 1, 0, 0]])
+    with pytest.raises(ValueError, match="unit quaternion"):
+        MeshWorld([_cube()], poses=[[0, 0, 0, 0.5, 0, 0, 0]])
+
+
+def test_ragged_environments(device):
+    world = MeshWorld.from_envs(
+        [[_cube()], [_cube(), _cube(), _cube()]],
+        poses=[
+            [[0, 0, 0, 1, 0, 0, 0]],
+            [[2, 0, 0, 1, 0, 0, 0], [4, 0, 0, 1, 0, 0, 0], [6, 0, 0, 1, 0, 0, 0]],
+        ],
+        device=device,
+    )
+    assert (world.num_envs, world.max_meshes, world.num_meshes) == (2, 3, (1, 3))
+    assert world.enabled.cpu().tolist() == [[True, False, False], [True, True, True]]
+    env1 = torch.tensor([1], device=device)
+    assert _distance(world, [4.0, 0.0, 0.0], env_index=env1) == pytest.approx(-0.5, abs=1e-6)
+    assert _distance(world, [4.0, 0.0, 0.0]) == pytest.approx(3.5, abs=1e-6)
+    # a padded (E, M, 7) array: padding entries are ignored, even garbage
+    poses = torch.zeros(2, 3, 7)
+    poses[..., 3] = 1.0
+    poses[0, 1:] = float("nan")
+    poses[1, :, 0] = torch.tensor([1.0, 2.0, 3.0])
+    world.set_poses(poses)
+    assert _distance(world, [3.0, 0.0, 0.0], env_index=env1) == pytest.approx(-0.5, abs=1e-6)
+    # padding slots stay disabled whatever the mask says
+    world.set_enabled(torch.ones(2, 3, dtype=torch.bool))
+    assert world.enabled.cpu().tolist() == [[True, False, False], [True, True, True]]
+    with pytest.raises(ValueError, match=r"poses must have shape \(2, 3, 7\); got \(2, 1, 7\)"):
+        world.set_poses([[[0, 0, 0, 1, 0, 0, 0]], [[0, 0, 0, 1, 0, 0, 0]]])
+    with pytest.raises(ValueError, match=r"poses\[1\] must have shape \(3, 7\)"):
+        world.set_poses([[[0, 0, 0, 1, 0, 0, 0]], [[0, 0, 0, 1, 0, 0, 0]] * 2])
+
+
+def test_set_enabled(device):
+    world = MeshWorld([_cube(), _cube()], poses=[[0, 0, 0, 1, 0, 0, 0], [3, 0, 0, 1, 0, 0, 0]], device=device)
+    assert _distance(world, [2.0, 0.0, 0.0]) == pytest.approx(0.5, abs=1e-6)
+    world.set_enabled([False, True])
+    assert _distance(world, [0.0, 0.0, 0.0]) == pytest.approx(2.5, abs=1e-6)
+    world.set_enabled(np.array([1, 1]))
+    assert _distance(world, [0.0, 0.0, 0.0]) == pytest.approx(-0.5, abs=1e-6)
+    with pytest.raises(TypeError, match="mask must be bool"):
+        world.set_enabled([0.0, 1.0])
+    with pytest.raises(ValueError, match=r"mask must have shape \(2,\) or \(1, 2\)"):
+        world.set_enabled([True, False, True])
+
+
+def test_winding_support_is_real(device):
+    world = MeshWorld([_cube()], device=device, sign_method="winding")
+    assert all(m.support_winding_number for row in world._wp_meshes for m in row)
+    assert world.sign_method == "winding"
+    # the cup probe of world.py: winding says inside where the ray vote says outside
+    cup = _cube()
+    cup = trimesh.Trimesh(
+        cup.vertices, cup.faces[(cup.face_normals[:, 0] < 0.5) & (cup.face_normals[:, 1] < 0.5)]
+    )
+    by_winding = MeshWorld([cup], device=device, sign_method="winding")
+    by_rays = MeshWorld([cup], device=device, sign_method="ray")
+    assert _distance(by_winding, [0.0, 0.0, 0.0]) < 0 < _distance(by_rays, [0.0, 0.0, 0.0])
+
+
+def test_meshes_live_and_die_with_the_world():
+    world = MeshWorld([_cube()])
+    ref = weakref.ref(world._wp_meshes[0][0])
+    gc.collect()
+    assert ref() is not None
+    del world
+    gc.collect()
+    assert ref() is None
+
+
+def test_errors(tmp_path):
+    cube = _cube()
+    with pytest.raises(ValueError, match="faces must have shape"):
+        MeshWorld([(cube.vertices, np.zeros((0, 3), dtype=np.int64))])
+    with pytest.raises(ValueError, match="vertices must have shape"):
+        MeshWorld([(np.zeros((0, 3)), cube.faces)])
+    bad = cube.vertices.copy()
+    bad[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"meshes\[0\]: vertices must be finite"):
+        MeshWorld([(bad, cube.faces)])
+    with pytest.raises(IndexError, match=r"face indices must lie in \[0, 8\)"):
+        MeshWorld([(cube.vertices, cube.faces + 1)])
+    with pytest.raises(IndexError, match=r"envs\[1\]\[0\]"):
+        MeshWorld.from_envs([[cube], [(cube.vertices, -cube.faces)]])
+    with pytest.raises(TypeError, match="faces must be integers"):
+        MeshWorld([(cube.vertices, cube.faces.astype(float))])
+    with pytest.raises(TypeError, match=r"meshes\[0\] must be a trimesh.Trimesh"):
+        MeshWorld([42])
+    with pytest.raises(TypeError, match="wrap a single mesh in a list"):
+        MeshWorld(cube)
+    with pytest.raises(ValueError, match="no such mesh file"):
+        MeshWorld([tmp_path / "missing.obj"])
+    (tmp_path / "junk.stl").write_text("not a mesh")
+    with pytest.raises(ValueError, match=r"junk\.stl"):
+        MeshWorld([tmp_path / "junk.stl"])
+    with pytest.raises(ValueError, match="at least one mesh"):
+        MeshWorld([])
+    with pytest.raises(ValueError, match="sign_method"):
+        MeshWorld([cube], sign_method="parity")
+    with pytest.raises(ValueError, match="device"):
+        MeshWorld([cube], device="meta")
+    with pytest.raises(ValueError, match="envs must be a non-empty list"):
+        MeshWorld.from_envs([])
