@@ -7,9 +7,11 @@ only make sure a bad index can never touch memory.
 
 Two shapes of work, chosen by the caller per device:
 
-* ``*_rows``: one thread per ``(b, c)`` row, looping over the row in order. On the CPU (where Warp runs
-  the threads one after the other) this is a tight contiguous loop; in the backward the thread owns its
-  whole ``grad_features`` row, so no atomics are needed and the sum order is fixed (deterministic).
+* ``*_rows``: one thread per ``(b, c)`` row (row ``r = row_start + tid``, ``b = r // C``, ``c = r % C``),
+  looping over the row in order. On the CPU (where Warp runs the threads of a launch one after the other)
+  this is a tight contiguous loop, and ``row_start`` lets the host split the rows among several launches
+  that run in parallel. In the backward the thread owns its whole ``grad_features`` row, so no atomics are
+  needed and the sum order is fixed (deterministic).
 * ``*_elements`` / ``scatter_add_atomic`` / ``scatter_add_segments``: one thread per output element, for
   CUDA. ``scatter_add_atomic`` uses float atomics (fast; the summation order varies from run to run);
   ``scatter_add_segments`` gives each thread one ``grad_features[b, c, n]`` and sums its contributors in
@@ -25,10 +27,20 @@ from typing import Any
 
 import warp as wp
 
+#: Indices handled per step of the CPU row loops (a constant-range loop Warp unrolls).
+UNROLL = wp.constant(4)
+
 
 @wp.func
 def _valid(i: wp.int32, n: wp.int32) -> bool:
     return i >= 0 and i < n
+
+
+@wp.func
+def _gather_one(features: wp.array3d(dtype=Any), b: int, c: int, i: wp.int32, n: wp.int32, zero: Any):
+    # branch-free: the clamped read is always in bounds (n > 0 here), the select drops it for padding
+    v = features[b, c, wp.clamp(i, 0, n - 1)]
+    return wp.where(_valid(i, n), v, zero)
 
 
 @wp.kernel
@@ -36,16 +48,23 @@ def gather_rows(
     features: wp.array3d(dtype=Any),
     idx: wp.array2d(dtype=wp.int32),
     out: wp.array3d(dtype=Any),
+    row_start: wp.int32,
 ):
-    b, c = wp.tid()
+    """Needs N > 0 (with N == 0 every index is padding: the host writes the zeros)."""
+    r = wp.tid() + row_start
+    b = r // features.shape[1]
+    c = r % features.shape[1]
     n = features.shape[2]
+    length = idx.shape[1]
     zero = out.dtype(0)
-    for l in range(idx.shape[1]):
-        i = idx[b, l]
-        v = zero
-        if _valid(i, n):
-            v = features[b, c, i]
-        out[b, c, l] = v
+    l = int(0)  # noqa: RUF046 (a bare literal would be a constant to Warp, not a loop counter)
+    while l + UNROLL <= length:
+        for u in range(UNROLL):
+            out[b, c, l + u] = _gather_one(features, b, c, idx[b, l + u], n, zero)
+        l += UNROLL
+    while l < length:
+        out[b, c, l] = _gather_one(features, b, c, idx[b, l], n, zero)
+        l += 1
 
 
 @wp.kernel
@@ -62,25 +81,50 @@ def gather_elements(
     out[b, c, l] = v
 
 
+@wp.func
+def _add_one(
+    grad_out: wp.array3d(dtype=Any),
+    idx: wp.array2d(dtype=wp.int32),
+    grad_features: wp.array3d(dtype=Any),
+    b: int,
+    c: int,
+    l: int,
+    n: wp.int32,
+):
+    i = idx[b, l]
+    if _valid(i, n):
+        grad_features[b, c, i] = grad_features[b, c, i] + grad_out[b, c, l]
+
+
 @wp.kernel
 def scatter_add_rows(
     grad_out: wp.array3d(dtype=Any),
     idx: wp.array2d(dtype=wp.int32),
     grad_features: wp.array3d(dtype=Any),
+    row_start: wp.int32,
 ):
     """Thread ``(b, c)`` owns row ``grad_features[b, c]`` and writes all of it.
 
     Zeroing the row here rather than on the host leaves it in cache for the scattered adds that follow.
     """
-    b, c = wp.tid()
+    r = wp.tid() + row_start
+    b = r // grad_features.shape[1]
+    c = r % grad_features.shape[1]
     n = grad_features.shape[2]
     zero = grad_features.dtype(0)
-    for i in range(n):
+    i = int(0)  # noqa: RUF046 (a bare literal would be a constant to Warp, not a loop counter)
+    while i < n:
         grad_features[b, c, i] = zero
-    for l in range(idx.shape[1]):
-        i = idx[b, l]
-        if _valid(i, n):
-            grad_features[b, c, i] = grad_features[b, c, i] + grad_out[b, c, l]
+        i += 1
+    length = idx.shape[1]
+    l = int(0)  # noqa: RUF046 (a bare literal would be a constant to Warp, not a loop counter)
+    while l + UNROLL <= length:
+        for u in range(UNROLL):
+            _add_one(grad_out, idx, grad_features, b, c, l + u, n)
+        l += UNROLL
+    while l < length:
+        _add_one(grad_out, idx, grad_features, b, c, l, n)
+        l += 1
 
 
 @wp.kernel
@@ -118,12 +162,14 @@ _BITS = (wp.int16, wp.int32, wp.int64)
 _ACCUMULATORS = (wp.float32, wp.float64)
 _INDEX = wp.array2d(dtype=wp.int32)
 
-GATHER_ROWS = {t: wp.overload(gather_rows, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t)]) for t in _BITS}
+GATHER_ROWS = {
+    t: wp.overload(gather_rows, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t), wp.int32]) for t in _BITS
+}
 GATHER_ELEMENTS = {
     t: wp.overload(gather_elements, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t)]) for t in _BITS
 }
 SCATTER_ADD_ROWS = {
-    t: wp.overload(scatter_add_rows, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t)])
+    t: wp.overload(scatter_add_rows, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t), wp.int32])
     for t in _ACCUMULATORS
 }
 SCATTER_ADD_ATOMIC = {
