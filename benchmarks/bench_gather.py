@@ -77,7 +77,9 @@ def bench(args, group: int, device: torch.device, dtype: torch.dtype) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float16", "bfloat16", "float32", "float64"])
     parser.add_argument("--batch", type=int, default=8)

@@ -75,3 +75,34 @@ def triangle_distance_reference(points, vertices, faces):
     edge = np.minimum(np.minimum(segment(a, b), segment(b, c)), segment(c, a))
     dist = np.where(in_face, np.abs(plane), edge)
     return dist.min(axis=1)
+
+
+def gather_reference(features, idx):
+    """Point gather by plain loops, in float64: ``features`` (B, C, N), ``idx`` (B, M) or (B, M, K) ints.
+
+    Returns ``out`` (B, C, *idx.shape[1:]) with ``out[b, c, m(, k)] = features[b, c, idx[b, m(, k)]]`` and
+    0 where the index is -1.
+    """
+    f = np.asarray(features, dtype=np.float64)
+    ix = np.asarray(idx).reshape(len(idx), -1)
+    out = np.zeros((f.shape[0], f.shape[1], ix.shape[1]))
+    for b in range(f.shape[0]):
+        for c in range(f.shape[1]):
+            for l, n in enumerate(ix[b]):
+                if n != -1:
+                    out[b, c, l] = f[b, c, n]
+    return out.reshape(f.shape[0], f.shape[1], *np.shape(idx)[1:])
+
+
+def gather_backward_reference(grad_out, idx, num_points: int):
+    """Scatter-add by plain loops, in float64: ``grad_features[b, c, n]`` = sum of ``grad_out`` where idx == n."""
+    g = np.asarray(grad_out, dtype=np.float64)
+    ix = np.asarray(idx).reshape(len(idx), -1)
+    g = g.reshape(g.shape[0], g.shape[1], ix.shape[1])
+    grad = np.zeros((g.shape[0], g.shape[1], num_points))
+    for b in range(g.shape[0]):
+        for c in range(g.shape[1]):
+            for l, n in enumerate(ix[b]):
+                if n != -1:
+                    grad[b, c, n] += g[b, c, l]
+    return grad

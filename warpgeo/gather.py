@@ -99,26 +99,38 @@ def _gather_op(features: torch.Tensor, idx: torch.Tensor, deterministic: bool) -
     """features (B, C, N), idx (B, M[, K]) int -> (B, C, M[, K]). ``deterministic`` only matters to autograd."""
     batch, channels, num_points = features.shape
     _check_index_range(idx, num_points)
-    kernels = _kernels()
-    device = features.device
     flat_idx = _flat_index(idx)
-    bits = _BITS_DTYPE[features.dtype]
     if num_points == 0:  # every index is -1
         return features.new_zeros(batch, channels, *idx.shape[1:])
-    out = torch.empty(batch, channels, flat_idx.shape[1], dtype=features.dtype, device=device)
-    args = [features.contiguous().view(bits), flat_idx, out.view(bits)]
-    if device.type == "cpu":
-        kernel = kernels.GATHER_ROWS[_warp_scalar(bits)]
-        _launch_rows(kernel, batch * channels, flat_idx.shape[1], args, device)
-    else:
-        dim = [batch, channels, flat_idx.shape[1]]
-        _interop.launch(kernels.GATHER_ELEMENTS[_warp_scalar(bits)], dim, args, device=device)
-    return out.view(batch, channels, *idx.shape[1:])
+    method = "rows" if features.device.type == "cpu" else "elements"
+    return _gather(features, flat_idx, method).view(batch, channels, *idx.shape[1:])
 
 
 @_gather_op.register_fake
 def _(features, idx, deterministic):
     return features.new_empty(features.shape[0], features.shape[1], *idx.shape[1:])
+
+
+def _gather(features: torch.Tensor, flat_idx: torch.Tensor, method: str) -> torch.Tensor:
+    """``out[b, c, l] = features[b, c, idx[b, l]]`` (0 for -1): ``features`` (B, C, N) with N > 0,
+    ``flat_idx`` (B, L) int32 contiguous -> (B, C, L). ``method``: ``"rows"`` (a thread per (b, c) row; the
+    CPU kernel) or ``"elements"`` (a thread per output element; the CUDA kernel)."""
+    kernels = _kernels()
+    batch, channels, _ = features.shape
+    length = flat_idx.shape[1]
+    bits = _BITS_DTYPE[features.dtype]
+    scalar = _warp_scalar(bits)
+    out = torch.empty(batch, channels, length, dtype=features.dtype, device=features.device)
+    args = [features.contiguous().view(bits), flat_idx, out.view(bits)]
+    if method == "rows":
+        _launch_rows(kernels.GATHER_ROWS[scalar], batch * channels, length, args, features.device)
+    elif method == "elements":
+        _interop.launch(
+            kernels.GATHER_ELEMENTS[scalar], [batch, channels, length], args, device=features.device
+        )
+    else:
+        raise ValueError(f"internal error: unknown gather method {method!r}")
+    return out
 
 
 @torch.library.custom_op("warpgeo::gather_points_backward", mutates_args=())
