@@ -1,0 +1,378 @@
+"""gather_points / GatherPoints: values, gradients, padding, determinism, autograd contract, compile."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from reference import gather_backward_reference, gather_reference
+
+import warpgeo
+from warpgeo import gather as gather_module
+from warpgeo.gather import GatherPoints, gather_points
+
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+# (B, C, N, M) including the degenerate sizes
+SHAPES = [(2, 5, 17, 9), (1, 1, 8, 3), (3, 4, 1, 6), (2, 3, 10, 1), (1, 2, 300, 1000)]
+
+
+def _inputs(b, c, n, m, k=None, *, dtype=torch.float32, idx_dtype=torch.int64, device="cpu", pad=0.0):
+    features = torch.randn(b, c, n, dtype=torch.float64).to(device=device, dtype=dtype)
+    shape = (b, m) if k is None else (b, m, k)
+    idx = torch.randint(0, n, shape)
+    if pad:
+        idx[torch.rand(shape) < pad] = -1
+    return features, idx.to(device=device, dtype=idx_dtype)
+
+
+def _torch_gather(features, idx):
+    """The same op with torch.gather on the same layout (-1 read as index 0, then zeroed)."""
+    b, c = features.shape[:2]
+    flat = idx.reshape(b, 1, -1).to(torch.int64)
+    out = torch.gather(features, 2, flat.clamp_min(0).expand(b, c, -1))
+    out = out * (flat >= 0).to(features.dtype)
+    return out.reshape(b, c, *idx.shape[1:])
+
+
+# --------------------------------------------------------------------------------------------------------
+# values and gradients
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64])
+def test_forward_matches_torch_gather(device, shape, dtype, idx_dtype):
+    features, idx = _inputs(*shape, dtype=dtype, idx_dtype=idx_dtype, device=device)
+    out = gather_points(features, idx)
+    assert out.dtype == dtype and out.device == features.device
+    assert out.shape == (shape[0], shape[1], shape[3])
+    # a gather copies values: bit-exact in every dtype
+    assert torch.equal(out, _torch_gather(features, idx))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_backward_matches_torch_gather(device, shape, dtype):
+    features, idx = _inputs(*shape, dtype=dtype, device=device)
+    grad = torch.randn(shape[0], shape[1], shape[3], device=device, dtype=dtype)
+    mine = features.clone().requires_grad_()
+    gather_points(mine, idx).backward(grad)
+    theirs = features.double().requires_grad_()
+    _torch_gather(theirs, idx).backward(grad.double())
+    assert mine.grad.dtype == dtype
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(dtype, 1e-6)
+    torch.testing.assert_close(mine.grad.double(), theirs.grad, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize(
+    ("b", "c", "n", "m", "k"), [(2, 3, 11, 5, 4), (1, 1, 1, 1, 1), (2, 2, 7, 1, 9), (3, 1, 5, 6, 1)]
+)
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_grouped_matches_loop_reference(device, b, c, n, m, k, deterministic):
+    features, idx = _inputs(b, c, n, m, k, dtype=torch.float64, device=device, pad=0.2)
+    features.requires_grad_()
+    out = gather_points(features, idx, deterministic=deterministic)
+    assert out.shape == (b, c, m, k)
+    np.testing.assert_array_equal(
+        out.detach().cpu().numpy(), gather_reference(features.detach().cpu(), idx.cpu())
+    )
+    grad = torch.randn(out.shape, dtype=torch.float64, device=device)
+    out.backward(grad)
+    expected = gather_backward_reference(grad.cpu(), idx.cpu(), n)
+    np.testing.assert_allclose(features.grad.cpu().numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_duplicates_accumulate_and_padding_contributes_nothing(device):
+    features = torch.arange(6.0, device=device).reshape(1, 2, 3).requires_grad_()
+    idx = torch.tensor([[2, -1, 2, 0, 2, -1]], device=device)
+    out = gather_points(features, idx)
+    expected = torch.tensor([[[2.0, 0, 2, 0, 2, 0], [5.0, 0, 5, 3, 5, 0]]], device=device)
+    assert torch.equal(out, expected)
+    grad = torch.tensor([[[1.0, 100, 2, 4, 8, 100], [16.0, 100, 32, 64, 128, 100]]], device=device)
+    out.backward(grad)
+    assert torch.equal(features.grad, torch.tensor([[[4.0, 0, 11], [64.0, 0, 176]]], device=device))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_heavy_duplicates_accumulate_in_float32(device, dtype):
+    # 20000 contributions to one of 3 points: a half-precision running sum would stall far below the total
+    features = torch.zeros(2, 2, 3, device=device, dtype=dtype, requires_grad=True)
+    idx = torch.randint(0, 3, (2, 20000), device=device)
+    grad = torch.rand(2, 2, 20000, device=device).to(dtype)
+    gather_points(features, idx).backward(grad)
+    expected = torch.zeros(2, 2, 3, dtype=torch.float64, device=device)
+    expected.scatter_add_(2, idx[:, None].expand(2, 2, -1), grad.double())
+    torch.testing.assert_close(
+        features.grad.double(), expected, rtol=4e-3 if dtype != torch.float32 else 1e-5, atol=0
+    )
+
+
+def test_all_padding_and_empty_shapes(device):
+    features = torch.randn(2, 3, 4, device=device, requires_grad=True)
+    out = gather_points(features, torch.full((2, 5), -1, device=device))
+    assert torch.equal(out, torch.zeros(2, 3, 5, device=device))
+    out.backward(torch.ones_like(out))
+    assert torch.equal(features.grad, torch.zeros_like(features))
+    empty = torch.empty(2, 3, 0, device=device)  # N = 0: only -1 is a valid index
+    assert torch.equal(
+        gather_points(empty, torch.full((2, 4), -1, device=device)), torch.zeros(2, 3, 4, device=device)
+    )
+    assert gather_points(features, torch.empty(2, 0, dtype=torch.int64, device=device)).shape == (2, 3, 0)
+
+
+def test_non_contiguous_features(device):
+    base = torch.randn(2, 40, 6, device=device)
+    features = base.transpose(1, 2)  # (2, 6, 40), not contiguous
+    idx = torch.randint(-1, 40, (2, 25), device=device)
+    assert torch.equal(gather_points(features, idx), _torch_gather(features, idx))
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_gradcheck_and_gradgradcheck(device, grouped):
+    features, idx = _inputs(2, 3, 6, 5, 3 if grouped else None, dtype=torch.float64, device=device, pad=0.2)
+    features.requires_grad_()
+    for deterministic in (False, True):
+
+        def fn(f, deterministic=deterministic):
+            return gather_points(f, idx, deterministic=deterministic)
+
+        assert torch.autograd.gradcheck(fn, (features,))
+        # the backward is itself differentiable (its adjoint is the gather), so double backward works
+        assert torch.autograd.gradgradcheck(fn, (features,))
+
+
+# --------------------------------------------------------------------------------------------------------
+# determinism and the three backward kernels
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_deterministic_bit_identical_over_runs(device):
+    features, idx = _inputs(2, 8, 5, 3000, dtype=torch.float32, device=device, pad=0.1)  # ~600 hits a point
+    grad = torch.randn(2, 8, 3000, device=device)
+    grads = []
+    for _ in range(5):
+        f = features.clone().requires_grad_()
+        gather_points(f, idx, deterministic=True).backward(grad)
+        grads.append(f.grad)
+    for g in grads[1:]:
+        assert torch.equal(g.view(torch.int32), grads[0].view(torch.int32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_backward_kernel_matches_reference(dtype):
+    # the CUDA kernels ("atomic", "segments") run on the CPU too: check them here, where every task can
+    grad = torch.randn(2, 3, 500, dtype=dtype)
+    idx = torch.randint(-1, 7, (2, 500))
+    expected = torch.from_numpy(gather_backward_reference(grad, idx, 7)).to(dtype)
+    flat = gather_module._flat_index(idx)
+    results = {m: gather_module._scatter_add(grad, flat, 7, m) for m in ("rows", "atomic", "segments")}
+    for result in results.values():
+        torch.testing.assert_close(result, expected)
+    # both ordered kernels sum each point's contributions in index order from 0: bit-identical
+    assert torch.equal(results["rows"], results["segments"])
+
+
+def test_every_forward_kernel_matches_torch_gather():
+    for dtype in FLOATS:
+        features, idx = _inputs(3, 4, 9, 13, dtype=dtype, pad=0.3)
+        flat = gather_module._flat_index(idx)
+        for method in ("rows", "elements"):
+            assert torch.equal(gather_module._gather(features, flat, method), _torch_gather(features, idx))
+
+
+def test_cpu_rows_are_split_among_threads_consistently(monkeypatch):
+    features, idx = _inputs(3, 5, 50, 40, dtype=torch.float32, pad=0.1)
+    grad = torch.randn(3, 5, 40)
+    serial = []
+    for threshold in (1 << 60, 1):  # one launch, then one launch per torch thread
+        monkeypatch.setattr(gather_module, "_MIN_PARALLEL_WORK", threshold)
+        f = features.clone().requires_grad_()
+        out = gather_points(f, idx)
+        out.backward(grad)
+        serial.append((out, f.grad))
+    assert torch.equal(serial[0][0], serial[1][0]) and torch.equal(serial[0][1], serial[1][1])
+
+
+# --------------------------------------------------------------------------------------------------------
+# autograd contract
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def backward_calls(monkeypatch):
+    calls = []
+    original = gather_module._scatter_op
+
+    def counting(*args):
+        calls.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(gather_module, "_scatter_op", counting)
+    return calls
+
+
+def test_no_backward_work_without_features_grad(backward_calls):
+    features, idx = _inputs(2, 3, 8, 4)
+    weight = torch.randn(2, 3, 4, requires_grad=True)
+    loss = (gather_points(features, idx) * weight).sum()
+    loss.backward()
+    assert weight.grad is not None
+    assert backward_calls == []
+
+
+def test_backward_returns_none_when_not_needed(backward_calls):
+    class Ctx:
+        needs_input_grad = (False, False, False)
+        saved_tensors = (torch.zeros(1, 1, dtype=torch.int64),)
+        num_points = 1
+        deterministic = False
+
+    assert GatherPoints.backward(Ctx(), torch.ones(1, 1, 1)) == (None, None, None)
+    Ctx.needs_input_grad = (True, False, False)
+    assert GatherPoints.backward(Ctx(), None) == (None, None, None)  # set_materialize_grads(False)
+    assert backward_calls == []
+    grads = GatherPoints.backward(Ctx(), torch.ones(1, 1, 1))
+    assert torch.equal(grads[0], torch.ones(1, 1, 1)) and grads[1:] == (None, None)
+    assert len(backward_calls) == 1
+
+
+def test_saves_only_idx_and_idx_gets_no_grad(backward_calls):
+    features, idx = _inputs(2, 3, 8, 4)
+    features.requires_grad_()
+    out = GatherPoints.apply(features, idx, False)
+    saved = out.grad_fn.saved_tensors
+    assert len(saved) == 1 and torch.equal(saved[0], idx)
+    (out.sum() * 0).backward()
+    assert len(backward_calls) == 1 and torch.equal(features.grad, torch.zeros_like(features))
+
+
+def test_end_to_end_fps_gather_reaches_feature_extractor():
+    torch.manual_seed(1)
+    points = torch.rand(2, 200, 3)
+    extractor = torch.nn.Sequential(torch.nn.Conv1d(3, 16, 1), torch.nn.ReLU(), torch.nn.Conv1d(16, 8, 1))
+    head = torch.nn.Linear(8, 1)
+    idx = warpgeo.farthest_point_sampling(points, 32)  # (2, 32) int64, no -1 here
+    assert idx.dtype == torch.int64 and not idx.requires_grad
+
+    def loss_with(gather):
+        features = extractor(points.transpose(1, 2))  # (2, 8, 200)
+        sampled = gather(features, idx)  # (2, 8, 32)
+        return head(sampled.transpose(1, 2)).square().mean()
+
+    extractor.zero_grad()
+    loss_with(gather_points).backward()
+    mine = [p.grad.clone() for p in extractor.parameters()]
+    assert all(g.abs().sum() > 0 for g in mine)
+    extractor.zero_grad()
+    loss_with(_torch_gather).backward()
+    for g, expected in zip(mine, (p.grad for p in extractor.parameters()), strict=True):
+        torch.testing.assert_close(g, expected)
+
+
+# --------------------------------------------------------------------------------------------------------
+# torch.compile and torch.library
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_compile_fullgraph_matches_eager(device, grouped):
+    torch._dynamo.reset()
+    features, idx = _inputs(2, 4, 12, 6, 3 if grouped else None, dtype=torch.float64, device=device, pad=0.2)
+    idx = idx.to(torch.int32)
+    weight = torch.randn(4, device=device, dtype=torch.float64)
+
+    def fn(f, deterministic):
+        g = gather_points(f * 2.0, idx, deterministic=deterministic)
+        return (g.sin() * weight.reshape(1, 4, *([1] * (g.dim() - 2)))).sum()
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    for deterministic in (False, True):
+        a = features.clone().requires_grad_()
+        b = features.clone().requires_grad_()
+        loss_c = compiled(a, deterministic)
+        loss_c.backward()
+        loss_e = fn(b, deterministic)
+        loss_e.backward()
+        torch.testing.assert_close(loss_c, loss_e)
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_compile_inductor_once():
+    torch._dynamo.reset()
+    features, idx = _inputs(2, 3, 10, 7, dtype=torch.float32, pad=0.2)
+
+    def fn(f):
+        return gather_points(f.relu(), idx).square().sum()
+
+    a = features.clone().requires_grad_()
+    b = features.clone().requires_grad_()
+    torch.compile(fn, fullgraph=True)(a).backward()
+    fn(b).backward()
+    torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_index_check_inside_compiled_graph_raises():
+    torch._dynamo.reset()
+    features = torch.randn(1, 2, 5)
+    compiled = torch.compile(lambda f, i: gather_points(f, i), fullgraph=True, backend="aot_eager")
+    assert compiled(features, torch.tensor([[4, -1]])).shape == (1, 2, 2)
+    with pytest.raises(IndexError, match="found 5"):
+        compiled(features, torch.tensor([[5, 0]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_opcheck(dtype, grouped):
+    features, idx = _inputs(2, 3, 7, 5, 2 if grouped else None, dtype=dtype, idx_dtype=torch.int32, pad=0.2)
+    features.requires_grad_()
+    grad_out = torch.randn(2, 3, *idx.shape[1:], dtype=dtype, requires_grad=True)
+    for deterministic in (False, True):
+        torch.library.opcheck(torch.ops.warpgeo.gather_points, (features, idx, deterministic))
+        torch.library.opcheck(torch.ops.warpgeo.gather_points_backward, (grad_out, idx, 7, deterministic))
+
+
+# --------------------------------------------------------------------------------------------------------
+# input checks (public function)
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [5, 100, -2, -7])
+@pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64])
+def test_out_of_range_index_raises_index_error(device, bad, idx_dtype):
+    features = torch.randn(2, 3, 5, device=device)
+    idx = torch.tensor([[0, 1, 4], [2, bad, -1]], dtype=idx_dtype, device=device)
+    with pytest.raises(IndexError, match=rf"\[-1, N=5\).*found {bad}"):
+        gather_points(features, idx)
+
+
+def test_type_errors():
+    features = torch.randn(2, 3, 5)
+    idx = torch.zeros(2, 4, dtype=torch.int64)
+    with pytest.raises(TypeError, match=r"idx must have dtype int32, int64; got torch\.float32"):
+        gather_points(features, idx.float())
+    with pytest.raises(TypeError, match=r"idx must be a torch\.Tensor; got list"):
+        gather_points(features, [[0, 1]])
+    with pytest.raises(TypeError, match=r"features must have dtype .*; got torch\.int64"):
+        gather_points(features.long(), idx)
+    with pytest.raises(TypeError, match=r"features must be a torch\.Tensor; got ndarray"):
+        gather_points(features.numpy(), idx)
+    with pytest.raises(TypeError, match="deterministic must be a bool; got int"):
+        gather_points(features, idx, deterministic=1)
+    with pytest.raises(TypeError):
+        gather_points(features, idx, True)  # keyword-only
+
+
+def test_value_errors():
+    features = torch.randn(2, 3, 5)
+    idx = torch.zeros(2, 4, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"features must have shape \(B, C, N\); got \(2, 15\)"):
+        gather_points(features.reshape(2, 15), idx)
+    with pytest.raises(ValueError, match=r"idx must have shape \(B, M\) or \(B, M, K\); got \(8,\)"):
+        gather_points(features, idx.reshape(8))
+    with pytest.raises(ValueError, match=r"idx must have shape .*got \(2, 1, 2, 2\)"):
+        gather_points(features, idx.reshape(2, 1, 2, 2))
+    with pytest.raises(ValueError, match=r"batch size of features \(2\); got idx of shape \(1, 8\)"):
+        gather_points(features, idx.reshape(1, 8))
+    with pytest.raises(ValueError, match="idx must be on the same device as features"):
+        gather_points(features, idx.to("meta"))
