@@ -1,0 +1,158 @@
+"""Sphere-mesh collision cost: warpgeo spheres/s against Open3D's RaycastingScene signed distance.
+
+    python benchmarks/bench_sdf.py                      # CPU, 100k spheres x 4 posed meshes
+    python benchmarks/bench_sdf.py --device cuda --spheres 1000000
+
+The scene is the four posed obstacles of ``tests/test_sdf.py`` (table top, box, sphere, torus). Spheres
+(radius 1-5 cm, activation distance 2 cm) are drawn uniformly in the scene box, or clustered near the
+surfaces (surface samples plus 3 cm Gaussian noise). For each set it prints spheres/s of
+``sphere_mesh_cost`` (forward, and forward + backward), of ``signed_distance``, and Open3D's
+``RaycastingScene.compute_signed_distance`` points/s on the same centres when open3d is installed
+(``pip install open3d``; on Debian it needs ``apt-get install libusb-1.0-0``), with ratios to warpgeo.
+
+It also counts missed collisions: spheres that a full query says collide (union signed distance of the
+centre below r + eta, with no search bound) but whose cost is 0 — with and without ``max_distance`` —
+and checks warpgeo's distances against Open3D's where it is available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _common import device_name, report, timeit
+from test_sdf import SCENE_POSES, quat_matrix, scene_meshes
+
+import warpgeo
+
+_ETA = 0.02
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--spheres", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--sign-method", default="ray", choices=["ray", "winding"])
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    print(
+        f"device: {device_name(device)}; {args.spheres} spheres x 4 posed meshes, sign_method={args.sign_method}"
+    )
+
+    try:
+        import open3d as o3d
+    except ImportError:
+        o3d = None
+        print("open3d is not installed (pip install open3d): its rows are skipped")
+
+    meshes = scene_meshes()
+    world = warpgeo.MeshWorld(meshes, poses=SCENE_POSES, device=device, sign_method=args.sign_method)
+    posed = [_posed_vertices(m, p) for m, p in zip(meshes, SCENE_POSES, strict=True)]
+    scene = _open3d_scene(o3d, posed, meshes) if o3d is not None else None
+
+    gen = np.random.default_rng(0)
+    for name, centres in (
+        ("uniform", _uniform(gen, posed, args.spheres)),
+        ("near surfaces", _near(gen, posed, meshes, args.spheres)),
+    ):
+        radii = gen.uniform(0.01, 0.05, size=(len(centres), 1))
+        spheres = torch.from_numpy(np.concatenate([centres, radii], axis=1).astype(np.float32)).to(device)
+        bench_set(name, spheres, world, scene, args, device)
+
+
+def bench_set(name: str, spheres: torch.Tensor, world, scene, args, device) -> None:
+    n = spheres.shape[0]
+    points = spheres[:, :3].contiguous()
+    leaf = spheres.clone().requires_grad_(True)
+
+    def forward():
+        return warpgeo.sphere_mesh_cost(spheres, world, activation_distance=_ETA)
+
+    def forward_backward():
+        leaf.grad = None
+        warpgeo.sphere_mesh_cost(leaf, world, activation_distance=_ETA).sum().backward()
+
+    def distance():
+        return warpgeo.signed_distance(points, world)
+
+    rows = [
+        ("warpgeo cost fwd+bwd", timeit(forward_backward, device, repeat=args.repeat)),
+        ("warpgeo cost fwd", timeit(forward, device, repeat=args.repeat)),
+        ("warpgeo signed_distance", timeit(distance, device, repeat=args.repeat)),
+    ]
+    if scene is not None:
+        import open3d as o3d
+
+        query = o3d.core.Tensor(points.cpu().numpy())
+        rows.append(
+            (
+                "open3d compute_signed_distance",
+                timeit(lambda: scene.compute_signed_distance(query), "cpu", repeat=args.repeat),
+            )
+        )
+    report(f"{name}: {n} spheres", rows, "warpgeo cost fwd+bwd")
+    print("  throughput: " + ", ".join(f"{label} {n / t / 1e3:,.0f}k/s" for label, t in rows))
+
+    # missed collisions against a full query (no search bound) of the union signed distance
+    d_full = distance().double().cpu()
+    radius = spheres[:, 3].double().cpu()
+    colliding = d_full < radius + _ETA
+    for hint in (None, 0.0, 0.5):
+        cost = warpgeo.sphere_mesh_cost(spheres, world, activation_distance=_ETA, max_distance=hint).cpu()
+        missed = int((colliding & (cost == 0)).sum())
+        spurious = int((~colliding & (cost > 0)).sum())
+        print(
+            f"  max_distance={hint}: {int(colliding.sum())} colliding, {missed} missed, {spurious} spurious"
+        )
+    if scene is not None:
+        import open3d as o3d
+
+        theirs = (
+            scene.compute_signed_distance(o3d.core.Tensor(points.cpu().numpy())).numpy().astype(np.float64)
+        )
+        diff = np.abs(d_full.numpy() - theirs)
+        sign = np.sign(d_full.numpy()) != np.sign(theirs)
+        print(f"  vs open3d: max |d difference| {diff.max():.2e}, sign disagreements {int(sign.sum())}")
+
+
+def _posed_vertices(mesh, pose) -> np.ndarray:
+    return mesh.vertices @ quat_matrix(pose[3:]).T + np.asarray(pose[:3])
+
+
+def _uniform(gen, posed, n) -> np.ndarray:
+    allv = np.concatenate(posed)
+    lo, hi = allv.min(axis=0) - 0.1, allv.max(axis=0) + 0.1
+    return gen.uniform(lo, hi, size=(n, 3))
+
+
+def _near(gen, posed, meshes, n) -> np.ndarray:
+    import trimesh
+
+    per = [n // len(meshes) + (i < n % len(meshes)) for i in range(len(meshes))]
+    samples = [
+        trimesh.sample.sample_surface(
+            trimesh.Trimesh(v, m.faces, process=False), k, seed=int(gen.integers(1 << 31))
+        )[0]
+        for v, m, k in zip(posed, meshes, per, strict=True)
+    ]
+    centres = np.concatenate(samples)
+    return centres + gen.normal(scale=0.03, size=centres.shape)
+
+
+def _open3d_scene(o3d, posed, meshes):
+    scene = o3d.t.geometry.RaycastingScene()
+    for v, m in zip(posed, meshes, strict=True):
+        scene.add_triangles(o3d.core.Tensor(v.astype(np.float32)), o3d.core.Tensor(m.faces.astype(np.uint32)))
+    return scene
+
+
+if __name__ == "__main__":
+    main()
