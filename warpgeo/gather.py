@@ -36,8 +36,10 @@ def _kernels():
 
 
 @functools.cache
-def _cpu_pool() -> ThreadPoolExecutor:
-    # Loaded here, once, so that the launches the pool runs side by side never race to build the module.
+def _cpu_pool(pid: int) -> ThreadPoolExecutor:
+    # Keyed by process id: a forked child (a DataLoader worker, say) inherits the pool object but not its
+    # threads, and would wait on it forever. The module is loaded here, once, so that the launches the pool
+    # runs side by side never race to build it.
     _interop.warp().load_module(_kernels(), device="cpu")
     return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="warpgeo-gather")
 
@@ -53,7 +55,7 @@ def _launch_rows(kernel, rows: int, length: int, args: list, device: torch.devic
         _interop.launch(kernel, [rows], [*args, 0], device=device)
         return
     bounds = [rows * w // workers for w in range(workers + 1)]
-    pool = _cpu_pool()
+    pool = _cpu_pool(os.getpid())
     jobs = [
         pool.submit(_interop.launch, kernel, [end - start], [*args, start], device=device)
         for start, end in itertools.pairwise(bounds)
