@@ -591,3 +591,12 @@ def test_opcheck(device):
         torch.library.opcheck(
             sdf_module._distance_op, (p, env, ids, inv, bounds, enabled, False, compute_grad)
         )
+
+
+def test_shapes(box_world_cpu):
+    w = box_world_cpu
+    assert sphere_mesh_cost(torch.tensor([0.5, 0.0, 0.0, 0.1]), w).shape == ()
+    assert sphere_mesh_cost(torch.zeros(0, 4), w).shape == (0,)
+    assert sphere_mesh_cost(torch.zeros(2, 0, 3, 4), w).shape == (2, 0, 3)
+    assert swept_sphere_mesh_cost(torch.zeros(0, 3, 2, 4), w).shape == (0, 3, 2)
+    assert signed_distance(torch.zeros(5, 2, 3), w).shape == (5, 2)

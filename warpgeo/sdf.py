@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import _interop
@@ -262,7 +264,8 @@ class SweptSdfMesh(torch.autograd.Function):
         t = _sweep_fractions(steps, spheres)
         flat = _interop.to_compute(spheres).reshape(batch, horizon * n, 4)
         if steps > 0:
-            flat = torch.cat([flat, _interpolate(spheres, t).reshape(batch, -1, 4)], dim=1)
+            samples = _interpolate(spheres, t).reshape(batch, (horizon - 1) * steps * n, 4)
+            flat = torch.cat([flat, samples], dim=1)
         cost_all, grad_all = _cost_op(
             flat, env_index, mesh_ids, inv_poses, bounds, enabled, params, 0.0, winding, compute_grad
         )
@@ -506,7 +509,7 @@ def _prepare(x, world, width: int, name: str, env_index, activation_distance, we
     if not torch.is_grad_enabled():
         x = x.detach()  # under no_grad a Function still sees requires_grad inputs as needing a gradient
     shape = x.shape[:-1]
-    flat = x.reshape(1, 1, width) if x.dim() == 1 else x.reshape(x.shape[0], -1, width)
+    flat = x.reshape(1, 1, width) if x.dim() == 1 else x.reshape(x.shape[0], math.prod(x.shape[1:-1]), width)
     batch = flat.shape[0]
     if env_index is None:
         env = torch.zeros(batch, dtype=torch.int64, device=x.device)
