@@ -231,7 +231,9 @@ class MeshWorld:
         present = self._present
         value = torch.where(present[..., None], value, self._poses.new_tensor(_IDENTITY_POSE))
         norm = value[..., 3:].norm(dim=-1)
-        finite, norm_host = bool(torch.isfinite(value).all()), norm.cpu()
+        # one device-to-host copy for both checks
+        host = torch.cat([torch.isfinite(value).all().reshape(1).to(norm.dtype), norm.reshape(-1)]).cpu()
+        finite, norm_host = bool(host[0]), host[1:].reshape(norm.shape)
         if not finite:
             raise ValueError("poses must be finite; got NaN or inf")
         bad = (norm_host - 1.0).abs() > _QUAT_NORM_TOL
