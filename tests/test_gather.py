@@ -8,6 +8,7 @@ import torch
 from reference import gather_backward_reference, gather_reference
 
 import warpgeo
+from warpgeo import _interop
 from warpgeo import gather as gather_module
 from warpgeo.gather import GatherPoints, gather_points
 
@@ -186,7 +187,7 @@ def test_cpu_rows_are_split_among_threads_consistently(monkeypatch):
     grad = torch.randn(3, 5, 40)
     serial = []
     for threshold in (1 << 60, 1):  # one launch, then one launch per torch thread
-        monkeypatch.setattr(gather_module, "_MIN_PARALLEL_WORK", threshold)
+        monkeypatch.setattr(_interop, "_MIN_SPLIT_WORK", threshold)
         f = features.clone().requires_grad_()
         out = gather_points(f, idx)
         out.backward(grad)

@@ -14,8 +14,10 @@ Kernels (``warpgeo._kernels``) import Warp only; op modules import torch and thi
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -184,6 +186,52 @@ def launch(
         )
     else:
         wp.launch(kernel, dim=dims, inputs=wp_args, device=wdev, stream=stream, block_dim=block_dim)
+
+
+#: Below this much work (in the units of ``work_per_row``) a CPU launch is not split among threads: handing a
+#: launch to another thread costs ~0.1 ms.
+_MIN_SPLIT_WORK = 1 << 18
+
+
+@functools.cache
+def _cpu_pool(pid: int) -> ThreadPoolExecutor:
+    # Keyed by process id: a forked child (a DataLoader worker, say) inherits the pool object but not its
+    # threads, and would wait on it forever.
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="warpgeo")
+
+
+def launch_rows(
+    kernel: Any,
+    rows: int,
+    args: Sequence[Any],
+    *,
+    device: torch.device,
+    work_per_row: int = 1,
+) -> None:
+    """Launch ``kernel`` over ``rows`` independent rows; its last parameter is the first row of the launch.
+
+    On CUDA this is one launch of ``rows`` threads with a first row of 0. Warp
+    runs a CPU launch on the calling thread, so on the CPU the rows are split into up to
+    ``torch.get_num_threads()`` ranges launched side by side from a thread pool (a launch releases the GIL),
+    and the op uses the cores a torch op would. Small launches (``rows * work_per_row`` below
+    ``_MIN_SPLIT_WORK``) stay on the calling thread. Not for tile kernels: Warp's CPU tile storage is not
+    safe for concurrent launches (they crash).
+    """
+    device = torch.device(device)
+    workers = min(torch.get_num_threads(), rows, max(1, rows * work_per_row // _MIN_SPLIT_WORK))
+    if device.type != "cpu" or workers <= 1:
+        launch(kernel, [rows], [*args, 0], device=device)
+        return
+    # load (compile) the module here, once, so that the side-by-side launches never race to build it
+    kernel.module.load(warp_device(device))
+    bounds = [rows * w // workers for w in range(workers + 1)]
+    pool = _cpu_pool(os.getpid())
+    jobs = [
+        pool.submit(launch, kernel, [end - start], [*args, start], device=device)
+        for start, end in itertools.pairwise(bounds)
+    ]
+    for job in jobs:
+        job.result()
 
 
 def block_dim_for(device: torch.device, gpu_block_dim: int) -> int:

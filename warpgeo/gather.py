@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import itertools
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import torch
 
 from . import _interop
@@ -16,8 +11,6 @@ __all__ = ["GatherPoints", "gather_points"]
 _SENTINEL_INDEX = -1
 #: Indices are handed to the kernels as int32.
 _MAX_POINTS = 2**31 - 1
-#: Below this many (row, index) pairs a CPU launch is not split among threads (a hand-off costs ~0.1 ms).
-_MIN_PARALLEL_WORK = 1 << 18
 
 # The forward copies values, so it moves bit patterns of the same width (exact for every float dtype,
 # bfloat16 included, and no widening pass for half inputs).
@@ -33,35 +26,6 @@ def _kernels():
     from ._kernels import gather
 
     return gather
-
-
-@functools.cache
-def _cpu_pool(pid: int) -> ThreadPoolExecutor:
-    # Keyed by process id: a forked child (a DataLoader worker, say) inherits the pool object but not its
-    # threads, and would wait on it forever. The module is loaded here, once, so that the launches the pool
-    # runs side by side never race to build it.
-    _interop.warp().load_module(_kernels(), device="cpu")
-    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="warpgeo-gather")
-
-
-def _launch_rows(kernel, rows: int, length: int, args: list, device: torch.device) -> None:
-    """Launch a ``*_rows`` kernel over ``rows`` (b, c) rows of ``length`` indices each.
-
-    Warp runs a CPU launch on one thread; here the rows are split into ``torch.get_num_threads()`` ranges
-    launched side by side (the launch releases the GIL), so the op uses the cores torch.gather would.
-    """
-    workers = min(torch.get_num_threads(), rows, max(1, rows * length // _MIN_PARALLEL_WORK))
-    if device.type != "cpu" or workers <= 1:
-        _interop.launch(kernel, [rows], [*args, 0], device=device)
-        return
-    bounds = [rows * w // workers for w in range(workers + 1)]
-    pool = _cpu_pool(os.getpid())
-    jobs = [
-        pool.submit(_interop.launch, kernel, [end - start], [*args, start], device=device)
-        for start, end in itertools.pairwise(bounds)
-    ]
-    for job in jobs:
-        job.result()
 
 
 def _warp_scalar(dtype: torch.dtype):
@@ -125,7 +89,9 @@ def _gather(features: torch.Tensor, flat_idx: torch.Tensor, method: str) -> torc
     out = torch.empty(batch, channels, length, dtype=features.dtype, device=features.device)
     args = [features.contiguous().view(bits), flat_idx, out.view(bits)]
     if method == "rows":
-        _launch_rows(kernels.GATHER_ROWS[scalar], batch * channels, length, args, features.device)
+        _interop.launch_rows(
+            kernels.GATHER_ROWS[scalar], batch * channels, args, device=features.device, work_per_row=length
+        )
     elif method == "elements":
         _interop.launch(
             kernels.GATHER_ELEMENTS[scalar], [batch, channels, length], args, device=features.device
@@ -178,8 +144,12 @@ def _scatter_add(grad: torch.Tensor, flat_idx: torch.Tensor, num_points: int, me
     scalar = _warp_scalar(grad.dtype)
     if method == "rows":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
-        _launch_rows(
-            kernels.SCATTER_ADD_ROWS[scalar], batch * channels, length, [grad, flat_idx, out], device
+        _interop.launch_rows(
+            kernels.SCATTER_ADD_ROWS[scalar],
+            batch * channels,
+            [grad, flat_idx, out],
+            device=device,
+            work_per_row=length,
         )
     elif method == "atomic":
         out = torch.zeros(batch, channels, num_points, dtype=grad.dtype, device=device)
