@@ -45,7 +45,7 @@ def warp() -> Any:
     from warp._src import context
 
     if context.runtime is None and not os.environ.get("WARPGEO_VERBOSE"):
-        wp.config.quiet = True
+        wp.config.log_level = wp.LOG_WARNING
     wp.init()
     return wp
 

@@ -2,6 +2,9 @@
 
 import warp as wp
 
+# warpgeo writes every backward itself: skip generating Warp's adjoints (halves the compile time).
+wp.set_module_options({"enable_backward": False})
+
 #: Index written where a row has no more valid points.
 SENTINEL_INDEX = wp.constant(wp.int64(-1))
 #: ``mindist`` value of a point that is already in the sample (below every real squared distance).
