@@ -46,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default="collision_avoidance.png", help="output picture")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.horizon, args.iterations = 24, 60
+    if args.quick:  # smaller sizes; flags given explicitly still win
+        parser.set_defaults(horizon=24, iterations=60)
+        args = parser.parse_args(argv)
 
     t0 = time.perf_counter()
     result = demos.run_collision_avoidance(

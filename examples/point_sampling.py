@@ -38,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smallest settings (for tests)")
     parser.add_argument("--out", default="point_sampling.png", help="output picture")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.num_surface, args.max_k, args.show_k = 3000, 128, 64
+    if args.quick:  # smaller sizes; flags given explicitly still win
+        parser.set_defaults(num_surface=3000, max_k=128, show_k=64)
+        args = parser.parse_args(argv)
 
     t0 = time.perf_counter()
     result = demos.run_point_sampling(
