@@ -13,7 +13,7 @@ import trimesh
 from reference import box_sdf_reference, collision_cost_reference, triangle_distance_reference
 
 import warpgeo
-from warpgeo import MeshWorld, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
+from warpgeo import MeshWorld, _interop, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
 from warpgeo import sdf as sdf_module
 
 # --------------------------------------------------------------------------------------------------------
@@ -600,3 +600,23 @@ def test_shapes(box_world_cpu):
     assert sphere_mesh_cost(torch.zeros(2, 0, 3, 4), w).shape == (2, 0, 3)
     assert swept_sphere_mesh_cost(torch.zeros(0, 3, 2, 4), w).shape == (0, 3, 2)
     assert signed_distance(torch.zeros(5, 2, 3), w).shape == (5, 2)
+
+
+def test_cpu_launch_split_among_threads_gives_the_same_answer(monkeypatch):
+    world = MeshWorld(scene_meshes(), poses=SCENE_POSES)
+    gen = torch.Generator().manual_seed(3)
+    spheres = torch.rand(3, 700, 4, generator=gen) * torch.tensor([1.4, 1.4, 0.8, 0.1])
+    spheres[..., :3] -= torch.tensor([0.7, 0.7, 0.1])
+    points = spheres[..., :3].clone()
+    results = []
+    for threshold in (1 << 60, 1):  # one launch, then one launch per torch thread
+        monkeypatch.setattr(_interop, "_MIN_SPLIT_WORK", threshold)
+        s = spheres.clone().requires_grad_()
+        p = points.clone().requires_grad_()
+        cost = sphere_mesh_cost(s, world, activation_distance=0.02)
+        dist = signed_distance(p, world)
+        (cost.sum() + dist.sum()).backward()
+        results.append((cost, dist, s.grad, p.grad))
+    assert results[0][0].gt(0).any(), "some spheres must collide for this test to mean anything"
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)

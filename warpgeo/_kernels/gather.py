@@ -60,7 +60,7 @@ def gather_rows(
     n = features.shape[2]
     length = idx.shape[1]
     zero = out.dtype(0)
-    l = int(0)  # noqa: RUF046 (a bare literal would be a constant to Warp, not a loop counter)
+    l = int(0)  # a bare literal would be a constant to Warp, not a loop counter
     while l + UNROLL <= length:
         for u in range(UNROLL):
             out[b, c, l + u] = _gather_one(features, b, c, idx[b, l + u], n, zero)
@@ -115,12 +115,12 @@ def scatter_add_rows(
     c = r % grad_features.shape[1]
     n = grad_features.shape[2]
     zero = grad_features.dtype(0)
-    i = int(0)  # noqa: RUF046 (a bare literal would be a constant to Warp, not a loop counter)
+    i = int(0)  # a bare literal would be a constant to Warp, not a loop counter
     while i < n:
         grad_features[b, c, i] = zero
         i += 1
     length = idx.shape[1]
-    l = int(0)  # noqa: RUF046 (a bare literal would be a constant to Warp, not a loop counter)
+    l = int(0)  # a bare literal would be a constant to Warp, not a loop counter
     while l + UNROLL <= length:
         for u in range(UNROLL):
             _add_one(grad_out, idx, grad_features, b, c, l + u, n)

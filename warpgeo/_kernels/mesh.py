@@ -121,15 +121,19 @@ def sphere_mesh_cost(
     compute_grad: int,
     cost: wp.array2d(dtype=Any),
     grad: wp.array2d(dtype=Any),
+    first: int,
 ):
     """Cost of sphere ``(b, s)``, summed over the enabled meshes of environment ``env_index[b]``.
 
     ``spheres[b, s] = (x, y, z, r)`` in the world frame; ``inv_poses[e, m]`` maps world to mesh ``m``'s
     frame; ``bounds[e, m] = (lower, upper)`` is the mesh's box in its own frame; ``params = (eta, weight)``.
     With ``phi = r + eta - d``: 0 for phi <= 0, phi^2 / (2 eta) up to eta, phi - eta / 2 above, times
-    weight. ``grad[b, s]`` (written when ``compute_grad``) is d cost / d (x, y, z, r).
+    weight. ``grad[b, s]`` (written when ``compute_grad``) is d cost / d (x, y, z, r). Thread ``t`` scores
+    sphere ``first + t`` of the flattened ``(B, S)`` grid (the host may split the grid into launches).
     """
-    bi, si = wp.tid()
+    flat = wp.tid() + first
+    bi = flat // spheres.shape[1]
+    si = flat % spheres.shape[1]
     sphere = spheres[bi, si]
     zero = type(sphere[0])(0.0)
     eta = params[0]
@@ -183,13 +187,17 @@ def signed_distance(
     compute_grad: int,
     dist: wp.array2d(dtype=Any),
     grad: wp.array2d(dtype=Any),
+    first: int,
 ):
     """Union signed distance of point ``(b, s)``: the minimum over the enabled meshes of its environment.
 
     ``far`` is written where no mesh is enabled (gradient 0). A mesh whose box is farther than the best
-    distance so far cannot hold the minimum (outside its box is outside the mesh) and is skipped.
+    distance so far cannot hold the minimum (outside its box is outside the mesh) and is skipped. Thread
+    ``t`` handles point ``first + t`` of the flattened ``(B, S)`` grid.
     """
-    bi, si = wp.tid()
+    flat = wp.tid() + first
+    bi = flat // points.shape[1]
+    si = flat % points.shape[1]
     p_world = points[bi, si]
     best = far
     best_n = type(p_world)()
