@@ -14,7 +14,6 @@ Every subcommand takes ``--device`` (``cpu``, ``cuda``, ``cuda:1``; CUDA when pr
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import warnings
@@ -410,19 +409,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _quiet_warp() -> None:
-    # warpgeo._interop sets `wp.config.quiet`, which Warp 1.19 no longer reads (it has `log_level`), so
-    # Warp would print its start-up banner into the command's output. Only when the user has not asked
-    # for Warp's messages and Warp is not initialised yet.
-    if os.environ.get("WARPGEO_VERBOSE"):
-        return
-    import warp as wp
-    from warp._src import context
-
-    if context.runtime is None and hasattr(wp, "LOG_WARNING"):
-        wp.config.log_level = max(wp.config.log_level, wp.LOG_WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the ``warpgeo`` command; returns the exit code (argparse exits with 2 on usage errors)."""
     args = build_parser().parse_args(argv)
@@ -430,7 +416,6 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, name):
             setattr(args, name, default)
     try:
-        _quiet_warp()
         return args.func(args)
     except CliError as exc:
         if args.debug:
