@@ -30,6 +30,72 @@ def _kernel_name(dtype: torch.dtype) -> str:
 # --------------------------------------------------------------------------------------------------------
 
 
+def _query(
+    table: dict,
+    x: torch.Tensor,
+    env_index: torch.Tensor,
+    world: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    options,
+    compute_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run one of the mesh-query kernels over ``x`` (B, S, 3 or 4): the launch both ops share.
+
+    ``world`` = (mesh_ids, inv_poses, bounds, enabled); ``options(dtype)`` gives the kernel's op-specific
+    arguments between the world tensors and ``compute_grad``. Returns the value (B, S) in ``x``'s dtype and
+    the gradient (B, S, D) in the compute dtype (an empty (0, 0, D) tensor unless ``compute_grad``).
+    """
+    mesh_ids, inv_poses, bounds, enabled = world
+    work = _interop.to_compute(x)
+    dtype = work.dtype
+    batch, count = x.shape[0], x.shape[1]
+    value = torch.empty(batch, count, dtype=dtype, device=x.device)
+    grad = _grad_buffer(work, compute_grad)
+    _interop.launch_rows(
+        table[_kernel_name(dtype)],
+        batch * count,
+        [
+            work,
+            env_index.to(torch.int32),
+            mesh_ids,
+            inv_poses.to(dtype).contiguous(),
+            bounds,
+            enabled,
+            *options(dtype),
+            int(compute_grad),
+            value,
+            grad,
+        ],
+        device=x.device,
+        work_per_row=_QUERY_WORK * mesh_ids.shape[1],
+    )
+    return value.to(x.dtype), grad
+
+
+def _fake_query(x: torch.Tensor, compute_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    dtype = _interop.compute_dtype(x.dtype)
+    rows = (x.shape[0], x.shape[1]) if compute_grad else (0, 0)
+    return x.new_empty(x.shape[:2]), x.new_empty(*rows, x.shape[-1], dtype=dtype)
+
+
+def _save_kernel_grad(ctx, inputs, output) -> None:
+    """setup_context of both ops: keep the gradient the forward kernel wrote (inputs[-1] = compute_grad)."""
+    ctx.compute_grad = inputs[-1]
+    ctx.dtype = inputs[0].dtype
+    ctx.save_for_backward(output[1])
+
+
+def _chain_kernel_grad(op_name: str, num_inputs: int):
+    """The backward of an op whose forward wrote d value / d input: scale it by the incoming gradient."""
+
+    def backward(ctx, grad_value, _grad_kernel_grad):
+        if not ctx.compute_grad:
+            raise RuntimeError(f"warpgeo::{op_name} was called with compute_grad=False: no gradient to chain")
+        (grad,) = ctx.saved_tensors
+        return ((grad_value[..., None] * grad).to(ctx.dtype),) + (None,) * (num_inputs - 1)
+
+    return backward
+
+
 @torch.library.custom_op("warpgeo::sphere_mesh_cost", mutates_args=())
 def _cost_op(
     spheres: torch.Tensor,
@@ -48,59 +114,19 @@ def _cost_op(
     _check_values(spheres, env_index, mesh_ids.shape[0], params)
     from ._kernels import mesh as kernels
 
-    device = spheres.device
-    work = _interop.to_compute(spheres)
-    dtype = work.dtype
-    batch, count = spheres.shape[0], spheres.shape[1]
-    cost = torch.empty(batch, count, dtype=dtype, device=device)
-    grad = _grad_buffer(work, compute_grad)
-    _interop.launch_rows(
-        kernels.SPHERE_MESH_COST[_kernel_name(dtype)],
-        batch * count,
-        [
-            work,
-            env_index.to(torch.int32),
-            mesh_ids,
-            inv_poses.to(dtype).contiguous(),
-            bounds,
-            enabled,
-            params.to(dtype).contiguous(),
-            float(max_distance),
-            int(winding),
-            _SURFACE_EPS[dtype],
-            int(compute_grad),
-            cost,
-            grad,
-        ],
-        device=device,
-        work_per_row=_QUERY_WORK * mesh_ids.shape[1],
-    )
-    return cost.to(spheres.dtype), grad
+    def options(dtype):
+        return [params.to(dtype).contiguous(), float(max_distance), int(winding), _SURFACE_EPS[dtype]]
+
+    world = (mesh_ids, inv_poses, bounds, enabled)
+    return _query(kernels.SPHERE_MESH_COST, spheres, env_index, world, options, compute_grad)
 
 
 @_cost_op.register_fake
 def _(spheres, env_index, mesh_ids, inv_poses, bounds, enabled, params, max_distance, winding, compute_grad):
-    dtype = _interop.compute_dtype(spheres.dtype)
-    rows = (spheres.shape[0], spheres.shape[1]) if compute_grad else (0, 0)
-    return spheres.new_empty(spheres.shape[:2]), spheres.new_empty(*rows, 4, dtype=dtype)
+    return _fake_query(spheres, compute_grad)
 
 
-def _cost_setup_context(ctx, inputs, output):
-    ctx.compute_grad = inputs[-1]
-    ctx.dtype = inputs[0].dtype
-    ctx.save_for_backward(output[1])
-
-
-def _cost_backward(ctx, grad_cost, grad_grad):
-    if not ctx.compute_grad:
-        raise RuntimeError(
-            "warpgeo::sphere_mesh_cost was called with compute_grad=False: no gradient to chain"
-        )
-    (grad,) = ctx.saved_tensors
-    return (grad_cost[..., None] * grad).to(ctx.dtype), None, None, None, None, None, None, None, None, None
-
-
-_cost_op.register_autograd(_cost_backward, setup_context=_cost_setup_context)
+_cost_op.register_autograd(_chain_kernel_grad("sphere_mesh_cost", 10), setup_context=_save_kernel_grad)
 
 
 @torch.library.custom_op("warpgeo::signed_distance", mutates_args=())
@@ -119,58 +145,19 @@ def _distance_op(
     _check_values(points, env_index, mesh_ids.shape[0], None)
     from ._kernels import mesh as kernels
 
-    device = points.device
-    work = _interop.to_compute(points)
-    dtype = work.dtype
-    batch, count = points.shape[0], points.shape[1]
-    dist = torch.empty(batch, count, dtype=dtype, device=device)
-    grad = _grad_buffer(work, compute_grad)
-    _interop.launch_rows(
-        kernels.SIGNED_DISTANCE[_kernel_name(dtype)],
-        batch * count,
-        [
-            work,
-            env_index.to(torch.int32),
-            mesh_ids,
-            inv_poses.to(dtype).contiguous(),
-            bounds,
-            enabled,
-            int(winding),
-            _SURFACE_EPS[dtype],
-            _NO_MESH_DISTANCE,
-            int(compute_grad),
-            dist,
-            grad,
-        ],
-        device=device,
-        work_per_row=_QUERY_WORK * mesh_ids.shape[1],
-    )
-    return dist.to(points.dtype), grad
+    def options(dtype):
+        return [int(winding), _SURFACE_EPS[dtype], _NO_MESH_DISTANCE]
+
+    world = (mesh_ids, inv_poses, bounds, enabled)
+    return _query(kernels.SIGNED_DISTANCE, points, env_index, world, options, compute_grad)
 
 
 @_distance_op.register_fake
 def _(points, env_index, mesh_ids, inv_poses, bounds, enabled, winding, compute_grad):
-    dtype = _interop.compute_dtype(points.dtype)
-    rows = (points.shape[0], points.shape[1]) if compute_grad else (0, 0)
-    return points.new_empty(points.shape[:2]), points.new_empty(*rows, 3, dtype=dtype)
+    return _fake_query(points, compute_grad)
 
 
-def _distance_setup_context(ctx, inputs, output):
-    ctx.compute_grad = inputs[-1]
-    ctx.dtype = inputs[0].dtype
-    ctx.save_for_backward(output[1])
-
-
-def _distance_backward(ctx, grad_dist, grad_grad):
-    if not ctx.compute_grad:
-        raise RuntimeError(
-            "warpgeo::signed_distance was called with compute_grad=False: no gradient to chain"
-        )
-    (grad,) = ctx.saved_tensors
-    return (grad_dist[..., None] * grad).to(ctx.dtype), None, None, None, None, None, None, None
-
-
-_distance_op.register_autograd(_distance_backward, setup_context=_distance_setup_context)
+_distance_op.register_autograd(_chain_kernel_grad("signed_distance", 8), setup_context=_save_kernel_grad)
 
 
 def _grad_buffer(work: torch.Tensor, compute_grad: bool) -> torch.Tensor:
