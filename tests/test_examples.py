@@ -105,3 +105,25 @@ def test_ddp_training(tmp_path):
     assert diff < 1e-4
     first, last = pointnet2_losses(out)
     assert last < first
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_commands_and_snippets():
+    """README keeps the two set-up commands CI and users run, and its Python snippets run as written."""
+    text = README.read_text()
+    assert "\npip install -e . && warpgeo demo\n" in text
+    assert '\npython3 -m pip install -q -e ".[test]" && python3 -m pytest -q\n' in text
+    assert (
+        "docs/collision_avoidance.png" in text
+        and (README.parent / "docs" / "collision_avoidance.png").is_file()
+    )
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 3
+    namespace: dict = {}
+    for block in blocks:  # one namespace, in order: later snippets may use `torch` from the first
+        exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["idx"].dtype.is_floating_point is False
+    sd = namespace["sd"]
+    assert abs(float(sd[0]) + 0.5) < 1e-4 and abs(float(sd[1]) - 1.0) < 1e-4

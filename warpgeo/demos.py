@@ -210,7 +210,9 @@ def run_collision_avoidance(
     return result
 
 
-def plot_collision_avoidance(result: CollisionAvoidanceResult, path: str | os.PathLike) -> str:
+def plot_collision_avoidance(
+    result: CollisionAvoidanceResult, path: str | os.PathLike, *, dpi: int = 110
+) -> str:
     """Write the before / after trajectories over the signed-distance slice z = 0, and the cost curve.
 
     Returns:
@@ -260,7 +262,7 @@ def plot_collision_avoidance(result: CollisionAvoidanceResult, path: str | os.Pa
     ax.set_title("objective", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     return os.fspath(path)
 
 
@@ -366,7 +368,7 @@ def run_point_sampling(
     return result
 
 
-def plot_point_sampling(result: PointSamplingResult, path: str | os.PathLike) -> str:
+def plot_point_sampling(result: PointSamplingResult, path: str | os.PathLike, *, dpi: int = 110) -> str:
     """Write FPS samples vs random samples on the surface, and coverage radius vs K.
 
     Returns:
@@ -401,7 +403,7 @@ def plot_point_sampling(result: PointSamplingResult, path: str | os.PathLike) ->
     ax.set_title("coverage radius vs K (lower is better)", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     return os.fspath(path)
 
 
