@@ -12,7 +12,7 @@ jump through an obstacle between two samples. The script prints the cost per ite
 result is collision-free (cost 0 with no margin, every waypoint clear of every mesh) and saves a picture:
 the signed-distance slice z = 0 with the trajectory before and after, and the cost curve.
 
-    python examples/collision_avoidance.py                       # ~10 s on 2 CPU cores
+    python examples/collision_avoidance.py                       # ~7 s on 2 CPU cores
     python examples/collision_avoidance.py --horizon 80 --iterations 400 --device cuda
     python examples/collision_avoidance.py --mesh bunny.obj      # add your own obstacle
 """

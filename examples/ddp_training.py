@@ -10,7 +10,7 @@ process computes on the whole batch (same initial weights) — it does, to float
 GroupNorm's statistics are per sample (BatchNorm's would differ between 1 and 2 processes). Then the
 processes train together; rank 0 prints the loss (averaged over ranks) and saves the loss curve.
 
-    python examples/ddp_training.py                        # 2 processes, ~40 s on 2 CPU cores
+    python examples/ddp_training.py                        # 2 processes, ~10 s on 2 CPU cores
     python examples/ddp_training.py --steps 500 --world-size 4
     torchrun is not needed: the script spawns its own processes.
 """

@@ -7,7 +7,7 @@ k picks (the farthest any surface sample is from its nearest pick), so one FPS c
 radius-vs-K curve. Random subsets are scored by brute force for comparison. The script prints the table
 and saves a picture: FPS samples, random samples, and coverage radius vs K.
 
-    python examples/point_sampling.py                            # ~5 s on 2 CPU cores
+    python examples/point_sampling.py                            # ~7 s on 2 CPU cores
     python examples/point_sampling.py --num-surface 200000 --max-k 8192 --device cuda
     python examples/point_sampling.py --mesh bunny.obj
 """

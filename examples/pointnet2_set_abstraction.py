@@ -19,8 +19,8 @@ linear classifier. ``--compile`` runs the model under ``torch.compile`` (warpgeo
 custom ops, so the graph has no breaks). The script prints the loss, the test accuracy, and saves a
 picture: one cloud with its FPS centres and one neighbourhood, and the loss curve.
 
-    python examples/pointnet2_set_abstraction.py                 # ~30 s on 2 CPU cores
-    python examples/pointnet2_set_abstraction.py --compile
+    python examples/pointnet2_set_abstraction.py                 # ~15 s on 2 CPU cores
+    python examples/pointnet2_set_abstraction.py --compile       # + 1-2 min of inductor compilation on a CPU
     python examples/pointnet2_set_abstraction.py --steps 2000 --num-points 1024 --batch-size 32 --device cuda
 """
 

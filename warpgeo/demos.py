@@ -49,8 +49,8 @@ def collision_scene(extra_mesh=None):
 
     Three trimesh primitives (a cylinder, a box turned 30° about z, a sphere) stand across the straight
     line from :data:`START` to :data:`GOAL`, each a little off the line so that the way around is clear.
-    ``extra_mesh`` (a trimesh or a path trimesh can load) is centred, scaled to 0.5 across and put on the
-    line too.
+    ``extra_mesh`` (a trimesh or a path trimesh can load) is centred, scaled to 0.5 across in x and y and
+    put on the line too.
 
     Returns:
         ``(meshes, poses)``: a list of ``trimesh.Trimesh`` and a list of 7-element poses (world-from-mesh,
@@ -68,7 +68,7 @@ def collision_scene(extra_mesh=None):
         mesh = extra_mesh if isinstance(extra_mesh, trimesh.Trimesh) else _load_mesh(extra_mesh)
         mesh = mesh.copy()
         mesh.apply_translation(-mesh.bounds.mean(axis=0))
-        mesh.apply_scale(0.5 / max(float(mesh.extents.max()), 1e-9))
+        mesh.apply_scale(0.5 / max(float(mesh.extents[:2].max()), 1e-9))  # 0.5 across in the x-y plane
         meshes.append(mesh)
         poses.append(_yaw_pose(1.45, 0.03, 0.0))
     return meshes, poses
