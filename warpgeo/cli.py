@@ -306,7 +306,10 @@ def cmd_sdf(args: argparse.Namespace) -> int:
     sign_method = args.sign_method
     if sign_method == "auto":
         sign_method = "ray" if mesh.is_watertight else "winding"
-    world = warpgeo.MeshWorld([mesh], device=str(device), sign_method=sign_method)
+    try:
+        world = warpgeo.MeshWorld([mesh], device=str(device), sign_method=sign_method)
+    except RuntimeError as exc:  # e.g. a Warp build without winding-number support
+        raise CliError(f"cannot use {args.mesh} with --sign-method {sign_method}: {_reason(exc)}") from exc
     flat = torch.as_tensor(points.reshape(-1, 3), dtype=torch.float32, device=device)
     parts = []
     chunks = flat.split(args.chunk)
