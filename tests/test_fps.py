@@ -225,6 +225,43 @@ def test_indices_are_not_differentiable_but_gathered_features_are(device):
     assert points.grad is None
 
 
+@pytest.mark.parametrize("block_dim", [1, 8])
+def test_cuda_block_kernel_agrees_on_the_cpu(block_dim):
+    """The one-block-per-cloud kernel CUDA runs, run here with Warp's CPU blocks (real lanes when
+    ``enable_cpu_blocks`` is on), on a cloud full of exact ties: the cross-lane arg-max must pick the same
+    (lowest) index as the serial CPU kernel."""
+    from warpgeo import _interop
+    from warpgeo._kernels import fps as kernels
+
+    wp = _interop.warp()
+    points = torch.randint(0, 4, (3, 300, 3)).float()
+    batch, n, k = 3, 300, 300
+    lengths = torch.tensor([300, 123, 7], dtype=torch.int32)
+    indices = torch.empty(batch, k, dtype=torch.int64)
+    distances = torch.empty(batch, k, dtype=torch.float64)
+    args = [
+        points,
+        lengths,
+        torch.full((batch,), k, dtype=torch.int32),
+        torch.tensor([0, 5, 6], dtype=torch.int32),
+        torch.empty(batch, n, dtype=torch.float64),
+        indices,
+        distances,
+    ]
+    previous = wp.config.enable_cpu_blocks
+    wp.config.enable_cpu_blocks = block_dim > 1
+    try:
+        kernel = kernels.FPS_BLOCK["float32"]
+        _interop.launch(kernel, [batch], args, device=torch.device("cpu"), tiled=True, block_dim=block_dim)
+    finally:
+        wp.config.enable_cpu_blocks = previous
+    expected, expected_dist = farthest_point_sampling(
+        points, k, lengths=lengths.long(), start_index=torch.tensor([0, 5, 6]), return_distances=True
+    )
+    assert torch.equal(indices, expected)
+    torch.testing.assert_close(distances.float(), expected_dist, equal_nan=True)
+
+
 def test_function_backward_returns_none(device):
     class Ctx:  # backward needs nothing from ctx: it must not touch it
         pass

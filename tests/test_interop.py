@@ -128,11 +128,6 @@ def test_launch_checks_argument_count_and_skips_empty_grids():
     from warpgeo._kernels import fps as kernels
 
     with pytest.raises(TypeError, match="takes 7 arguments"):
-        _interop.launch(kernels.farthest_point_sampling, [1], [torch.zeros(1)], device=torch.device("cpu"))
+        _interop.launch(kernels.FPS_BLOCK["float32"], [1], [torch.zeros(1)], device=torch.device("cpu"))
     # an empty grid launches nothing, whatever the arguments
-    _interop.launch(kernels.farthest_point_sampling, [0], [None] * 7, device=torch.device("cpu"))
-
-
-def test_block_dim():
-    assert _interop.block_dim_for(torch.device("cpu"), 256) == 1
-    assert _interop.block_dim_for(torch.device("cuda", 0), 256) == 256
+    _interop.launch(kernels.FPS_BLOCK["float32"], [0], [None] * 7, device=torch.device("cpu"))

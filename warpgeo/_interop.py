@@ -234,10 +234,5 @@ def launch_rows(
         job.result()
 
 
-def block_dim_for(device: torch.device, gpu_block_dim: int) -> int:
-    """Threads per block for a tiled launch: ``gpu_block_dim`` on CUDA, 1 on the CPU (Warp's CPU model)."""
-    return gpu_block_dim if torch.device(device).type == "cuda" else 1
-
-
 def is_half(dtype: torch.dtype) -> bool:
     return dtype in _HALF_DTYPES

@@ -35,22 +35,26 @@ def _fps_op(
     indices = torch.empty(batch, max_samples, dtype=torch.int64, device=device)
     distances = torch.empty(batch, max_samples, dtype=torch.float64, device=device)
     mindist = torch.empty(batch, n, dtype=torch.float64, device=device)
-    _interop.launch(
-        kernels.farthest_point_sampling,
-        [batch],
-        [
-            points.to(torch.float64).contiguous(),
-            lengths.to(torch.int32),
-            num_samples.to(torch.int32),
-            start.to(torch.int32),
-            mindist,
-            indices,
-            distances,
-        ],
-        device=device,
-        tiled=True,
-        block_dim=_interop.block_dim_for(device, _GPU_BLOCK_DIM),
-    )
+    work = _interop.to_compute(points)  # half -> float32; float32 and float64 are read as they are
+    precision = "float64" if work.dtype == torch.float64 else "float32"
+    args = [
+        work,
+        lengths.to(torch.int32),
+        num_samples.to(torch.int32),
+        start.to(torch.int32),
+        mindist,
+        indices,
+        distances,
+    ]
+    if device.type == "cuda":
+        _interop.launch(
+            kernels.FPS_BLOCK[precision], [batch], args, device=device, tiled=True, block_dim=_GPU_BLOCK_DIM
+        )
+    else:
+        # one thread per cloud; a batch is split among torch's threads
+        _interop.launch_rows(
+            kernels.FPS_SERIAL[precision], batch, args, device=device, work_per_row=n * max_samples
+        )
     return indices, distances.to(points.dtype)
 
 
