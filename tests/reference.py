@@ -69,7 +69,9 @@ def triangle_distance_reference(points, vertices, faces):
     in_face = inside_edge(a, b) & inside_edge(b, c) & inside_edge(c, a)
 
     def segment(u, v):
-        t = np.clip(np.einsum("pfk,pfk->pf", p - u, np.broadcast_to(v - u, proj.shape)) / ((v - u) ** 2).sum(-1), 0, 1)
+        t = np.clip(
+            np.einsum("pfk,pfk->pf", p - u, np.broadcast_to(v - u, proj.shape)) / ((v - u) ** 2).sum(-1), 0, 1
+        )
         return np.linalg.norm(p - (u + t[..., None] * (v - u)), axis=-1)
 
     edge = np.minimum(np.minimum(segment(a, b), segment(b, c)), segment(c, a))
