@@ -9,6 +9,8 @@ from . import _interop
 __all__ = ["FarthestPointSampling", "farthest_point_sampling"]
 
 _SENTINEL_INDEX = -1
+#: The kernels index points with int32.
+_MAX_POINTS = 2**31 - 1
 #: Threads per cloud on CUDA. Each thread owns N / 256 points; one arg-max over the block per sample.
 _GPU_BLOCK_DIM = 256
 
@@ -180,6 +182,8 @@ def farthest_point_sampling(
     device = points.device
     if n == 0:
         raise ValueError(f"points must hold at least one point; got shape {tuple(points.shape)}")
+    if n > _MAX_POINTS:
+        raise ValueError(f"points may hold at most {_MAX_POINTS} points per cloud; got N={n}")
 
     ks, max_samples = _per_cloud_samples(num_samples, batch, device)
     lengths_t = _per_cloud_tensor(lengths, "lengths", batch, device, default=n)
