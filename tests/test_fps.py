@@ -114,6 +114,18 @@ def test_greedy_invariants(cloud, k, start):
 # ---------------------------------------------------------------------------------------------------------
 
 
+def test_bucketed_cpu_kernel_on_a_grid_full_of_ties(device):
+    # large enough for the CPU's bucket-pruned kernel (N * K >= 2^22); 11^3 grid cells for 3000 points, so
+    # exact distance ties and duplicated points everywhere: the order must still be the reference's
+    points = torch.randint(-5, 6, (2, 3000, 3), dtype=torch.float64).to(device)
+    lengths = torch.tensor([3000, 2500], device=device)
+    got = farthest_point_sampling(
+        points, 3000, lengths=lengths, start_index=torch.tensor([17, 2499], device=device)
+    )
+    expected, _ = _reference_rows(points, 3000, starts=[17, 2499], lengths=lengths)
+    assert torch.equal(got.cpu(), expected)
+
+
 def test_collinear_points(device):
     points = torch.zeros(11, 3, device=device)
     points[:, 0] = torch.arange(11.0)

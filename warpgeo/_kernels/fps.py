@@ -1,8 +1,12 @@
 """Farthest point sampling.
 
-Two kernels share one per-step routine (:func:`scan`): on CUDA one block per cloud with a block-wide
-arg-max per step (:func:`fps_block`); on the CPU, where Warp runs a block as one thread, one thread per
-cloud with no tile operations (:func:`fps_serial`), so the host can split a batch among threads.
+Three kernels, one greedy order (the largest distance to the chosen set, ties to the lowest index):
+
+* :func:`fps_block` (CUDA): one block per cloud, a block-wide arg-max per step;
+* :func:`fps_serial` (CPU, small clouds): one thread per cloud scanning every point per step (Warp runs a
+  CPU block as one thread), so the host can split a batch among threads;
+* :func:`fps_buckets` (CPU, large clouds): the same, skipping buckets of nearby points that a new sample
+  cannot change (~10x fewer distance updates at N = 100k, K = 4096).
 
 ``points`` are ``vec3f`` or ``vec3d``; either way distances are computed in float64 (the difference of two
 float32 values is exact in float64), so every input dtype orders exactly and the order does not depend on
@@ -142,3 +146,100 @@ def fps_serial(
 _POINTS = {"float32": wp.array2d(dtype=wp.vec3f), "float64": wp.array2d(dtype=wp.vec3d)}
 FPS_BLOCK = {name: wp.overload(fps_block, {"points": arr}) for name, arr in _POINTS.items()}
 FPS_SERIAL = {name: wp.overload(fps_serial, {"points": arr}) for name, arr in _POINTS.items()}
+
+
+#: Points per bucket of the CPU kernel (consecutive points in Morton order: a small, tight box).
+BUCKET = wp.constant(64)
+
+
+@wp.func
+def before(d: wp.float64, i: wp.int32, best: wp.float64, best_i: wp.int32):
+    """Does candidate ``(d, i)`` beat ``(best, best_i)``: a larger distance, or an equal one at a lower index?"""
+    return d > best or (d == best and i < best_i)
+
+
+@wp.func
+def box_distance_sq(p: wp.vec3d, lo: wp.vec3d, hi: wp.vec3d):
+    """Squared distance from ``p`` to the box ``[lo, hi]``; never more than that of a point inside the box."""
+    q = wp.max(wp.max(lo - p, p - hi), wp.vec3d(0.0, 0.0, 0.0))
+    return wp.dot(q, q)
+
+
+@wp.kernel
+def fps_buckets(
+    points: wp.array2d(dtype=Any),
+    order: wp.array2d(dtype=wp.int32),
+    position: wp.array2d(dtype=wp.int32),
+    lengths: wp.array(dtype=wp.int32),
+    num_samples: wp.array(dtype=wp.int32),
+    start: wp.array(dtype=wp.int32),
+    mindist: wp.array2d(dtype=wp.float64),
+    bucket_lo: wp.array2d(dtype=wp.vec3d),
+    bucket_hi: wp.array2d(dtype=wp.vec3d),
+    bucket_max: wp.array2d(dtype=wp.float64),
+    bucket_arg: wp.array2d(dtype=wp.int32),
+    out_index: wp.array2d(dtype=wp.int64),
+    out_dist: wp.array2d(dtype=wp.float64),
+    first_cloud: int,
+):
+    """Greedy FPS of cloud ``first_cloud + tid`` by one thread, skipping buckets a new sample cannot change.
+
+    ``points[b]`` is the cloud in Morton order (``order[b, j]`` is the original index of sorted point ``j``,
+    ``position`` the inverse), cut into buckets of ``BUCKET`` consecutive points. A bucket keeps its box and
+    the largest distance to the chosen set among its points. When sample ``p`` is added, a bucket whose box
+    is at least that far from ``p`` cannot change (every point in it is at least as far from ``p`` as the box,
+    in float64 rounding too) and is skipped. The result is exactly the brute-force order: the largest
+    distance, ties to the lowest original index. (The QuickFPS idea, with Morton-order buckets.)
+    """
+    b = wp.tid() + first_cloud
+    n = lengths[b]
+    k = wp.min(num_samples[b], n)
+    begin_row(b, 0, 1, n, k, mindist, out_index, out_dist)
+    nb = (n + BUCKET - 1) // BUCKET
+    for kb in range(nb):
+        lo = wp.vec3d(points[b, kb * BUCKET])
+        hi = lo
+        for j in range(kb * BUCKET + 1, wp.min(n, kb * BUCKET + BUCKET)):
+            q = wp.vec3d(points[b, j])
+            lo = wp.min(lo, q)
+            hi = wp.max(hi, q)
+        bucket_lo[b, kb] = lo
+        bucket_hi[b, kb] = hi
+        bucket_max[b, kb] = FAR
+    cur = start[b]
+    best = wp.float64(wp.inf)
+    for s in range(k):
+        out_index[b, s] = wp.int64(cur)
+        out_dist[b, s] = wp.sqrt(best)
+        cur_pos = position[b, cur]
+        p = wp.vec3d(points[b, cur_pos])
+        best = CHOSEN
+        best_i = NO_POINT
+        for kb in range(nb):
+            if (
+                kb == cur_pos // BUCKET
+                or box_distance_sq(p, bucket_lo[b, kb], bucket_hi[b, kb]) < bucket_max[b, kb]
+            ):
+                top = CHOSEN
+                top_i = NO_POINT
+                for j in range(kb * BUCKET, wp.min(n, kb * BUCKET + BUCKET)):
+                    d = mindist[b, j]
+                    if d > CHOSEN:
+                        if j == cur_pos:
+                            d = CHOSEN
+                        else:
+                            q = wp.vec3d(points[b, j]) - p
+                            d = wp.min(d, wp.dot(q, q))
+                        mindist[b, j] = d
+                    if d > CHOSEN and before(d, order[b, j], top, top_i):
+                        top = d
+                        top_i = order[b, j]
+                bucket_max[b, kb] = top
+                bucket_arg[b, kb] = top_i
+            if before(bucket_max[b, kb], bucket_arg[b, kb], best, best_i):
+                best = bucket_max[b, kb]
+                best_i = bucket_arg[b, kb]
+        cur = best_i
+
+
+FPS_BUCKETS = {name: wp.overload(fps_buckets, {"points": arr}) for name, arr in _POINTS.items()}
