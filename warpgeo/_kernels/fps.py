@@ -50,6 +50,31 @@ def begin_row(
 
 
 @wp.func
+def fold(
+    points: wp.array2d(dtype=Any),
+    mindist: wp.array2d(dtype=wp.float64),
+    b: int,
+    i: int,
+    cur: int,
+    p: wp.vec3d,
+):
+    """Fold the new sample ``p`` (point ``cur``) into point ``i``'s squared distance to the chosen set.
+
+    Returns the updated distance; ``cur`` itself becomes ``CHOSEN`` (so it is never picked again, even where
+    duplicates of it remain), and chosen points stay ``CHOSEN``.
+    """
+    d = mindist[b, i]
+    if d > CHOSEN:
+        if i == cur:
+            d = CHOSEN
+        else:
+            q = wp.vec3d(points[b, i]) - p
+            d = wp.min(d, wp.dot(q, q))
+        mindist[b, i] = d
+    return d
+
+
+@wp.func
 def scan(
     points: wp.array2d(dtype=Any),
     mindist: wp.array2d(dtype=wp.float64),
@@ -62,21 +87,13 @@ def scan(
     """Fold point ``cur`` (just chosen) into this lane's points ``lane, lane + nthreads, ...`` of cloud ``b``.
 
     Returns the lane's candidate ``(squared distance, index)``: the largest distance to the chosen set, the
-    lowest index among equals. ``cur`` itself is marked ``CHOSEN`` so no index repeats, even among
-    duplicated points.
+    lowest index among equals.
     """
     p = wp.vec3d(points[b, cur])
     my_best = CHOSEN
     my_index = NO_POINT
     for i in range(lane, n, nthreads):
-        d = mindist[b, i]
-        if d > CHOSEN:
-            if i == cur:
-                d = CHOSEN
-            else:
-                q = wp.vec3d(points[b, i]) - p
-                d = wp.min(d, wp.dot(q, q))
-            mindist[b, i] = d
+        d = fold(points, mindist, b, i, cur, p)
         # i grows within a lane, so a strict '>' keeps the lowest index among equal distances
         if d > my_best:
             my_best = d
@@ -223,14 +240,7 @@ def fps_buckets(
                 top = CHOSEN
                 top_i = NO_POINT
                 for j in range(kb * BUCKET, wp.min(n, kb * BUCKET + BUCKET)):
-                    d = mindist[b, j]
-                    if d > CHOSEN:
-                        if j == cur_pos:
-                            d = CHOSEN
-                        else:
-                            q = wp.vec3d(points[b, j]) - p
-                            d = wp.min(d, wp.dot(q, q))
-                        mindist[b, j] = d
+                    d = fold(points, mindist, b, j, cur_pos, p)
                     if d > CHOSEN and before(d, order[b, j], top, top_i):
                         top = d
                         top_i = order[b, j]
