@@ -249,31 +249,23 @@ def farthest_point_sampling(
 
 
 def _per_cloud_samples(num_samples, batch: int, device: torch.device) -> tuple[torch.Tensor, int]:
-    if isinstance(num_samples, torch.Tensor):
-        _interop.check_index(num_samples, "num_samples")
-        if num_samples.dim() == 0:
-            num_samples = num_samples.reshape(1).expand(batch)
-        if tuple(num_samples.shape) != (batch,):
-            raise ValueError(
-                f"num_samples must be an int or a ({batch},) tensor; got {tuple(num_samples.shape)}"
-            )
-        if num_samples.device != device:
-            raise ValueError(
-                f"num_samples must be on the device of points ({device}); got {num_samples.device}"
-            )
-        max_samples = int(num_samples.max())
-        if max_samples <= 0 or int(num_samples.min()) <= 0:
-            raise ValueError(f"num_samples must be positive; got {num_samples.tolist()}")
-        return num_samples.to(torch.int64), max_samples
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
-        raise TypeError(f"num_samples must be an int or an integer tensor; got {type(num_samples).__name__}")
-    if num_samples <= 0:
-        raise ValueError(f"num_samples must be positive; got {num_samples}")
-    return torch.full((batch,), num_samples, dtype=torch.int64, device=device), num_samples
+    """Per-cloud K as a (B,) int64 tensor, and the largest K (read on the host for a tensor K)."""
+    ks = _per_cloud_tensor(num_samples, "num_samples", batch, device, default=None)
+    if isinstance(num_samples, int):
+        min_samples = max_samples = num_samples
+    else:  # one device-to-host transfer
+        min_samples, max_samples = torch.stack(torch.aminmax(ks)).tolist()
+    if min_samples <= 0:
+        shown = num_samples if isinstance(num_samples, int) else num_samples.tolist()
+        raise ValueError(f"num_samples must be positive; got {shown}")
+    return ks, max_samples
 
 
-def _per_cloud_tensor(value, name: str, batch: int, device: torch.device, *, default: int) -> torch.Tensor:
-    if value is None:
+def _per_cloud_tensor(
+    value, name: str, batch: int, device: torch.device, *, default: int | None
+) -> torch.Tensor:
+    """An int or an integer ``(B,)`` / 0-d tensor on ``device`` as a ``(B,)`` int64 tensor; None -> ``default``."""
+    if value is None and default is not None:
         value = default
     if isinstance(value, torch.Tensor):
         _interop.check_index(value, name)
