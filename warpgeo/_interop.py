@@ -38,15 +38,54 @@ def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
 def warp() -> Any:
     """Import and initialise Warp once, on first use, and return the ``warp`` module.
 
-    Warp's per-module "load" messages are silenced unless the user initialised Warp before us (then their
-    settings stand) or ``WARPGEO_VERBOSE=1`` is set.
+    Warp's per-module "load" messages are silenced, and so is its "Could not find or load the NVIDIA CUDA
+    driver" warning on a machine without the driver, unless the user initialised Warp before us (then
+    their settings stand) or ``WARPGEO_VERBOSE=1`` is set.
     """
     import warp as wp
     from warp._src import context
 
-    if context.runtime is None and not os.environ.get("WARPGEO_VERBOSE"):
-        wp.config.log_level = wp.LOG_WARNING
-    wp.init()
+    if context.runtime is not None or os.environ.get("WARPGEO_VERBOSE", "0") not in ("", "0"):
+        wp.init()
+        return wp
+    wp.config.log_level = wp.LOG_WARNING
+
+    import ctypes
+    import sys
+    import tempfile
+
+    # Warp's native init dlopens the CUDA driver exactly so and, failing, fprintf's its warning to the C
+    # stderr (warp/native/cuda_util.cpp, init_cuda_driver); no Warp setting turns that off. Only where the
+    # driver does not load, fd 2 goes to a temporary file for the length of wp.init() and every other line
+    # written meanwhile is passed on afterwards.
+    driver = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so", "libcuda.so.1")
+    has_driver = sys.platform == "darwin"  # macOS builds of Warp have no CUDA, hence no warning
+    for name in driver:
+        try:
+            ctypes.CDLL(name)
+            has_driver = True
+            break
+        except OSError:
+            pass
+    try:
+        saved = None if has_driver else os.dup(2)
+    except OSError:  # no stderr to filter
+        saved = None
+    if saved is None:
+        wp.init()
+        return wp
+    with tempfile.TemporaryFile() as captured:
+        sys.stderr.flush()
+        os.dup2(captured.fileno(), 2)
+        try:
+            wp.init()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(s for s in lines if "load the NVIDIA CUDA driver" not in s))
     return wp
 
 
