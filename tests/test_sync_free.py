@@ -1,0 +1,585 @@
+"""With value checks off, no op and no MeshWorld update reads a device value on the host.
+
+A host read is what stalls the CUDA pipeline and what is illegal while a CUDA graph is being captured. This
+machine has no GPU, so "no host read" is proven on the CPU by :func:`no_host_reads`, which fails on every
+way a tensor's values can reach Python:
+
+* a ``TorchDispatchMode`` that fails on ops whose *output* depends on tensor values on the host:
+  ``aten._local_scalar_dense`` (what ``.item()``, ``bool()``, ``float()``, ``int()``, ``operator.index``
+  dispatch to), every op tagged ``data_dependent_output`` (``torch.equal``, ``allclose``, ...), every op
+  tagged ``dynamic_output_shape`` (``nonzero``, ``unique``, boolean-mask indexing: their output size is
+  read on the host), and copies from a CUDA tensor to the CPU. The mode also runs the Python bodies of
+  custom ops (``torch.library.custom_op``) under itself, so it sees inside warpgeo's own ops;
+* patched ``Tensor`` methods that read values without going through the dispatcher (checked in
+  ``test_harness_catches``): ``tolist``, ``numpy``, ``__array__``, ``cpu``, ``__repr__``, and ``item`` /
+  ``__bool__`` / ``__float__`` / ``__int__`` / ``__index__`` / ``__complex__`` as well (they dispatch,
+  but a patch also catches them in threads the mode does not reach);
+* patched Warp host reads and waits: ``wp.array.numpy`` / ``list`` / ``__array__`` and
+  ``wp.synchronize*``;
+* on CUDA, ``torch.cuda.set_sync_debug_mode("error")`` on top (every synchronising CUDA call raises).
+
+Each op runs once before the instrumented call: the first call loads (compiles) Warp modules, which is
+allowed to wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import operator
+import threading
+
+import numpy as np
+import pytest
+import torch
+import trimesh
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import warpgeo
+
+
+class HostReadError(AssertionError):
+    """An instrumented call read a tensor value on the host (or waited on the device)."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# the harness
+# --------------------------------------------------------------------------------------------------------
+
+#: torch.Tensor attributes that hand values to Python. Those marked False bypass the dispatcher (checked by
+#: test_harness_catches, which also runs with the dispatch mode alone).
+_TENSOR_READS = (
+    "item",
+    "tolist",
+    "numpy",
+    "__array__",
+    "cpu",
+    "__repr__",
+    "__bool__",
+    "__float__",
+    "__int__",
+    "__index__",
+    "__complex__",
+)
+_WARP_ARRAY_READS = ("numpy", "list", "__array__")
+_WARP_WAITS = ("synchronize", "synchronize_device", "synchronize_stream", "synchronize_event")
+_MISSING = object()
+
+
+def _has_bool_index(args) -> bool:
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices or ())
+
+
+def _reads_host(func, args, kwargs) -> str | None:
+    """Why ``func(*args, **kwargs)`` reads device values on the host, or None."""
+    if func is torch.ops.aten._local_scalar_dense.default:
+        return "a tensor value read as a Python scalar (.item(), bool(), float(), int(), indexing)"
+    tags = set(func.tags)
+    if torch.Tag.data_dependent_output in tags:
+        return "an op whose Python result depends on tensor values"
+    if torch.Tag.dynamic_output_shape in tags:
+        packet = func.overloadpacket
+        indexing = (torch.ops.aten.index, torch.ops.aten.index_put, torch.ops.aten._index_put_impl_)
+        if packet in indexing and not _has_bool_index(args):
+            return None  # integer (advanced) indexing: the output size is the index's size
+        if packet is torch.ops.aten.repeat_interleave and kwargs.get("output_size") is not None:
+            return None
+        return "an op whose output size depends on tensor values (read on the host)"
+    if func.overloadpacket in (torch.ops.aten._to_copy, torch.ops.aten.copy_):
+        src = args[1] if func.overloadpacket is torch.ops.aten.copy_ else args[0]
+        dst_device = (
+            args[0].device
+            if func.overloadpacket is torch.ops.aten.copy_
+            else torch.device(kwargs.get("device") or src.device)
+        )
+        if isinstance(src, torch.Tensor) and src.device.type == "cuda" and dst_device.type == "cpu":
+            return "a copy from the device to the host"
+    return None
+
+
+def _python_body(func, args, kwargs):
+    """The Python implementation of a ``torch.library.custom_op`` for these arguments, or None."""
+    from torch._library import custom_ops
+
+    opdef = custom_ops.OPDEFS.get(func._schema.name)
+    if opdef is None:
+        return None
+    devices = {a.device.type for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor)}
+    device = next(iter(devices)) if len(devices) == 1 else None
+    fns = opdef._backend_fns
+    return fns.get(device) or fns.get(None) or opdef._init_fn
+
+
+class _HostReadMode(TorchDispatchMode):
+    def __init__(self, harness: _Harness):
+        super().__init__()
+        self.harness = harness
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        why = _reads_host(func, args, kwargs)
+        if why is not None:
+            self.harness.fail(f"{func}: {why}")
+        if func.namespace not in ("aten", "prims", "prim", "_c10d_functional", "c10d"):
+            body = _python_body(func, args, kwargs)
+            if body is not None:
+                # The mode is switched off while it handles an op; switch it back on for the op's body,
+                # so that what a warpgeo custom op does inside is seen too.
+                with self:
+                    return body(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+class _Harness:
+    def __init__(self):
+        self.reads: list[str] = []
+        self._lock = threading.Lock()
+
+    def fail(self, what: str) -> None:
+        with self._lock:
+            self.reads.append(what)
+        raise HostReadError(f"host read during an instrumented call: {what}")
+
+
+def _patch(stack: contextlib.ExitStack, owner, name: str, replacement) -> None:
+    before = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name)
+    setattr(owner, name, replacement)
+
+    def restore():
+        if before is _MISSING:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, before)
+
+    stack.callback(restore)
+
+
+def _refusing(harness: _Harness, what: str):
+    def refuse(*args, **kwargs):
+        harness.fail(what)
+
+    return refuse
+
+
+@contextlib.contextmanager
+def no_host_reads(*, dispatch: bool = True, patches: bool = True, cuda_sync_debug: bool = True):
+    """Raise :class:`HostReadError` on any host read inside the block (see the module docstring).
+
+    Also fails at the end of the block if a read happened whose error was swallowed on the way out.
+    ``dispatch`` / ``patches`` switch the two layers separately (for the harness's own tests).
+    """
+    import warp as wp
+
+    harness = _Harness()
+    with contextlib.ExitStack() as stack:
+        if patches:
+            for name in _TENSOR_READS:
+                _patch(stack, torch.Tensor, name, _refusing(harness, f"torch.Tensor.{name}"))
+            for name in _WARP_ARRAY_READS:
+                _patch(stack, wp.array, name, _refusing(harness, f"warp.array.{name}"))
+            for name in _WARP_WAITS:
+                _patch(stack, wp, name, _refusing(harness, f"warp.{name}"))
+        if cuda_sync_debug and torch.cuda.is_available():
+            previous = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("error")
+            stack.callback(torch.cuda.set_sync_debug_mode, previous)
+        if dispatch:
+            stack.enter_context(_HostReadMode(harness))
+        yield harness
+    if harness.reads:
+        raise HostReadError(f"host reads during an instrumented call: {harness.reads}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# the harness can fail
+# --------------------------------------------------------------------------------------------------------
+
+
+def _warp_array_numpy():
+    import warp as wp
+
+    return wp.zeros(3, dtype=wp.float32, device="cpu").numpy()
+
+
+def _warp_synchronize():
+    import warp as wp
+
+    wp.synchronize()
+
+
+_T = torch.tensor([1.5, -2.0, 0.0])
+_READS = {
+    "item": lambda: _T[0].item(),
+    "bool": lambda: bool(_T[0]),
+    "if tensor": lambda: 1 if (_T > 0).any() else 0,
+    "float": lambda: float(_T[0]),
+    "int": lambda: int(_T[0]),
+    "operator.index": lambda: operator.index(_T[0].long()),
+    "list index": lambda: [0, 1, 2][_T[2].long()],
+    "f-string of a 0-d tensor": lambda: f"{_T.sum():.3f}",
+    "f-string of a tensor": lambda: f"{_T}",
+    "tolist": lambda: _T.tolist(),
+    "numpy": lambda: _T.numpy(),
+    "np.asarray": lambda: np.asarray(_T),
+    "cpu": lambda: _T.cpu(),
+    "torch.equal": lambda: torch.equal(_T, _T),
+    "torch.allclose": lambda: torch.allclose(_T, _T),
+    "nonzero": lambda: _T.nonzero(),
+    "boolean mask": lambda: _T[_T > 0],
+    "unique": lambda: _T.unique(),
+    "warp.array.numpy": _warp_array_numpy,
+    "warp.synchronize": _warp_synchronize,
+}
+#: reads that only the patches see (the dispatcher never hears of them)
+_BYPASS_DISPATCH = {
+    "tolist",
+    "numpy",
+    "np.asarray",
+    "cpu",
+    "f-string of a tensor",
+    "warp.array.numpy",
+    "warp.synchronize",
+}
+
+
+@pytest.mark.parametrize("name", list(_READS))
+def test_harness_catches(name):
+    """Every kind of host read fails the harness; the dispatch layer alone catches all but the documented
+    bypasses (test_dispatch_bypasses_are_real shows those need the patches)."""
+    with pytest.raises(HostReadError), no_host_reads():
+        _READS[name]()
+    if name not in _BYPASS_DISPATCH:
+        with pytest.raises(HostReadError), no_host_reads(patches=False):
+            _READS[name]()
+
+
+@pytest.mark.parametrize("name", sorted(_BYPASS_DISPATCH - {"warp.array.numpy", "warp.synchronize"}))
+def test_dispatch_bypasses_are_real(name):
+    """The reads the patches exist for really do bypass the dispatcher (else the patch would be moot)."""
+    with no_host_reads(patches=False):
+        _READS[name]()
+
+
+def test_harness_allows_device_only_work():
+    """Integer indexing, gathers, reductions to tensors, creation and shape queries read nothing."""
+    x = torch.randn(4, 5)
+    idx = torch.tensor([3, 0, 1])
+    with no_host_reads():
+        y = x[idx] + x[:, idx].sum(dim=0, keepdim=True).T[:3]
+        z = torch.gather(x, 1, idx[None].expand(4, -1)).amax(dim=1)
+        w = torch.where(z > 0, z, torch.zeros_like(z)).to(torch.float64)
+        torch.full((3,), 2, dtype=torch.int64).repeat_interleave(2)
+        assert y.shape == (3, 5) and w.shape == (4,) and x.numel() == 20
+
+
+@torch.library.custom_op("warpgeo_test_sync::equal_inside", mutates_args=())
+def _equal_inside(x: torch.Tensor) -> torch.Tensor:
+    # torch.equal reaches only the dispatcher; the harness must see it inside a custom op's body
+    return x * 2 if torch.equal(x, x.abs()) else x * 3
+
+
+@_equal_inside.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_harness_sees_inside_custom_ops():
+    x = torch.randn(3)
+    with pytest.raises(HostReadError), no_host_reads(patches=False):
+        _equal_inside(x)
+
+
+class _ReadsInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2 if bool(grad.isfinite().all()) else grad
+
+
+def test_harness_sees_backward():
+    x = torch.randn(3, requires_grad=True)
+    y = _ReadsInBackward.apply(x).sum()
+    with pytest.raises(HostReadError), no_host_reads():
+        y.backward()
+
+
+def test_harness_reports_swallowed_reads():
+    """A read whose error some code swallows still fails the block."""
+    with (
+        pytest.raises(HostReadError, match="host reads during"),
+        no_host_reads(),
+        contextlib.suppress(HostReadError),
+    ):
+        _T.tolist()
+
+
+def test_harness_restores_everything():
+    before = {name: torch.Tensor.__dict__.get(name, _MISSING) for name in _TENSOR_READS}
+    with no_host_reads():
+        pass
+    assert {name: torch.Tensor.__dict__.get(name, _MISSING) for name in _TENSOR_READS} == before
+    assert _T.tolist() == [1.5, -2.0, 0.0] and bool(_T[0]) and f"{_T[0]:.1f}" == "1.5"
+
+
+# --------------------------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------------------------
+
+
+def _world(device) -> warpgeo.MeshWorld:
+    box = trimesh.creation.box((0.4, 0.4, 0.4))
+    ball = trimesh.creation.icosphere(subdivisions=2, radius=0.2)
+    poses = [[[0.0, 0.0, 0.0, 1, 0, 0, 0], [0.5, 0.0, 0.0, 1, 0, 0, 0]], [[0.0, 0.3, 0.0, 1, 0, 0, 0]]]
+    return warpgeo.MeshWorld.from_envs([[box, ball], [box]], poses=poses, device=device)
+
+
+def _spheres(shape, device, *, seed=0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    centres = torch.rand(*shape, 3, generator=gen) - 0.5
+    radii = 0.02 + 0.05 * torch.rand(*shape, 1, generator=gen)
+    return torch.cat([centres, radii], dim=-1).to(device)
+
+
+def _run_forward_backward(fn, leaves):
+    out = fn()
+    outs = out if isinstance(out, tuple) else (out,)
+    loss = sum(
+        (o.float() * torch.linspace(0.5, 1.5, o.numel(), device=o.device).view(o.shape)).sum() for o in outs
+    )
+    if loss.requires_grad:
+        loss.backward()
+    for leaf in leaves:
+        assert leaf.grad is not None, "the op passed no gradient back"
+        leaf.grad = None
+
+
+def _assert_sync_free(fn, leaves=()):
+    """``fn`` forward (and backward, if it needs a gradient) with value checks off makes no host read."""
+    with warpgeo.value_checks(False):
+        _run_forward_backward(fn, leaves)  # warm-up: loads Warp modules
+        out = fn()
+        outs = out if isinstance(out, tuple) else (out,)
+        weights = [torch.linspace(0.5, 1.5, o.numel(), device=o.device).view(o.shape) for o in outs]
+        with no_host_reads():
+            out = fn()
+            outs = out if isinstance(out, tuple) else (out,)
+            loss = sum((o.float() * w).sum() for o, w in zip(outs, weights, strict=True))
+            if leaves:
+                loss.backward()
+    for leaf in leaves:
+        assert leaf.grad is not None, "the op passed no gradient back"
+
+
+# --------------------------------------------------------------------------------------------------------
+# every op, checks off: no host read
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["int", "list"])
+def test_fps(device, form):
+    points = torch.rand(3, 200, 3, device=device)
+    lengths = torch.tensor([200, 150, 7], device=device)
+    k = 16 if form == "int" else [16, 4, 9]
+    _assert_sync_free(lambda: warpgeo.farthest_point_sampling(points, k, lengths=lengths))
+    _assert_sync_free(lambda: warpgeo.farthest_point_sampling(points, k, return_distances=True))
+    starts = torch.tensor([3, 0, 5], device=device)
+    _assert_sync_free(lambda: warpgeo.farthest_point_sampling(points, k, start_index=starts))
+
+
+def test_fps_tensor_num_samples_reads_once(device):
+    """A tensor K needs its maximum on the host (the output's shape): one read, by design."""
+    points = torch.rand(2, 100, 3, device=device)
+    ks = torch.tensor([5, 9], device=device)
+    with warpgeo.value_checks(False):
+        warpgeo.farthest_point_sampling(points, ks)
+        with pytest.raises(HostReadError), no_host_reads() as harness:
+            warpgeo.farthest_point_sampling(points, ks)
+    assert len(harness.reads) == 1, harness.reads
+
+
+@pytest.mark.parametrize("shape", ["plain", "grouped"])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_gather(device, shape, deterministic):
+    features = torch.randn(2, 5, 40, device=device, requires_grad=True)
+    idx_shape = (2, 12) if shape == "plain" else (2, 6, 4)
+    idx = torch.randint(-1, 40, idx_shape, device=device)
+    _assert_sync_free(
+        lambda: warpgeo.gather_points(features, idx, deterministic=deterministic), leaves=[features]
+    )
+    _assert_sync_free(lambda: warpgeo.gather_points(features, idx.int()), leaves=[features])
+
+
+def test_gather_weighted(device):
+    if "weight" not in inspect.signature(warpgeo.gather_points).parameters:
+        pytest.skip("gather_points(..., weight=) is not implemented yet")
+    features = torch.randn(2, 5, 40, device=device, requires_grad=True)
+    idx = torch.randint(-1, 40, (2, 6, 3), device=device)
+    weight = torch.rand(2, 6, 3, device=device, requires_grad=True)
+    _assert_sync_free(lambda: warpgeo.gather_points(features, idx, weight=weight), leaves=[features, weight])
+
+
+def test_sphere_mesh_cost(device):
+    world = _world(device)
+    spheres = _spheres((2, 3, 50), device).requires_grad_(True)
+    env = torch.tensor([1, 0], device=device)
+    eta = torch.tensor(0.05, device=device)
+    _assert_sync_free(
+        lambda: warpgeo.sphere_mesh_cost(spheres, world, activation_distance=0.05, weight=2.0),
+        leaves=[spheres],
+    )
+    _assert_sync_free(
+        lambda: warpgeo.sphere_mesh_cost(
+            spheres, world, activation_distance=eta, env_index=env, max_distance=0.1
+        ),
+        leaves=[spheres],
+    )
+
+
+def test_swept_sphere_mesh_cost(device):
+    world = _world(device)
+    spheres = _spheres((2, 4, 30), device).requires_grad_(True)
+    env = torch.tensor([0, 1], device=device)
+    _assert_sync_free(
+        lambda: warpgeo.swept_sphere_mesh_cost(
+            spheres, world, sweep_steps=3, activation_distance=0.02, env_index=env
+        ),
+        leaves=[spheres],
+    )
+
+
+def test_signed_distance(device):
+    world = _world(device)
+    points = _spheres((2, 64), device)[..., :3].contiguous().requires_grad_(True)
+    env = torch.tensor([1, 0], device=device)
+    _assert_sync_free(lambda: warpgeo.signed_distance(points, world, env_index=env), leaves=[points])
+
+
+def test_knn(device):
+    if not hasattr(warpgeo, "knn"):
+        pytest.skip("warpgeo.knn is not implemented yet")
+    queries = torch.rand(2, 20, 3, device=device, requires_grad=True)
+    points = torch.rand(2, 50, 3, device=device, requires_grad=True)
+    lengths = torch.tensor([50, 31], device=device)
+    _assert_sync_free(
+        lambda: tuple(warpgeo.knn(queries, points, 4, point_lengths=lengths)), leaves=[queries, points]
+    )
+
+
+def test_ball_query(device):
+    if not hasattr(warpgeo, "ball_query"):
+        pytest.skip("warpgeo.ball_query is not implemented yet")
+    queries = torch.rand(2, 20, 3, device=device)
+    points = torch.rand(2, 50, 3, device=device)
+    lengths = torch.tensor([20, 11], device=device)
+    _assert_sync_free(lambda: warpgeo.ball_query(queries, points, 0.2, 8, query_lengths=lengths))
+
+
+def test_world_updates(device):
+    world = _world(device)
+    poses = world.poses.clone()
+    poses[0, 1, :3] += torch.tensor([0.1, 0.0, 0.0], dtype=poses.dtype, device=device)
+    mask = torch.tensor([[True, False], [True, False]], device=device)
+    with warpgeo.value_checks(False):
+        world.set_poses(poses)
+        world.set_enabled(mask)
+        with no_host_reads():
+            world.set_poses(poses)
+            world.set_poses(poses[:, :, :].float())
+            world.set_enabled(mask)
+            world.set_enabled(mask.int())
+    torch.testing.assert_close(world.poses, poses)
+    assert world.enabled.tolist() == [[True, False], [True, False]]
+
+
+# --------------------------------------------------------------------------------------------------------
+# checks on: the documented errors, and the reads that make them
+# --------------------------------------------------------------------------------------------------------
+
+
+def _bad_calls(device):
+    world = _world(device)
+    points = torch.rand(2, 30, 3, device=device)
+    nan_points = points.clone()
+    nan_points[1, 4, 2] = float("nan")
+    features = torch.randn(2, 3, 10, device=device)
+    spheres = _spheres((2, 5), device)
+    nan_spheres = spheres.clone()
+    nan_spheres[0, 1, 0] = float("inf")
+    bad_pose = world.poses.clone()
+    bad_pose[0, 0, 3:] = torch.tensor([2.0, 0.0, 0.0, 0.0], dtype=bad_pose.dtype, device=device)
+    return {
+        "fps NaN points": (ValueError, lambda: warpgeo.farthest_point_sampling(nan_points, 4)),
+        "fps lengths > N": (
+            ValueError,
+            lambda: warpgeo.farthest_point_sampling(points, 4, lengths=torch.tensor([30, 31], device=device)),
+        ),
+        "gather idx >= N": (
+            IndexError,
+            lambda: warpgeo.gather_points(features, torch.tensor([[0, 10], [1, 2]], device=device)),
+        ),
+        "gather idx < -1": (
+            IndexError,
+            lambda: warpgeo.gather_points(features, torch.tensor([[0, 1], [-2, 2]], device=device)),
+        ),
+        "cost inf spheres": (ValueError, lambda: warpgeo.sphere_mesh_cost(nan_spheres, world)),
+        "cost env_index": (
+            IndexError,
+            lambda: warpgeo.sphere_mesh_cost(spheres, world, env_index=torch.tensor([0, 2], device=device)),
+        ),
+        "swept inf spheres": (ValueError, lambda: warpgeo.swept_sphere_mesh_cost(nan_spheres[None], world)),
+        "signed_distance NaN": (ValueError, lambda: warpgeo.signed_distance(nan_points, world)),
+        "set_poses quaternion": (ValueError, lambda: world.set_poses(bad_pose)),
+    }
+
+
+_BAD_CALLS = [
+    "fps NaN points",
+    "fps lengths > N",
+    "gather idx >= N",
+    "gather idx < -1",
+    "cost inf spheres",
+    "cost env_index",
+    "swept inf spheres",
+    "signed_distance NaN",
+    "set_poses quaternion",
+]
+
+
+@pytest.mark.parametrize("case", _BAD_CALLS)
+def test_checks_on_raise(device, case):
+    """Checks on (explicitly, and by default after a checks-off block) raise the documented errors."""
+    error, call = _bad_calls(device)[case]
+    with warpgeo.value_checks(True), pytest.raises(error):
+        call()
+    with warpgeo.value_checks(False):
+        pass
+    with pytest.raises(error):
+        call()
+
+
+@pytest.mark.parametrize("case", _BAD_CALLS)
+def test_checks_on_read_the_host(device, case):
+    """The value checks are what the harness catches: with checks on, the same calls read the host before
+    they fail (so the checks-off tests above would notice a check left on)."""
+    _error, call = _bad_calls(device)[case]
+    with warpgeo.value_checks(True), pytest.raises(HostReadError), no_host_reads():
+        call()
+
+
+def test_set_value_checks(device):
+    features = torch.randn(1, 2, 5, device=device)
+    idx = torch.tensor([[0, 4]], device=device)
+    warpgeo.gather_points(features, idx)  # warm-up
+    try:
+        warpgeo.set_value_checks(False)
+        with no_host_reads():
+            warpgeo.gather_points(features, idx)
+        warpgeo.set_value_checks(True)
+        with pytest.raises(HostReadError), no_host_reads():
+            warpgeo.gather_points(features, idx)
+    finally:
+        warpgeo.set_value_checks(True)
