@@ -251,20 +251,20 @@ def test_cuda_block_kernel_agrees_on_the_cpu(block_dim):
     lengths = torch.tensor([300, 123, 7], dtype=torch.int32)
     indices = torch.empty(batch, k, dtype=torch.int64)
     distances = torch.empty(batch, k, dtype=torch.float64)
-    args = [
-        points,
-        lengths,
-        torch.full((batch,), k, dtype=torch.int32),
-        torch.tensor([0, 5, 6], dtype=torch.int32),
-        torch.empty(batch, n, dtype=torch.float64),
-        indices,
-        distances,
-    ]
+    args = {
+        "points": points,
+        "lengths": lengths.long(),
+        "num_samples": torch.full((batch,), k, dtype=torch.int64),
+        "start": torch.tensor([0, 5, 6]),
+        "mindist": torch.empty(batch, n, dtype=torch.float64),
+        "out_index": indices,
+        "out_dist": distances,
+    }
     previous = wp.config.enable_cpu_blocks
     wp.config.enable_cpu_blocks = block_dim > 1
     try:
         kernel = kernels.FPS_BLOCK["float32"]
-        _interop.launch(kernel, [batch], args, device=torch.device("cpu"), tiled=True, block_dim=block_dim)
+        _interop.launch(kernel, [batch], device=torch.device("cpu"), tiled=True, block_dim=block_dim, **args)
     finally:
         wp.config.enable_cpu_blocks = previous
     expected, expected_dist = farthest_point_sampling(
@@ -336,7 +336,7 @@ def test_opcheck(device):
         ({"num_samples": -3}, ValueError, "num_samples"),
         ({"num_samples": 2.5}, TypeError, "num_samples"),
         ({"num_samples": torch.tensor([3, 4, 5])}, ValueError, "num_samples"),
-        ({"num_samples": torch.tensor([3, 0])}, ValueError, "num_samples"),
+        ({"num_samples": torch.tensor([3, -1])}, ValueError, "num_samples"),
         ({"num_samples": torch.tensor([3.0, 4.0])}, TypeError, "num_samples"),
         ({"lengths": torch.tensor([11, 5])}, ValueError, "lengths"),
         ({"lengths": torch.tensor([-1, 5])}, ValueError, "lengths"),

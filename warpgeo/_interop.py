@@ -2,21 +2,28 @@
 
 Everything that crosses the torch <-> Warp boundary goes through here:
 
-* lazy initialisation of Warp (importing :mod:`warpgeo` does no work);
+* lazy initialisation of Warp and of the kernel modules (:func:`kernels`; importing :mod:`warpgeo` does
+  no work);
 * torch device -> Warp device (``cuda:1`` stays ``cuda:1``) and torch's *current* CUDA stream;
-* the dtype table (which floating dtypes an op accepts and in which precision it computes);
-* zero-copy wrapping of tensors as Warp arrays, with ``(..., 3)`` tensors viewed as ``vec3`` arrays;
-* :func:`launch`, the single launch helper every op uses.
+* the dtype table (which floating dtypes an op accepts, in which precision it computes, and the kernel
+  overload for a dtype: :func:`overload`);
+* the value-check switch (:func:`value_checks`, :func:`set_value_checks`, :func:`checking_values`);
+* :func:`launch` and :func:`launch_rows`, the launch helpers every op uses. They bind arguments by the
+  kernel's own parameter names and wrap tensors zero-copy as the array type each parameter declares.
 
 Kernels (``warpgeo._kernels``) import Warp only; op modules import torch and this module.
+
+Adding an op: see CONTRIBUTING.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import itertools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,8 +33,8 @@ import torch
 FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 #: Integer dtypes accepted for index inputs (outputs are always int64).
 INDEX_DTYPES: tuple[torch.dtype, ...] = (torch.int32, torch.int64)
-
-_HALF_DTYPES = (torch.float16, torch.bfloat16)
+#: Warp arrays hold int32 shapes and int32 *byte* strides: no dimension and no stride may reach this.
+INT32_LIMIT = 2**31
 
 
 def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
@@ -83,15 +90,70 @@ def warp() -> Any:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
-            captured.seek(0)
-            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
-            sys.stderr.write("".join(s for s in lines if "load the NVIDIA CUDA driver" not in s))
+        captured.seek(0)
+        lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+    rest = "".join(line for line in lines if "Could not find or load the NVIDIA CUDA driver" not in line)
+    if rest:
+        sys.stderr.write(rest)
     return wp
+
+
+@functools.cache
+def kernels(name: str) -> Any:
+    """The kernel module ``warpgeo._kernels.<name>``, imported (after Warp is initialised) on first use."""
+    warp()
+    return importlib.import_module(f"warpgeo._kernels.{name}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# value checks
+# --------------------------------------------------------------------------------------------------------
+
+_value_checks_enabled = True
+
+
+def set_value_checks(enabled: bool) -> None:
+    """Turn the value checks of every op on or off, process-wide (see :func:`value_checks`)."""
+    global _value_checks_enabled
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool; got {type(enabled).__name__}")
+    _value_checks_enabled = enabled
+
+
+@contextlib.contextmanager
+def value_checks(enabled: bool = True) -> Iterator[None]:
+    """Context manager: value checks on or off inside the block (process-wide), restored on exit.
+
+    Value checks (NaN/inf, index ranges, lengths, ``env_index``, quaternion norms) read tensor values, one
+    device-to-host transfer per call, which stalls the CUDA pipeline and cannot be captured in a CUDA graph.
+    With them off an op makes no host read at all; bad values then give garbage-in-garbage-out results, but
+    never an out-of-bounds access (every kernel bounds-checks what it reads). Shape, dtype and device checks
+    stay on. While the current CUDA stream is capturing, value checks are skipped anyway.
+
+    Example:
+        >>> with warpgeo.value_checks(False):
+        ...     cost = warpgeo.sphere_mesh_cost(spheres, world)   # no device-to-host sync
+    """
+    previous = _value_checks_enabled
+    set_value_checks(enabled)
+    try:
+        yield
+    finally:
+        set_value_checks(previous)
+
+
+def checking_values(device: torch.device) -> bool:
+    """Should an op on ``device`` run its value checks now? (Off by switch, or during CUDA graph capture.)"""
+    if not _value_checks_enabled:
+        return False
+    return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
 
 # --------------------------------------------------------------------------------------------------------
 # devices and streams
 # --------------------------------------------------------------------------------------------------------
+
+_WARP_DEVICES: dict[torch.device, Any] = {}
 
 
 def warp_device(device: torch.device | str) -> Any:
@@ -102,14 +164,26 @@ def warp_device(device: torch.device | str) -> Any:
     Raises:
         ValueError: for device types Warp cannot run on (``mps``, ``meta``, ...).
     """
-    wp = warp()
     device = torch.device(device)
+    found = _WARP_DEVICES.get(device)
+    if found is not None:
+        return found
+    wp = warp()
     if device.type == "cpu":
-        return wp.get_device("cpu")
-    if device.type == "cuda":
+        found = wp.get_device("cpu")
+    elif device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(device)!r} was asked for, but torch sees no CUDA device")
         index = device.index if device.index is not None else torch.cuda.current_device()
-        return wp.get_device(f"cuda:{index}")
-    raise ValueError(f"warpgeo runs on 'cpu' and 'cuda' devices; got a tensor on {str(device)!r}")
+        found = wp.get_device(f"cuda:{index}")
+    else:
+        raise ValueError(f"warpgeo runs on 'cpu' and 'cuda' devices; got a tensor on {str(device)!r}")
+    if device.type == "cpu" or device.index is not None:  # a bare "cuda" follows the current device
+        _WARP_DEVICES[device] = found
+    return found
+
+
+_WARP_STREAMS: dict[tuple[int, int], Any] = {}
 
 
 def warp_stream(device: torch.device | str) -> Any:
@@ -117,11 +191,17 @@ def warp_stream(device: torch.device | str) -> Any:
     device = torch.device(device)
     if device.type != "cuda":
         return None
-    return warp().stream_from_torch(torch.cuda.current_stream(device))
+    stream = torch.cuda.current_stream(device)
+    key = (stream.device_index, stream.cuda_stream)
+    found = _WARP_STREAMS.get(key)
+    if found is None:
+        found = warp().stream_from_torch(stream)
+        _WARP_STREAMS[key] = found
+    return found
 
 
 # --------------------------------------------------------------------------------------------------------
-# dtypes
+# dtypes and argument checks
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -130,7 +210,21 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def check_float(t: torch.Tensor, name: str) -> None:
+def overload(table: dict[str, Any], dtype: torch.dtype) -> Any:
+    """The kernel overload of ``table`` for a tensor of ``dtype``.
+
+    Kernel modules (which know no torch) key their overload tables by dtype name: ``"float32"``,
+    ``"float64"``, ``"int16"``, ... This is the one place that maps a torch dtype to that key.
+    """
+    return table[str(dtype).removeprefix("torch.")]
+
+
+def to_compute(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in its kernel precision (:func:`compute_dtype`): no copy when it already is."""
+    return t.to(compute_dtype(t.dtype))
+
+
+def check_float(t: Any, name: str) -> None:
     """Raise TypeError unless ``t`` is a tensor of one of :data:`FLOAT_DTYPES`."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
@@ -138,7 +232,7 @@ def check_float(t: torch.Tensor, name: str) -> None:
         raise TypeError(f"{name} must have dtype {_dtype_names(FLOAT_DTYPES)}; got {t.dtype}")
 
 
-def check_index(t: torch.Tensor, name: str) -> None:
+def check_index(t: Any, name: str) -> None:
     """Raise TypeError unless ``t`` is an int32 or int64 tensor."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
@@ -146,90 +240,202 @@ def check_index(t: torch.Tensor, name: str) -> None:
         raise TypeError(f"{name} must have dtype {_dtype_names(INDEX_DTYPES)}; got {t.dtype}")
 
 
-def check_same_device(reference: str, tensors: dict[str, torch.Tensor | None]) -> torch.device:
-    """Raise ValueError unless every tensor lives on the device of ``tensors[reference]``; return it."""
+def check_device(reference: str, **tensors: torch.Tensor | None) -> torch.device:
+    """Raise ValueError unless every tensor lives on the device of ``tensors[reference]``, a device warpgeo
+    runs on (cpu or cuda); return that device."""
     device = tensors[reference].device  # type: ignore[union-attr]
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"warpgeo runs on 'cpu' and 'cuda' devices; got {reference} on {device}")
     for name, t in tensors.items():
         if t is not None and t.device != device:
             raise ValueError(f"{name} must be on the same device as {reference} ({device}); got {t.device}")
     return device
 
 
-def to_compute(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous tensor in the kernel precision of ``t``: no copy when it already is one.
+def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    """``value`` as an int (bool refused), at least ``minimum``; TypeError / ValueError naming ``name``."""
+    if isinstance(value, torch.SymInt):  # traced by torch.compile / fake tensors: nothing to read
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {value}")
+    return value
 
-    Half types are widened to float32 here, once, so kernels exist in two precisions only.
-    """
-    return t.to(compute_dtype(t.dtype)).contiguous()
+
+def check_shape(t: torch.Tensor, name: str, shape: Sequence[int | None]) -> None:
+    """ValueError unless ``t.shape`` matches ``shape`` (``None`` matches any size)."""
+    if t.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape, strict=True)):
+        expected = (
+            "("
+            + ", ".join("*" if s is None else str(s) for s in shape)
+            + ("," if len(shape) == 1 else "")
+            + ")"
+        )
+        raise ValueError(f"{name} must have shape {expected}; got {tuple(t.shape)}")
+
+
+def grads(names: Sequence[str], **given: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """A backward's return value: the gradient of each input in ``names`` order, ``None`` where not given."""
+    return tuple(given.get(name) for name in names)
 
 
 # --------------------------------------------------------------------------------------------------------
-# tensors <-> Warp arrays, and the launch helper
+# launching: arguments bound by name, tensors wrapped zero-copy
 # --------------------------------------------------------------------------------------------------------
 
-
-def as_warp(t: torch.Tensor, dtype: Any = None) -> Any:
-    """Wrap a contiguous tensor as a Warp array without copying.
-
-    With a vector ``dtype`` (``wp.vec3``, ``wp.vec3d``, ...), the trailing tensor dimension becomes the
-    vector: a ``(B, N, 3)`` float32 tensor is a ``(B, N)`` ``vec3`` array over the same memory.
-
-    Raises:
-        ValueError: if ``t`` is not contiguous (a strided view would be read wrongly by the kernel).
-    """
-    if not t.is_contiguous():
-        raise ValueError(f"internal error: tensor of shape {tuple(t.shape)} must be contiguous for Warp")
-    return warp().from_torch(t, dtype=dtype, requires_grad=False)
+_TORCH_SCALAR = {
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint64": torch.int64,  # mesh ids travel as int64 tensors
+}
 
 
-def _kernel_arg_types(kernel: Any) -> list[Any]:
-    return [arg.type for arg in kernel.adj.args]
+class _Param:
+    """How one kernel parameter is filled from a Python value."""
+
+    __slots__ = ("array_ndim", "dtype", "is_array", "name", "vec", "warp_type")
+
+    def __init__(self, arg: Any) -> None:
+        wp = warp()
+        self.name = arg.label
+        self.warp_type = arg.type
+        self.is_array = wp.types.is_array(arg.type)
+        self.vec = 0
+        self.dtype = None
+        self.array_ndim = 0
+        if self.is_array:
+            element = arg.type.dtype
+            self.array_ndim = arg.type.ndim
+            if wp.types.type_is_vector(element) or wp.types.type_is_transformation(element):
+                self.vec = element._length_
+                scalar = element._wp_scalar_type_
+            else:
+                scalar = element
+            self.dtype = _TORCH_SCALAR[scalar.__name__]
+
+    def pack(self, kernel: Any, value: Any, device: torch.device) -> Any:
+        if not self.is_array:
+            if isinstance(value, torch.Tensor):
+                raise TypeError(f"internal error: {kernel.key}({self.name}=...) takes a scalar, got a tensor")
+            return value
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"internal error: {kernel.key}({self.name}=...) takes a tensor, got {type(value).__name__}"
+            )
+        if value.dtype != self.dtype:
+            raise TypeError(
+                f"internal error: {kernel.key}({self.name}=...) takes {self.dtype}, got {value.dtype}"
+            )
+        if value.device != device:
+            raise ValueError(
+                f"internal error: {kernel.key}({self.name}=...) is on {value.device}, not {device}"
+            )
+        return _array_t(value, self, kernel)
+
+
+def _array_t(t: torch.Tensor, param: _Param, kernel: Any) -> Any:
+    """A Warp array descriptor over ``t``'s memory (no copy); vector types take the trailing dimension."""
+    shape = t.shape
+    strides = t.stride()
+    size = t.element_size()
+    if param.vec:
+        if t.dim() != param.array_ndim + 1 or shape[-1] != param.vec or (strides[-1] != 1 and shape[-1] > 1):
+            raise ValueError(
+                f"internal error: {kernel.key}({param.name}=...) takes ({param.array_ndim} dims, {param.vec}) "
+                f"with a dense last dimension; got shape {tuple(shape)}, strides {strides}"
+            )
+        shape = shape[:-1]
+        strides = strides[:-1]
+    elif t.dim() != param.array_ndim:
+        raise ValueError(
+            f"internal error: {kernel.key}({param.name}=...) takes {param.array_ndim} dims; got {tuple(shape)}"
+        )
+    byte_strides = [s * size for s in strides]
+    if any(d >= INT32_LIMIT for d in shape) or any(s >= INT32_LIMIT for s in byte_strides):
+        raise ValueError(
+            f"{param.name}: a tensor of shape {tuple(t.shape)} has a dimension or a row of >= 2**31 "
+            "bytes, beyond what one Warp launch can address (int32 strides)"
+        )
+    return _ARRAY_T(t.data_ptr(), 0, len(shape), shape, byte_strides)
+
+
+_ARRAY_T: Any = None
+
+
+@functools.cache
+def _params(kernel: Any) -> dict[str, _Param]:
+    global _ARRAY_T
+    warp()
+    from warp._src.types import array_t  # the descriptor Warp itself packs a wp.array into
+
+    _ARRAY_T = array_t
+    if kernel.is_generic:
+        raise TypeError(f"internal error: launch an overload of the generic kernel {kernel.key}")
+    return {arg.label: _Param(arg) for arg in kernel.adj.args}
+
+
+def _pack(kernel: Any, args: dict[str, Any], device: torch.device) -> list[Any]:
+    params = _params(kernel)
+    if args.keys() != params.keys():
+        missing = [n for n in params if n not in args]
+        unexpected = [n for n in args if n not in params]
+        raise TypeError(
+            f"internal error: launch of {kernel.key}: missing arguments {missing}, unexpected {unexpected}"
+        )
+    return [param.pack(kernel, args[name], device) for name, param in params.items()]
 
 
 def launch(
     kernel: Any,
     dim: int | Sequence[int],
-    args: Sequence[Any],
     *,
     device: torch.device,
     block_dim: int | None = None,
     tiled: bool = False,
+    **args: Any,
 ) -> None:
-    """Launch ``kernel`` on ``device`` (and torch's current stream there) with ``args``.
+    """Launch ``kernel`` on ``device`` (and torch's current stream there), arguments bound by name.
 
-    Tensors in ``args`` are wrapped zero-copy as the array type the kernel declares for that argument (so a
-    ``(B, N, 3)`` tensor passed for a ``wp.array2d(dtype=wp.vec3)`` parameter becomes that array). Other
-    values are passed through. A launch with an empty grid is skipped.
+    Every parameter of the kernel must be given by its own name, no other: a tensor for an array parameter
+    (its dtype and rank must match, a vector type takes the trailing dimension: a ``(B, N, 3)`` float32
+    tensor for ``wp.array2d(dtype=wp.vec3)``), a Python number for a scalar one. Tensors are passed
+    zero-copy with their strides. A missing, unexpected or mistyped argument raises TypeError; a tensor
+    whose dimension or byte stride reaches 2**31 raises ValueError naming the argument. A launch with an
+    empty grid is skipped.
 
-    ``tiled=True`` appends a trailing block dimension of ``block_dim`` threads (``wp.launch_tiled``); on the
-    CPU Warp runs such a block as one thread, so tiled kernels must be correct for any block size.
+    ``tiled=True`` appends a trailing block dimension of ``block_dim`` threads (as ``wp.launch_tiled``); on
+    the CPU Warp runs such a block as one thread, so tiled kernels must be correct for any block size.
     """
-    wp = warp()
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    if any(d == 0 for d in dims):
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    if 0 in dims:
         return
-    types = _kernel_arg_types(kernel)
-    if len(types) != len(args):
-        raise TypeError(f"internal error: {kernel.key} takes {len(types)} arguments, got {len(args)}")
-    wp_args = []
-    for arg, arg_type in zip(args, types, strict=True):
-        if isinstance(arg, torch.Tensor):
-            wp_args.append(as_warp(arg, getattr(arg_type, "dtype", None)))
-        else:
-            wp_args.append(arg)
-    wdev = warp_device(device)
-    stream = warp_stream(device)
     if tiled:
-        wp.launch_tiled(
-            kernel, dim=list(dims), inputs=wp_args, device=wdev, stream=stream, block_dim=block_dim
-        )
-    else:
-        wp.launch(kernel, dim=dims, inputs=wp_args, device=wdev, stream=stream, block_dim=block_dim)
+        dims.append(block_dim)
+    inputs = _pack(kernel, args, device)
+    wp = warp()
+    wp.launch(
+        kernel,
+        dim=dims,
+        inputs=inputs,
+        device=warp_device(device),
+        stream=warp_stream(device),
+        block_dim=block_dim,
+        record_tape=False,
+    )
 
 
 #: Below this much work (in the units of ``work_per_row``) a CPU launch is not split among threads: handing a
 #: launch to another thread costs ~0.1 ms.
 _MIN_SPLIT_WORK = 1 << 18
+#: The parameter through which :func:`launch_rows` tells a kernel the first row of its launch.
+ROW_START = "row_start"
 
 
 @functools.cache
@@ -242,36 +448,58 @@ def _cpu_pool(pid: int) -> ThreadPoolExecutor:
 def launch_rows(
     kernel: Any,
     rows: int,
-    args: Sequence[Any],
     *,
     device: torch.device,
     work_per_row: int = 1,
+    **args: Any,
 ) -> None:
-    """Launch ``kernel`` over ``rows`` independent rows; its last parameter is the first row of the launch.
+    """Launch ``kernel`` over ``rows`` independent rows; thread ``t`` handles row ``row_start + t``.
 
-    On CUDA this is one launch of ``rows`` threads with a first row of 0. Warp
-    runs a CPU launch on the calling thread, so on the CPU the rows are split into up to
-    ``torch.get_num_threads()`` ranges launched side by side from a thread pool (a launch releases the GIL),
-    and the op uses the cores a torch op would. Small launches (``rows * work_per_row`` below
-    ``_MIN_SPLIT_WORK``) stay on the calling thread. Not for tile kernels: Warp's CPU tile storage is not
-    safe for concurrent launches (they crash).
+    The kernel has a ``row_start`` parameter (filled here; not to be given). On CUDA this is one launch of
+    ``rows`` threads from row 0. Warp runs a CPU launch on the calling thread, so on the CPU the rows are
+    split into up to ``torch.get_num_threads()`` ranges launched side by side from a thread pool (a launch
+    releases the GIL), and the op uses the cores a torch op would. Small launches (``rows * work_per_row``
+    below ``_MIN_SPLIT_WORK``) stay on the calling thread. Not for tile kernels: Warp's CPU tile storage is
+    not safe for concurrent launches (they crash). ``rows`` must stay below 2**31 (one int32 thread index
+    per row); callers split larger work.
     """
-    device = torch.device(device)
+    if rows >= INT32_LIMIT:
+        raise ValueError(f"internal error: {rows} rows in one launch of {kernel.key} (limit 2**31 - 1)")
     workers = min(torch.get_num_threads(), rows, max(1, rows * work_per_row // _MIN_SPLIT_WORK))
     if device.type != "cpu" or workers <= 1:
-        launch(kernel, [rows], [*args, 0], device=device)
+        launch(kernel, rows, device=device, row_start=0, **args)
         return
     # load (compile) the module here, once, so that the side-by-side launches never race to build it
     kernel.module.load(warp_device(device))
     bounds = [rows * w // workers for w in range(workers + 1)]
     pool = _cpu_pool(os.getpid())
     jobs = [
-        pool.submit(launch, kernel, [end - start], [*args, start], device=device)
+        pool.submit(functools.partial(launch, kernel, end - start, device=device, row_start=start, **args))
         for start, end in itertools.pairwise(bounds)
     ]
     for job in jobs:
         job.result()
 
 
-def is_half(dtype: torch.dtype) -> bool:
-    return dtype in _HALF_DTYPES
+__all__ = [
+    "FLOAT_DTYPES",
+    "INDEX_DTYPES",
+    "check_device",
+    "check_float",
+    "check_index",
+    "check_int",
+    "check_shape",
+    "checking_values",
+    "compute_dtype",
+    "grads",
+    "kernels",
+    "launch",
+    "launch_rows",
+    "overload",
+    "set_value_checks",
+    "to_compute",
+    "value_checks",
+    "warp",
+    "warp_device",
+    "warp_stream",
+]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from . import _interop
@@ -17,6 +19,8 @@ _MIN_BUCKET_WORK = 1 << 22
 _MAX_POINTS = 2**31 - 1
 #: Threads per cloud on CUDA. Each thread owns N / 256 points; one arg-max over the block per sample.
 _GPU_BLOCK_DIM = 256
+#: The op's inputs, in order (its backward returns one entry per name).
+_FPS_INPUTS = ("points", "lengths", "num_samples", "start", "max_samples")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -27,60 +31,66 @@ _GPU_BLOCK_DIM = 256
 @torch.library.custom_op("warpgeo::farthest_point_sampling", mutates_args=())
 def _fps_op(
     points: torch.Tensor,
-    lengths: torch.Tensor,
-    num_samples: torch.Tensor,
-    start: torch.Tensor,
+    lengths: torch.Tensor | None,
+    num_samples: torch.Tensor | None,
+    start: torch.Tensor | None,
     max_samples: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """points (B, N, 3) float*, lengths/num_samples/start (B,) int64 -> indices (B, K) int64, distances (B, K)."""
-    _check_values(points, lengths, num_samples, start)
-    from ._kernels import fps as kernels
-
+    """points (B, N, 3) float; optional integer (B,) lengths, per-cloud num_samples and start; K = max_samples
+    -> indices (B, K) int64, distances (B, K) in points' dtype. ``None`` means every point / K samples for
+    every cloud / start at point 0."""
+    _check_shapes(points, lengths, num_samples, start, max_samples)
+    if _interop.checking_values(points.device):
+        _check_values(points, lengths, num_samples, start, max_samples)
+    kernels = _interop.kernels("fps")
     batch, n = points.shape[0], points.shape[1]
     device = points.device
     indices = torch.empty(batch, max_samples, dtype=torch.int64, device=device)
     distances = torch.empty(batch, max_samples, dtype=torch.float64, device=device)
-    mindist = torch.empty(batch, n, dtype=torch.float64, device=device)
-    work = _interop.to_compute(points)  # half -> float32; float32 and float64 are read as they are
-    precision = "float64" if work.dtype == torch.float64 else "float32"
-    args = [
-        work,
-        lengths.to(torch.int32),
-        num_samples.to(torch.int32),
-        start.to(torch.int32),
-        mindist,
-        indices,
-        distances,
-    ]
+    if n == 0 or max_samples == 0 or batch == 0:
+        return indices.fill_(_SENTINEL_INDEX), distances.fill_(float("nan")).to(points.dtype)
+    empty = indices.new_empty(0)
+    args = {
+        "points": _interop.to_compute(points),  # half -> float32; float32 and float64 are read as they are
+        "lengths": empty if lengths is None else lengths.to(torch.int64),
+        "num_samples": empty if num_samples is None else num_samples.to(torch.int64),
+        "start": empty if start is None else start.to(torch.int64),
+        "mindist": torch.empty(batch, n, dtype=torch.float64, device=device),
+        "out_index": indices,
+        "out_dist": distances,
+    }
+    precision = args["points"].dtype
     if device.type == "cuda":  # one block per cloud
-        _interop.launch(
-            kernels.FPS_BLOCK[precision], [batch], args, device=device, tiled=True, block_dim=_GPU_BLOCK_DIM
-        )
+        kernel = _interop.overload(kernels.FPS_BLOCK, precision)
+        _interop.launch(kernel, batch, device=device, tiled=True, block_dim=_GPU_BLOCK_DIM, **args)
     elif n * max_samples < _MIN_BUCKET_WORK:  # CPU, small: one thread per cloud, batch split among threads
-        _interop.launch_rows(
-            kernels.FPS_SERIAL[precision], batch, args, device=device, work_per_row=n * max_samples
-        )
+        kernel = _interop.overload(kernels.FPS_SERIAL, precision)
+        _interop.launch_rows(kernel, batch, device=device, work_per_row=n * max_samples, **args)
     else:  # CPU, large: the same, pruned by buckets of nearby points (sorting them costs ~0.5 ms)
-        order = _morton_order(work, lengths)
+        order = _morton_order(args["points"], lengths)
         position = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=device).expand(batch, n))
-        sorted_points = torch.gather(work, 1, order[..., None].expand(-1, -1, 3)).contiguous()
         buckets = -(-n // kernels.BUCKET)
-        args[0] = sorted_points
-        args[1:1] = [order.to(torch.int32), position.to(torch.int32)]
-        args[7:7] = [
-            torch.empty(batch, buckets, 3, dtype=torch.float64, device=device),
-            torch.empty(batch, buckets, 3, dtype=torch.float64, device=device),
-            torch.empty(batch, buckets, dtype=torch.float64, device=device),
-            torch.empty(batch, buckets, dtype=torch.int32, device=device),
-        ]
+        kernel = _interop.overload(kernels.FPS_BUCKETS, precision)
+        args["points"] = torch.gather(args["points"], 1, order[..., None].expand(-1, -1, 3))
         _interop.launch_rows(
-            kernels.FPS_BUCKETS[precision], batch, args, device=device, work_per_row=n * max_samples
+            kernel,
+            batch,
+            device=device,
+            work_per_row=n * max_samples,
+            order=order.to(torch.int32),
+            position=position.to(torch.int32),
+            bucket_lo=torch.empty(batch, buckets, 3, dtype=torch.float64, device=device),
+            bucket_hi=torch.empty(batch, buckets, 3, dtype=torch.float64, device=device),
+            bucket_max=torch.empty(batch, buckets, dtype=torch.float64, device=device),
+            bucket_arg=torch.empty(batch, buckets, dtype=torch.int32, device=device),
+            **args,
         )
     return indices, distances.to(points.dtype)
 
 
 @_fps_op.register_fake
 def _(points, lengths, num_samples, start, max_samples):
+    _check_shapes(points, lengths, num_samples, start, max_samples)
     batch = points.shape[0]
     return (
         points.new_empty(batch, max_samples, dtype=torch.int64),
@@ -88,37 +98,67 @@ def _(points, lengths, num_samples, start, max_samples):
     )
 
 
-def _check_values(
-    points: torch.Tensor, lengths: torch.Tensor, num_samples: torch.Tensor, start: torch.Tensor
-):
+def _check_shapes(points, lengths, num_samples, start, max_samples) -> None:
+    """The checks of every entry point that read no tensor values: types, shapes, devices, sizes."""
+    _interop.check_float(points, "points")
+    if points.dim() != 3 or points.shape[-1] != 3:
+        raise ValueError(f"points must have shape (B, N, 3); got {tuple(points.shape)}")
+    batch, n = points.shape[0], points.shape[1]
+    if n > _MAX_POINTS:
+        raise ValueError(f"points may hold at most {_MAX_POINTS} points per cloud; got N={n}")
+    _interop.check_int(max_samples, "num_samples", minimum=0)
+    for name, t in (("lengths", lengths), ("num_samples", num_samples), ("start_index", start)):
+        if t is not None:
+            _interop.check_index(t, name)
+            _interop.check_shape(t, name, (batch,))
+    _interop.check_device(
+        "points", points=points, lengths=lengths, num_samples=num_samples, start_index=start
+    )
+
+
+def _check_values(points, lengths, num_samples, start, max_samples) -> None:
     """The checks that need tensor values: one device-to-host transfer for all of them."""
-    n = points.shape[1]
-    valid = torch.arange(n, device=points.device) < lengths[:, None]
-    nonfinite = (~torch.isfinite(points).all(dim=-1) & valid).any()
-    bad_lengths = ((lengths < 0) | (lengths > n)).any()
-    bad_k = (num_samples <= 0).any()
-    bad_start = ((lengths > 0) & ((start < 0) | (start >= lengths))).any()
-    flags = torch.stack([nonfinite, bad_lengths, bad_k, bad_start]).tolist()
+    batch, n = points.shape[0], points.shape[1]
+    finite = torch.isfinite(points).all(dim=-1)
+    if lengths is not None:
+        finite = finite | (torch.arange(n, device=points.device) >= lengths[:, None])
+    zero = torch.zeros((), dtype=torch.bool, device=points.device)
+    flags = torch.stack(
+        [
+            ~finite.all() if finite.numel() else zero,
+            ((lengths < 0) | (lengths > n)).any() if lengths is not None else zero,
+            ((num_samples < 0) | (num_samples > max_samples)).any() if num_samples is not None else zero,
+            _bad_start(start, lengths, n) if start is not None else zero,
+        ]
+    ).tolist()
     if flags[1]:
         raise ValueError(f"lengths must lie in [0, N={n}]; got {lengths.tolist()}")
     if flags[0]:
         raise ValueError("points must be finite: found NaN or inf among the valid points")
     if flags[2]:
-        raise ValueError(f"num_samples must be positive; got {num_samples.tolist()}")
+        raise ValueError(f"num_samples must lie in [0, {max_samples}]; got {num_samples.tolist()}")
     if flags[3]:
+        shown = "" if lengths is None else f" with lengths {lengths.tolist()}"
         raise IndexError(
-            f"start_index must lie in [0, lengths[b]) for every cloud; got {start.tolist()} "
-            f"with lengths {lengths.tolist()}"
+            f"start_index must lie in [0, lengths[b]) for every cloud; got {start.tolist()}{shown}"
         )
 
 
-def _morton_order(points: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def _bad_start(start: torch.Tensor, lengths: torch.Tensor | None, n: int) -> torch.Tensor:
+    if lengths is None:
+        return ((start < 0) | (start >= n)).any() if n > 0 else (start != 0).any()
+    return ((lengths > 0) & ((start < 0) | (start >= lengths))).any()
+
+
+def _morton_order(points: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
     """``(B, N)`` int64: each cloud's valid points sorted along a Morton (Z-order) curve, padding last.
 
     Consecutive points in this order are close in space, so fixed-size runs of them have small boxes: the
     buckets the CPU kernel prunes with. Any order gives the same samples; this one makes pruning work.
     """
     n = points.shape[1]
+    if lengths is None:
+        lengths = torch.full((points.shape[0],), n, device=points.device)
     valid = (torch.arange(n, device=points.device) < lengths[:, None])[..., None]
     lo = torch.where(valid, points, torch.inf).amin(dim=1, keepdim=True)
     hi = torch.where(valid, points, -torch.inf).amax(dim=1, keepdim=True)
@@ -140,30 +180,40 @@ def _spread_bits(x: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------------------
-# the autograd Function
+# autograd: the op's registration and FarthestPointSampling share one setup / backward pair
 # --------------------------------------------------------------------------------------------------------
+
+
+def _setup_fps(ctx, inputs, output) -> None:
+    ctx.set_materialize_grads(False)
+    ctx.mark_non_differentiable(*output)
+
+
+def _backward_fps(ctx, grad_indices, grad_distances):
+    """Sampling is a selection: no input gets a gradient through it."""
+    return _interop.grads(_FPS_INPUTS)
+
+
+_fps_op.register_autograd(_backward_fps, setup_context=_setup_fps)
 
 
 class FarthestPointSampling(torch.autograd.Function):
     """FPS as an autograd Function: indices and distances are marked non-differentiable.
 
     Sampling is a selection, so no gradient flows to ``points`` through it; gradients reach whatever the
-    caller gathers with the indices. Prefer :func:`farthest_point_sampling`, which validates its input.
+    caller gathers with the indices. Prefer :func:`farthest_point_sampling`, which also takes ints, lists and
+    ``(N, 3)`` clouds. ``apply`` is ``torch.ops.warpgeo.farthest_point_sampling``:
 
-    ``apply(points (B, N, 3), lengths (B,), num_samples (B,), start (B,), max_samples: int)``
-    -> ``(indices (B, K) int64, distances (B, K))``.
+    ``apply(points (B, N, 3), lengths (B,) | None, num_samples (B,) | None, start (B,) | None,
+    max_samples: int)`` -> ``(indices (B, K) int64, distances (B, K))``, K = ``max_samples``.
     """
 
     @staticmethod
-    def forward(ctx, points, lengths, num_samples, start, max_samples):
-        ctx.set_materialize_grads(False)
-        indices, distances = _fps_op(points, lengths, num_samples, start, max_samples)
-        ctx.mark_non_differentiable(indices, distances)
-        return indices, distances
+    def forward(points, lengths, num_samples, start, max_samples):
+        return _fps_op(points, lengths, num_samples, start, max_samples)
 
-    @staticmethod
-    def backward(ctx, grad_indices, grad_distances):
-        return None, None, None, None, None
+    setup_context = staticmethod(_setup_fps)
+    backward = staticmethod(_backward_fps)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -173,7 +223,7 @@ class FarthestPointSampling(torch.autograd.Function):
 
 def farthest_point_sampling(
     points: torch.Tensor,
-    num_samples: int | torch.Tensor,
+    num_samples: int | Sequence[int] | torch.Tensor,
     *,
     lengths: torch.Tensor | None = None,
     start_index: int | torch.Tensor | None = None,
@@ -190,8 +240,9 @@ def farthest_point_sampling(
 
     Args:
         points: ``(B, N, 3)`` or ``(N, 3)``; float16, bfloat16, float32 or float64.
-        num_samples: K, an int, or an integer tensor ``(B,)`` of per-cloud K (this form reads the
-            tensor's maximum on the host).
+        num_samples: K, an int >= 1; or a per-cloud K >= 0 as a list of B ints or an integer tensor
+            ``(B,)``. A cloud asked for 0 samples gets a row of -1. The int and list forms make no device
+            sync; the tensor form reads its maximum on the host (the output's width).
         lengths: optional integer ``(B,)``; cloud ``b`` uses only its first ``lengths[b]`` points.
         start_index: the first sample, an int or an integer ``(B,)`` tensor; 0 by default.
         random_start: draw the first sample uniformly among the valid points of each cloud.
@@ -208,7 +259,8 @@ def farthest_point_sampling(
     Raises:
         TypeError: ``points`` is not a float tensor; ``num_samples``, ``lengths`` or ``start_index`` is not
             an integer (tensor).
-        ValueError: bad shapes, ``num_samples <= 0``, ``lengths`` outside ``[0, N]``, non-finite
+        ValueError: bad shapes, an int ``num_samples < 1`` or a per-cloud one < 0, ``lengths`` outside
+            ``[0, N]``, non-finite
             coordinates among the valid points, tensors on different devices,
             ``random_start`` together with ``start_index``.
         IndexError: ``start_index`` outside ``[0, lengths[b])``.
@@ -228,60 +280,82 @@ def farthest_point_sampling(
     device = points.device
     if n == 0:
         raise ValueError(f"points must hold at least one point; got shape {tuple(points.shape)}")
-    if n > _MAX_POINTS:
-        raise ValueError(f"points may hold at most {_MAX_POINTS} points per cloud; got N={n}")
-
+    if not isinstance(return_distances, bool):
+        raise TypeError(f"return_distances must be a bool; got {type(return_distances).__name__}")
     ks, max_samples = _per_cloud_samples(num_samples, batch, device)
-    lengths_t = _per_cloud_tensor(lengths, "lengths", batch, device, default=n)
+    lengths_t = _per_cloud(lengths, "lengths", batch, device)
     if random_start:
         if start_index is not None:
             raise ValueError("give either start_index or random_start=True, not both")
-        start = _random_start(lengths_t, generator, device)
+        start = _random_start(lengths_t, n, batch, generator, device)
     else:
         if generator is not None:
             raise ValueError("generator is only used with random_start=True")
-        start = _per_cloud_tensor(start_index, "start_index", batch, device, default=0)
+        default_start = start_index is None or (type(start_index) is int and start_index == 0)
+        start = None if default_start else _per_cloud(start_index, "start_index", batch, device)
 
-    indices, distances = FarthestPointSampling.apply(points, lengths_t, ks, start, max_samples)
+    indices, distances = _fps_op(points, lengths_t, ks, start, max_samples)
     if unbatched:
         indices, distances = indices[0], distances[0]
     return (indices, distances) if return_distances else indices
 
 
-def _per_cloud_samples(num_samples, batch: int, device: torch.device) -> tuple[torch.Tensor, int]:
-    """Per-cloud K as a (B,) int64 tensor, and the largest K (read on the host for a tensor K)."""
-    ks = _per_cloud_tensor(num_samples, "num_samples", batch, device, default=None)
+def _per_cloud_samples(num_samples, batch: int, device: torch.device) -> tuple[torch.Tensor | None, int]:
+    """Per-cloud K as None (every cloud the same) or a (B,) tensor, and the largest K.
+
+    An int and a list are read on the host (no device sync); a tensor's maximum is read from the device.
+    """
+    if isinstance(num_samples, bool):
+        raise TypeError("num_samples must be an int, a list of ints or an integer tensor; got bool")
     if isinstance(num_samples, int):
-        min_samples = max_samples = num_samples
-    else:  # one device-to-host transfer
-        min_samples, max_samples = torch.stack(torch.aminmax(ks)).tolist()
-    if min_samples <= 0:
-        shown = num_samples if isinstance(num_samples, int) else num_samples.tolist()
-        raise ValueError(f"num_samples must be positive; got {shown}")
-    return ks, max_samples
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1; got {num_samples}")
+        return None, num_samples
+    if isinstance(num_samples, (list, tuple)):
+        if len(num_samples) != batch or not all(
+            isinstance(k, int) and not isinstance(k, bool) for k in num_samples
+        ):
+            raise ValueError(
+                f"num_samples as a list must hold {batch} ints (one per cloud); got {num_samples!r}"
+            )
+        if any(k < 0 for k in num_samples):
+            raise ValueError(f"num_samples must be >= 0 for every cloud; got {list(num_samples)}")
+        return torch.tensor(num_samples, dtype=torch.int64, device=device), max(num_samples, default=0)
+    if isinstance(num_samples, torch.Tensor):
+        ks = _per_cloud(num_samples, "num_samples", batch, device)
+        if ks.numel() == 0:
+            return ks, 0
+        lo, hi = torch.stack(torch.aminmax(ks)).tolist()  # the output's width: one device-to-host read
+        if lo < 0:
+            raise ValueError(f"num_samples must be >= 0 for every cloud; got {ks.tolist()}")
+        return ks, hi
+    raise TypeError(
+        f"num_samples must be an int, a list of ints or an integer tensor; got {type(num_samples).__name__}"
+    )
 
 
-def _per_cloud_tensor(
-    value, name: str, batch: int, device: torch.device, *, default: int | None
-) -> torch.Tensor:
-    """An int or an integer ``(B,)`` / 0-d tensor on ``device`` as a ``(B,)`` int64 tensor; None -> ``default``."""
-    if value is None and default is not None:
-        value = default
+def _per_cloud(value, name: str, batch: int, device: torch.device) -> torch.Tensor | None:
+    """None, an int, or an integer ``(B,)`` / 0-d tensor on ``device`` -> None or a ``(B,)`` integer tensor."""
+    if value is None:
+        return None
     if isinstance(value, torch.Tensor):
         _interop.check_index(value, name)
         if value.dim() == 0:
             value = value.reshape(1).expand(batch)
-        if tuple(value.shape) != (batch,):
-            raise ValueError(f"{name} must be an int or a ({batch},) tensor; got shape {tuple(value.shape)}")
+        _interop.check_shape(value, name, (batch,))
         if value.device != device:
             raise ValueError(f"{name} must be on the device of points ({device}); got {value.device}")
-        return value.to(torch.int64)
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int or an integer tensor; got {type(value).__name__}")
     return torch.full((batch,), value, dtype=torch.int64, device=device)
 
 
-def _random_start(lengths: torch.Tensor, generator: torch.Generator | None, device: torch.device):
+def _random_start(lengths, n: int, batch: int, generator, device: torch.device) -> torch.Tensor:
+    """A uniform draw among each cloud's valid points (0 for an empty cloud)."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator; got {type(generator).__name__}")
     gen_device = generator.device if generator is not None else device
-    u = torch.rand(lengths.shape[0], dtype=torch.float64, generator=generator, device=gen_device)
-    return (u.to(device) * lengths.to(torch.float64)).floor().to(torch.int64)
+    u = torch.rand(batch, dtype=torch.float64, generator=generator, device=gen_device).to(device)
+    size = lengths.to(torch.float64) if lengths is not None else torch.full_like(u, float(n))
+    return (u * size).floor().to(torch.int64)

@@ -22,31 +22,31 @@ _BITS_DTYPE = {
 }
 
 
-def _kernels():
-    from ._kernels import gather
-
-    return gather
-
-
-def _warp_scalar(dtype: torch.dtype):
-    wp = _interop.warp()
-    return {
-        torch.int16: wp.int16,
-        torch.int32: wp.int32,
-        torch.int64: wp.int64,
-        torch.float32: wp.float32,
-        torch.float64: wp.float64,
-    }[dtype]
-
-
 def _flat_index(idx: torch.Tensor) -> torch.Tensor:
-    """``(B, M)`` or ``(B, M, K)`` integer -> contiguous ``(B, L)`` int32."""
+    """``(B, M)`` or ``(B, M, K)`` integer -> contiguous ``(B, L)`` int32 (no copy when it already is)."""
     return idx.reshape(idx.shape[0], -1).to(torch.int32).contiguous()
+
+
+def _check_shapes(features: torch.Tensor, idx: torch.Tensor) -> None:
+    """The shape, dtype and device checks of every entry point (reads no values)."""
+    _interop.check_float(features, "features")
+    _interop.check_index(idx, "idx")
+    if features.dim() != 3:
+        raise ValueError(f"features must have shape (B, C, N); got {tuple(features.shape)}")
+    if idx.dim() not in (2, 3):
+        raise ValueError(f"idx must have shape (B, M) or (B, M, K); got {tuple(idx.shape)}")
+    if idx.shape[0] != features.shape[0]:
+        raise ValueError(
+            f"idx must have the batch size of features ({features.shape[0]}); got idx of shape {tuple(idx.shape)}"
+        )
+    if features.shape[2] > _MAX_POINTS:
+        raise ValueError(f"features may hold at most {_MAX_POINTS} points; got N={features.shape[2]}")
+    _interop.check_device("features", features=features, idx=idx)
 
 
 def _check_index_range(idx: torch.Tensor, num_points: int) -> None:
     """IndexError unless every index lies in ``[-1, num_points)``: one device-to-host transfer."""
-    if idx.numel() == 0:
+    if idx.numel() == 0 or not _interop.checking_values(idx.device):
         return
     lo, hi = (int(v) for v in torch.stack(torch.aminmax(idx)).tolist())
     if lo < _SENTINEL_INDEX:
@@ -63,42 +63,45 @@ def _check_index_range(idx: torch.Tensor, num_points: int) -> None:
 @torch.library.custom_op("warpgeo::gather_points", mutates_args=())
 def _gather_op(features: torch.Tensor, idx: torch.Tensor, deterministic: bool) -> torch.Tensor:
     """features (B, C, N), idx (B, M[, K]) int -> (B, C, M[, K]). ``deterministic`` only matters to autograd."""
+    _check_shapes(features, idx)
     batch, channels, num_points = features.shape
     _check_index_range(idx, num_points)
-    flat_idx = _flat_index(idx)
+    out = torch.empty(batch, channels, *idx.shape[1:], dtype=features.dtype, device=features.device)
     if num_points == 0:  # every index is -1
-        return features.new_zeros(batch, channels, *idx.shape[1:])
+        return out.zero_()
     method = "rows" if features.device.type == "cpu" else "elements"
-    return _gather(features, flat_idx, method).view(batch, channels, *idx.shape[1:])
+    _gather(features, _flat_index(idx), out.view(batch, channels, -1), method)
+    return out
 
 
 @_gather_op.register_fake
 def _(features, idx, deterministic):
+    _check_shapes(features, idx)
     return features.new_empty(features.shape[0], features.shape[1], *idx.shape[1:])
 
 
-def _gather(features: torch.Tensor, flat_idx: torch.Tensor, method: str) -> torch.Tensor:
+def _gather(features: torch.Tensor, flat_idx: torch.Tensor, out: torch.Tensor, method: str) -> None:
     """``out[b, c, l] = features[b, c, idx[b, l]]`` (0 for -1): ``features`` (B, C, N) with N > 0,
-    ``flat_idx`` (B, L) int32 contiguous -> (B, C, L). ``method``: ``"rows"`` (a thread per (b, c) row; the
-    CPU kernel) or ``"elements"`` (a thread per output element; the CUDA kernel)."""
-    kernels = _kernels()
+    ``flat_idx`` (B, L) int32, ``out`` (B, C, L). ``method``: ``"rows"`` (a thread per (b, c) row; the CPU
+    kernel) or ``"elements"`` (a thread per output element; the CUDA kernel)."""
+    kernels = _interop.kernels("gather")
     batch, channels, _ = features.shape
     length = flat_idx.shape[1]
     bits = _BITS_DTYPE[features.dtype]
-    scalar = _warp_scalar(bits)
-    out = torch.empty(batch, channels, length, dtype=features.dtype, device=features.device)
-    args = [features.contiguous().view(bits), flat_idx, out.view(bits)]
+    args = {"features": features.view(bits), "idx": flat_idx, "out": out.view(bits)}
     if method == "rows":
         _interop.launch_rows(
-            kernels.GATHER_ROWS[scalar], batch * channels, args, device=features.device, work_per_row=length
+            _interop.overload(kernels.GATHER_ROWS, bits),
+            batch * channels,
+            device=features.device,
+            work_per_row=length,
+            **args,
         )
     elif method == "elements":
-        _interop.launch(
-            kernels.GATHER_ELEMENTS[scalar], [batch, channels, length], args, device=features.device
-        )
+        kernel = _interop.overload(kernels.GATHER_ELEMENTS, bits)
+        _interop.launch(kernel, [batch, channels, length], device=features.device, **args)
     else:
         raise ValueError(f"internal error: unknown gather method {method!r}")
-    return out
 
 
 @torch.library.custom_op("warpgeo::gather_points_backward", mutates_args=())
@@ -109,6 +112,7 @@ def _scatter_op(
 
     Indices outside ``[0, num_points)`` contribute nothing (the forward has rejected all but -1).
     """
+    _check_scatter_shapes(grad_out, idx, num_points)
     batch, channels = grad_out.shape[0], grad_out.shape[1]
     flat_idx = _flat_index(idx)
     grad = _interop.to_compute(grad_out).reshape(batch, channels, flat_idx.shape[1])
@@ -118,7 +122,27 @@ def _scatter_op(
 
 @_scatter_op.register_fake
 def _(grad_out, idx, num_points, deterministic):
+    _check_scatter_shapes(grad_out, idx, num_points)
     return grad_out.new_empty(grad_out.shape[0], grad_out.shape[1], num_points)
+
+
+def _check_scatter_shapes(grad_out: torch.Tensor, idx: torch.Tensor, num_points: int) -> None:
+    _interop.check_float(grad_out, "grad_out")
+    _interop.check_index(idx, "idx")
+    _interop.check_int(num_points, "num_points", minimum=0)
+    if num_points > _MAX_POINTS:
+        raise ValueError(f"num_points may be at most {_MAX_POINTS}; got {num_points}")
+    if (
+        idx.dim() not in (2, 3)
+        or grad_out.dim() != idx.dim() + 1
+        or grad_out.shape[0] != idx.shape[0]
+        or grad_out.shape[2:] != idx.shape[1:]
+    ):
+        raise ValueError(
+            f"grad_out must have shape (B, C, *idx.shape[1:]) for idx of shape (B, M[, K]); got grad_out "
+            f"{tuple(grad_out.shape)} and idx {tuple(idx.shape)}"
+        )
+    _interop.check_device("grad_out", grad_out=grad_out, idx=idx)
 
 
 def _scatter_method(device: torch.device, deterministic: bool) -> str:
@@ -138,28 +162,42 @@ def _scatter_add(grad: torch.Tensor, flat_idx: torch.Tensor, num_points: int, me
     * ``"segments"``: a thread per ``(b, c, n)`` summing its contributors in ``l`` order through a CSR of
       the stably sorted indices (CUDA ``deterministic=True``; bit-identical to ``"rows"``).
     """
-    kernels = _kernels()
+    kernels = _interop.kernels("gather")
     batch, channels, length = grad.shape
     device = grad.device
-    scalar = _warp_scalar(grad.dtype)
     if method == "rows":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
         _interop.launch_rows(
-            kernels.SCATTER_ADD_ROWS[scalar],
+            _interop.overload(kernels.SCATTER_ADD_ROWS, grad.dtype),
             batch * channels,
-            [grad, flat_idx, out],
             device=device,
             work_per_row=length,
+            grad_out=grad,
+            idx=flat_idx,
+            grad_features=out,
         )
     elif method == "atomic":
         out = torch.zeros(batch, channels, num_points, dtype=grad.dtype, device=device)
-        dim = [batch, channels, length]
-        _interop.launch(kernels.SCATTER_ADD_ATOMIC[scalar], dim, [grad, flat_idx, out], device=device)
+        _interop.launch(
+            _interop.overload(kernels.SCATTER_ADD_ATOMIC, grad.dtype),
+            [batch, channels, length],
+            device=device,
+            grad_out=grad,
+            idx=flat_idx,
+            grad_features=out,
+        )
     elif method == "segments":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
         order, offsets = _segments(flat_idx, num_points)
-        dim = [batch, channels, num_points]
-        _interop.launch(kernels.SCATTER_ADD_SEGMENTS[scalar], dim, [grad, order, offsets, out], device=device)
+        _interop.launch(
+            _interop.overload(kernels.SCATTER_ADD_SEGMENTS, grad.dtype),
+            [batch, channels, num_points],
+            device=device,
+            grad_out=grad,
+            order=order,
+            offsets=offsets,
+            grad_features=out,
+        )
     else:
         raise ValueError(f"internal error: unknown scatter method {method!r}")
     return out
@@ -180,6 +218,10 @@ def _segments(flat_idx: torch.Tensor, num_points: int) -> tuple[torch.Tensor, to
 # --------------------------------------------------------------------------------------------------------
 
 
+_GATHER_INPUTS = ("features", "idx", "deterministic")
+_SCATTER_INPUTS = ("grad_out", "idx", "num_points", "deterministic")
+
+
 def _setup_gather(ctx, inputs, output) -> None:
     features, idx, deterministic = inputs
     ctx.set_materialize_grads(False)
@@ -191,9 +233,11 @@ def _setup_gather(ctx, inputs, output) -> None:
 def _backward_gather(ctx, grad_out):
     """d(gather)/d(features): scatter-add of ``grad_out``; idx and the flag get None."""
     if grad_out is None or not ctx.needs_input_grad[0]:
-        return None, None, None
+        return _interop.grads(_GATHER_INPUTS)
     (idx,) = ctx.saved_tensors
-    return _scatter_op(grad_out, idx, ctx.num_points, ctx.deterministic), None, None
+    return _interop.grads(
+        _GATHER_INPUTS, features=_scatter_op(grad_out, idx, ctx.num_points, ctx.deterministic)
+    )
 
 
 def _setup_scatter(ctx, inputs, output) -> None:
@@ -206,9 +250,9 @@ def _setup_scatter(ctx, inputs, output) -> None:
 def _backward_scatter(ctx, grad_grad_features):
     """The scatter-add is linear in ``grad_out`` and its adjoint is the gather: double backward works."""
     if grad_grad_features is None or not ctx.needs_input_grad[0]:
-        return None, None, None, None
+        return _interop.grads(_SCATTER_INPUTS)
     (idx,) = ctx.saved_tensors
-    return _gather_op(grad_grad_features, idx, ctx.deterministic), None, None, None
+    return _interop.grads(_SCATTER_INPUTS, grad_out=_gather_op(grad_grad_features, idx, ctx.deterministic))
 
 
 _gather_op.register_autograd(_backward_gather, setup_context=_setup_gather)
@@ -271,21 +315,7 @@ def gather_points(features: torch.Tensor, idx: torch.Tensor, *, deterministic: b
         >>> out = gather_points(feats, idx)                                # (2, 32, 128)
         >>> out.sum().backward()                                           # feats.grad: (2, 32, 1000)
     """
-    _interop.check_float(features, "features")
-    _interop.check_index(idx, "idx")
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool; got {type(deterministic).__name__}")
-    if features.dim() != 3:
-        raise ValueError(f"features must have shape (B, C, N); got {tuple(features.shape)}")
-    if idx.dim() not in (2, 3):
-        raise ValueError(f"idx must have shape (B, M) or (B, M, K); got {tuple(idx.shape)}")
-    if idx.shape[0] != features.shape[0]:
-        raise ValueError(
-            f"idx must have the batch size of features ({features.shape[0]}); got idx of shape {tuple(idx.shape)}"
-        )
-    if features.shape[2] > _MAX_POINTS:
-        raise ValueError(f"features may hold at most {_MAX_POINTS} points; got N={features.shape[2]}")
-    _interop.check_same_device("features", {"features": features, "idx": idx})
-    if features.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"warpgeo runs on 'cpu' and 'cuda' devices; got features on {features.device}")
-    return GatherPoints.apply(features, idx, deterministic)
+    _check_shapes(features, idx)
+    return _gather_op(features, idx, deterministic)

@@ -31,6 +31,35 @@ NO_POINT = wp.constant(wp.int32(2147483647))
 
 
 @wp.func
+def cloud(
+    b: int,
+    points: wp.array2d(dtype=Any),
+    lengths: wp.array(dtype=wp.int64),
+    num_samples: wp.array(dtype=wp.int64),
+    start: wp.array(dtype=wp.int64),
+    out_index: wp.array2d(dtype=wp.int64),
+):
+    """``(n, k, first)`` of cloud ``b``: its valid points, its samples and its first sample, all in range.
+
+    Each per-cloud array may be empty (or too short for ``b``), meaning its default: every point, as many
+    samples as ``out_index`` has columns, start at point 0. Values are clamped into range whatever they are
+    (the host checks them when value checks are on), so no input can make a kernel index out of bounds.
+    """
+    n = points.shape[1]
+    if b < lengths.shape[0]:
+        n = int(wp.clamp(lengths[b], wp.int64(0), wp.int64(n)))
+    k = out_index.shape[1]
+    if b < num_samples.shape[0]:
+        k = int(wp.clamp(num_samples[b], wp.int64(0), wp.int64(k)))
+    k = wp.min(k, n)
+    first = int(0)
+    if b < start.shape[0]:
+        if start[b] >= wp.int64(0) and start[b] < wp.int64(n):
+            first = int(start[b])
+    return n, k, first
+
+
+@wp.func
 def begin_row(
     b: int,
     lane: int,
@@ -104,9 +133,9 @@ def scan(
 @wp.kernel
 def fps_block(
     points: wp.array2d(dtype=Any),
-    lengths: wp.array(dtype=wp.int32),
-    num_samples: wp.array(dtype=wp.int32),
-    start: wp.array(dtype=wp.int32),
+    lengths: wp.array(dtype=wp.int64),
+    num_samples: wp.array(dtype=wp.int64),
+    start: wp.array(dtype=wp.int64),
     mindist: wp.array2d(dtype=wp.float64),
     out_index: wp.array2d(dtype=wp.int64),
     out_dist: wp.array2d(dtype=wp.float64),
@@ -118,10 +147,8 @@ def fps_block(
     """
     b, lane = wp.tid()
     nthreads = wp.block_dim()
-    n = lengths[b]
-    k = wp.min(num_samples[b], n)
+    n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
     begin_row(b, lane, nthreads, n, k, mindist, out_index, out_dist)
-    cur = start[b]
     best = wp.float64(wp.inf)
     for s in range(k):
         if lane == 0:
@@ -138,20 +165,18 @@ def fps_block(
 @wp.kernel
 def fps_serial(
     points: wp.array2d(dtype=Any),
-    lengths: wp.array(dtype=wp.int32),
-    num_samples: wp.array(dtype=wp.int32),
-    start: wp.array(dtype=wp.int32),
+    lengths: wp.array(dtype=wp.int64),
+    num_samples: wp.array(dtype=wp.int64),
+    start: wp.array(dtype=wp.int64),
     mindist: wp.array2d(dtype=wp.float64),
     out_index: wp.array2d(dtype=wp.int64),
     out_dist: wp.array2d(dtype=wp.float64),
-    first_cloud: int,
+    row_start: int,
 ):
-    """Greedy FPS of cloud ``first_cloud + tid`` by one thread (the CPU kernel)."""
-    b = wp.tid() + first_cloud
-    n = lengths[b]
-    k = wp.min(num_samples[b], n)
+    """Greedy FPS of cloud ``row_start + tid`` by one thread (the CPU kernel)."""
+    b = wp.tid() + row_start
+    n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
     begin_row(b, 0, 1, n, k, mindist, out_index, out_dist)
-    cur = start[b]
     best = wp.float64(wp.inf)
     for s in range(k):
         out_index[b, s] = wp.int64(cur)
@@ -187,9 +212,9 @@ def fps_buckets(
     points: wp.array2d(dtype=Any),
     order: wp.array2d(dtype=wp.int32),
     position: wp.array2d(dtype=wp.int32),
-    lengths: wp.array(dtype=wp.int32),
-    num_samples: wp.array(dtype=wp.int32),
-    start: wp.array(dtype=wp.int32),
+    lengths: wp.array(dtype=wp.int64),
+    num_samples: wp.array(dtype=wp.int64),
+    start: wp.array(dtype=wp.int64),
     mindist: wp.array2d(dtype=wp.float64),
     bucket_lo: wp.array2d(dtype=wp.vec3d),
     bucket_hi: wp.array2d(dtype=wp.vec3d),
@@ -197,9 +222,9 @@ def fps_buckets(
     bucket_arg: wp.array2d(dtype=wp.int32),
     out_index: wp.array2d(dtype=wp.int64),
     out_dist: wp.array2d(dtype=wp.float64),
-    first_cloud: int,
+    row_start: int,
 ):
-    """Greedy FPS of cloud ``first_cloud + tid`` by one thread, skipping buckets a new sample cannot change.
+    """Greedy FPS of cloud ``row_start + tid`` by one thread, skipping buckets a new sample cannot change.
 
     ``points[b]`` is the cloud in Morton order (``order[b, j]`` is the original index of sorted point ``j``,
     ``position`` the inverse), cut into buckets of ``BUCKET`` consecutive points. A bucket keeps its box and
@@ -208,9 +233,8 @@ def fps_buckets(
     in float64 rounding too) and is skipped. The result is exactly the brute-force order: the largest
     distance, ties to the lowest original index. (The QuickFPS idea, with Morton-order buckets.)
     """
-    b = wp.tid() + first_cloud
-    n = lengths[b]
-    k = wp.min(num_samples[b], n)
+    b = wp.tid() + row_start
+    n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
     begin_row(b, 0, 1, n, k, mindist, out_index, out_dist)
     nb = (n + BUCKET - 1) // BUCKET
     for kb in range(nb):
@@ -223,7 +247,6 @@ def fps_buckets(
         bucket_lo[b, kb] = lo
         bucket_hi[b, kb] = hi
         bucket_max[b, kb] = FAR
-    cur = start[b]
     best = wp.float64(wp.inf)
     for s in range(k):
         out_index[b, s] = wp.int64(cur)

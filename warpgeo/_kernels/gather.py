@@ -159,27 +159,25 @@ def scatter_add_segments(
     grad_features[b, c, n] = acc
 
 
-# Explicit instances, so that Warp builds the module once with all of them (an implicit instance created at
-# launch time would rebuild it).
-_BITS = (wp.int16, wp.int32, wp.int64)
-_ACCUMULATORS = (wp.float32, wp.float64)
+# Explicit instances, keyed by dtype name, so that Warp builds the module once with all of them (an implicit
+# instance created at launch time would rebuild it).
+_BITS = {"int16": wp.int16, "int32": wp.int32, "int64": wp.int64}
+_ACCUMULATORS = {"float32": wp.float32, "float64": wp.float64}
 _INDEX = wp.array2d(dtype=wp.int32)
 
-GATHER_ROWS = {
-    t: wp.overload(gather_rows, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t), wp.int32]) for t in _BITS
-}
-GATHER_ELEMENTS = {
-    t: wp.overload(gather_elements, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t)]) for t in _BITS
-}
-SCATTER_ADD_ROWS = {
-    t: wp.overload(scatter_add_rows, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t), wp.int32])
-    for t in _ACCUMULATORS
-}
-SCATTER_ADD_ATOMIC = {
-    t: wp.overload(scatter_add_atomic, [wp.array3d(dtype=t), _INDEX, wp.array3d(dtype=t)])
-    for t in _ACCUMULATORS
-}
-SCATTER_ADD_SEGMENTS = {
-    t: wp.overload(scatter_add_segments, [wp.array3d(dtype=t), _INDEX, _INDEX, wp.array3d(dtype=t)])
-    for t in _ACCUMULATORS
-}
+
+def _instances(kernel, scalars, index_arrays=1, row_start=False):
+    table = {}
+    for name, t in scalars.items():
+        types = [wp.array3d(dtype=t)] + [_INDEX] * index_arrays + [wp.array3d(dtype=t)]
+        if row_start:
+            types.append(wp.int32)
+        table[name] = wp.overload(kernel, types)
+    return table
+
+
+GATHER_ROWS = _instances(gather_rows, _BITS, row_start=True)
+GATHER_ELEMENTS = _instances(gather_elements, _BITS)
+SCATTER_ADD_ROWS = _instances(scatter_add_rows, _ACCUMULATORS, row_start=True)
+SCATTER_ADD_ATOMIC = _instances(scatter_add_atomic, _ACCUMULATORS)
+SCATTER_ADD_SEGMENTS = _instances(scatter_add_segments, _ACCUMULATORS, index_arrays=2)
