@@ -118,7 +118,7 @@ def _check_shapes(points, lengths, num_samples, start, max_samples) -> None:
 
 def _check_values(points, lengths, num_samples, start, max_samples) -> None:
     """The checks that need tensor values: one device-to-host transfer for all of them."""
-    batch, n = points.shape[0], points.shape[1]
+    n = points.shape[1]
     finite = torch.isfinite(points).all(dim=-1)
     if lengths is not None:
         finite = finite | (torch.arange(n, device=points.device) >= lengths[:, None])

@@ -53,7 +53,8 @@ def cloud(
         k = int(wp.clamp(num_samples[b], wp.int64(0), wp.int64(k)))
     k = wp.min(k, n)
     first = int(0)
-    if b < start.shape[0]:
+    # nested, not `and`: the bounds test must guard the read
+    if b < start.shape[0]:  # noqa: SIM102
         if start[b] >= wp.int64(0) and start[b] < wp.int64(n):
             first = int(start[b])
     return n, k, first
