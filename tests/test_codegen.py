@@ -1,0 +1,245 @@
+"""CUDA code generation, checked on every run, GPU or not.
+
+Every Warp module under ``warpgeo._kernels`` (found with pkgutil: modules come and go) is compiled ahead
+of time to PTX for sm_80 (A100) and sm_90 (H100) with ``wp.compile_aot_module``, through NVRTC, which Warp
+ships: no GPU or CUDA driver is needed. A module is Warp's compilation unit, so one build covers every
+kernel in it and every overload (dtype instance) the ops launch; the test checks the PTX has an entry point
+for each of them. Tile kernels depend on the block size (``wp.block_dim()``, tile shapes), so a module is
+built for every ``block_dim`` the ops launch with (see :func:`launch_block_dims`).
+
+Output goes to pytest's temporary directory; nothing is cached in the repository. NVRTC takes a few
+seconds per module and architecture.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import warpgeo
+import warpgeo._kernels
+
+ARCHS = (80, 90)
+#: Warp's launch size when a launch names no block_dim (``Module.options["block_dim"]``'s default).
+_WARP_DEFAULT_BLOCK_DIM = 256
+#: warpgeo modules that are not ops (they launch nothing of their own).
+_NOT_OPS = {"_kernels", "_interop", "cli", "demos", "compat", "__main__"}
+
+
+def _wp():
+    import warp as wp
+
+    return wp
+
+
+def kernel_modules() -> list[str]:
+    """Names of the Python modules under ``warpgeo._kernels`` that define at least one Warp kernel."""
+    wp = _wp()
+    names = []
+    for info in pkgutil.iter_modules(warpgeo._kernels.__path__, prefix="warpgeo._kernels."):
+        module = importlib.import_module(info.name)
+        if wp.get_module(module.__name__).kernels:
+            names.append(info.name)
+    return sorted(names)
+
+
+def launch_block_dims() -> set[int]:
+    """Every ``block_dim`` the ops pass to a launch, and Warp's default for launches that pass none.
+
+    Read from the op modules' source: each ``block_dim=<value>`` keyword must be an int literal, ``None``,
+    or a module-level int constant of that op module; anything else fails here, so that no block size
+    escapes the build below.
+    """
+    dims = {_WARP_DEFAULT_BLOCK_DIM}
+    for info in pkgutil.iter_modules(warpgeo.__path__, prefix="warpgeo."):
+        if info.name.split(".")[-1] in _NOT_OPS:
+            continue
+        module = importlib.import_module(info.name)
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.keyword) or node.arg != "block_dim":
+                continue
+            value = node.value
+            if isinstance(value, ast.Constant) and (value.value is None or isinstance(value.value, int)):
+                if value.value is not None:
+                    dims.add(value.value)
+            elif isinstance(value, ast.Name) and isinstance(getattr(module, value.id, None), int):
+                dims.add(getattr(module, value.id))
+            else:
+                raise AssertionError(
+                    f"{info.name} line {node.lineno}: block_dim={ast.unparse(value)} is not an int literal or "
+                    "a module-level int constant; test_codegen cannot tell which block size to build"
+                )
+    return dims
+
+
+def _entry_points(ptx: str) -> dict[str, int]:
+    """Kernel key -> number of forward entry points (overloads) in a PTX file."""
+    counts: dict[str, int] = {}
+    for name in re.findall(r"\.entry\s+(\w+)_cuda_kernel_forward\b", ptx):
+        key = re.sub(r"_[0-9a-f]{8}$", "", name)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def compile_for_cuda(module_name: str, arch: int, block_dim: int, out_dir: Path) -> Path:
+    """Build ``module_name`` to PTX for ``sm_<arch>`` with ``block_dim`` threads per block; return the PTX.
+
+    Raises whatever Warp raises when code generation or NVRTC fails, and AssertionError when the PTX lacks
+    an entry point for a kernel or one of its overloads.
+    """
+    wp = _wp()
+    module = wp.get_module(module_name)
+    expected = {}
+    for key, kernel in module.kernels.items():
+        if kernel.is_generic:
+            assert kernel.overloads, (
+                f"{module_name}.{key} is generic with no overload: it would be skipped (add wp.overload)"
+            )
+            expected[key] = len(kernel.overloads)
+        else:
+            expected[key] = 1
+    default = module.options["block_dim"]
+    if block_dim != default:
+        wp.set_module_options({"block_dim": block_dim}, module)
+    try:
+        paths = wp.compile_aot_module(module, arch=arch, module_dir=out_dir, use_ptx=True)
+    finally:
+        if block_dim != default:
+            wp.set_module_options({"block_dim": default}, module)
+    (ptx_path,) = paths
+    ptx = Path(ptx_path).read_text()
+    assert f".target sm_{arch}" in ptx, f"{ptx_path} does not target sm_{arch}"
+    found = _entry_points(ptx)
+    missing = {key: n for key, n in expected.items() if found.get(key, 0) < n}
+    assert not missing, (
+        f"{module_name}: PTX for sm_{arch} lacks entry points (kernel: overloads) {missing}; found {found}"
+    )
+    return Path(ptx_path)
+
+
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_discovery():
+    """The modules and block sizes the build below covers (a discovery that finds nothing would pass)."""
+    modules = kernel_modules()
+    assert {"warpgeo._kernels.fps", "warpgeo._kernels.gather"} <= set(modules), modules
+    assert any("mesh" in m or "sdf" in m for m in modules), modules
+    assert _WARP_DEFAULT_BLOCK_DIM in launch_block_dims()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("module_name", kernel_modules())
+def test_kernels_compile_for_cuda(module_name, arch, tmp_path):
+    for block_dim in sorted(launch_block_dims()):
+        compile_for_cuda(module_name, arch, block_dim, tmp_path / f"block{block_dim}")
+
+
+_BROKEN_MODULE = '''
+import warp as wp
+
+# valid C++ for the CPU build; on CUDA (__CUDA_ARCH__ defined) it calls a function that does not exist
+SNIPPET = """
+#if defined(__CUDA_ARCH__)
+    no_such_cuda_function(x);
+#endif
+    return x + 1.0f;
+"""
+
+
+@wp.func_native(SNIPPET)
+def plus_one(x: float) -> float: ...
+
+
+@wp.kernel
+def add_one(a: wp.array(dtype=float)):
+    i = wp.tid()
+    a[i] = plus_one(a[i])
+'''
+
+
+_TILED_MODULE = """
+import warp as wp
+
+
+@wp.kernel
+def block_sum(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i, lane = wp.tid()
+    v = a[lane] + 0.0
+    total = wp.tile_sum(wp.tile(v))
+    if lane == 0:
+        out[i] = total[0]
+"""
+
+
+def _import_temp_module(tmp_path: Path, name: str, source: str):
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
+
+
+def test_cuda_only_error_is_caught(tmp_path):
+    """A kernel whose CPU build is fine and whose CUDA build is broken fails the check."""
+    wp = _wp()
+    module = _import_temp_module(tmp_path, f"warpgeo_codegen_broken_{tmp_path.name}", _BROKEN_MODULE)
+    a = wp.array([1.0, 2.0], dtype=float, device="cpu")
+    wp.launch(module.add_one, dim=2, inputs=[a], device="cpu")
+    assert a.numpy().tolist() == [2.0, 3.0]  # the CPU path compiles and runs
+    with pytest.raises(Exception, match="CUDA kernel build failed"):
+        compile_for_cuda(module.__name__, 90, _WARP_DEFAULT_BLOCK_DIM, tmp_path / "out")
+
+
+def test_block_dim_reaches_the_build(tmp_path):
+    """A module built for another block size gets that size compiled in, and the module's default is back
+    afterwards (the check changes nothing for later launches)."""
+    wp = _wp()
+    module = _import_temp_module(tmp_path, f"warpgeo_codegen_tiled_{tmp_path.name}", _TILED_MODULE)
+    name = module.__name__
+    compile_for_cuda(name, 80, 64, tmp_path / "b64")
+    source = next((tmp_path / "b64").glob("*.cu")).read_text()
+    assert re.search(r"#define WP_TILE_BLOCK_DIM 64\b", source)
+    assert wp.get_module(name).options["block_dim"] == _WARP_DEFAULT_BLOCK_DIM
+
+
+_UNINSTANTIATED_MODULE = """
+from typing import Any
+
+import warp as wp
+
+
+@wp.kernel
+def concrete(a: wp.array(dtype=float)):
+    a[wp.tid()] = 1.0
+
+
+@wp.kernel
+def generic(a: wp.array(dtype=Any)):
+    a[wp.tid()] = a.dtype(1)
+"""
+
+
+def test_generic_kernel_without_overload_is_caught(tmp_path):
+    """Warp skips a generic kernel with no instance (a warning, no error); the check refuses it."""
+    module = _import_temp_module(tmp_path, f"warpgeo_codegen_generic_{tmp_path.name}", _UNINSTANTIATED_MODULE)
+    with pytest.raises(AssertionError, match="generic with no overload"):
+        compile_for_cuda(module.__name__, 90, _WARP_DEFAULT_BLOCK_DIM, tmp_path / "out")
+
+
+def test_launch_block_dims_reads_the_ops():
+    """fps launches its block kernel with a module constant; it is among the sizes built."""
+    fps = importlib.import_module("warpgeo.fps")
+    constants = {v for k, v in vars(fps).items() if "BLOCK" in k and isinstance(v, int)}
+    assert constants and constants <= launch_block_dims()
