@@ -1,0 +1,213 @@
+"""CUDA graphs: warpgeo's ops captured with ``torch.cuda.graph`` and replayed with new inputs equal eager.
+
+The pattern is the one of torch's CUDA-graph documentation: static input tensors, a warm-up on a side stream
+(it loads the Warp modules and lets the caching allocator settle), capture, then ``copy_`` new values into
+the static inputs and ``replay()``. ``MeshWorld.set_poses`` / ``set_enabled`` write in place into the
+tensors the kernels read, so a captured graph sees new poses, whether they are set between replays or
+captured themselves. Value checks are skipped automatically during capture (the default, "auto") or
+switched off ("off"). CUDA only: skipped on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+import trimesh
+
+import warpgeo
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
+
+_ETA = 0.05
+_SWEEP = 3
+
+
+def _checks(mode: str):
+    return warpgeo.value_checks(False) if mode == "off" else contextlib.nullcontext()
+
+
+def _world() -> warpgeo.MeshWorld:
+    box = trimesh.creation.box((0.4, 0.4, 0.4))
+    ball = trimesh.creation.icosphere(subdivisions=2, radius=0.2)
+    poses = [[0.0, 0.0, 0.0, 1, 0, 0, 0], [0.4, 0.0, 0.0, 1, 0, 0, 0]]
+    return warpgeo.MeshWorld([box, ball], poses=poses, device="cuda")
+
+
+def _spheres(seed: int, shape=(2, 5, 40)) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    centres = torch.rand(*shape, 3, generator=gen) - 0.5
+    radii = 0.02 + 0.06 * torch.rand(*shape, 1, generator=gen)
+    return torch.cat([centres, radii], dim=-1).cuda()
+
+
+def _poses(seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 4, generator=gen, dtype=torch.float64)
+    t = 0.2 * torch.randn(2, 3, generator=gen, dtype=torch.float64)
+    return torch.cat([t, q / q.norm(dim=-1, keepdim=True)], dim=-1).cuda()
+
+
+def _warm_up(fn, iterations: int = 3) -> None:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(iterations):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+
+
+def _costs(spheres: torch.Tensor, world: warpgeo.MeshWorld):
+    """(cost, swept cost, d(cost + swept) / d spheres) for leaf ``spheres`` (B, H, N, 4)."""
+    cost = warpgeo.sphere_mesh_cost(spheres, world, activation_distance=_ETA)
+    swept = warpgeo.swept_sphere_mesh_cost(spheres, world, sweep_steps=_SWEEP, activation_distance=_ETA)
+    weights = torch.linspace(0.5, 1.5, cost.numel(), device=cost.device).view(cost.shape)
+    (grad,) = torch.autograd.grad((cost * weights).sum() + (swept * weights).sum(), spheres)
+    return cost, swept, grad
+
+
+def _eager_costs(spheres, world):
+    return _costs(spheres.detach().clone().requires_grad_(True), world)
+
+
+@pytest.mark.parametrize("checks", ["auto", "off"])
+def test_costs_replay_with_new_spheres_and_poses(checks):
+    """(a) sphere cost + swept cost, forward and backward, in one graph; new spheres copied into the static
+    input and new poses set between replays; every replay equals eager."""
+    world = _world()
+    static = _spheres(0).requires_grad_(True)
+    with _checks(checks):
+        _warm_up(lambda: _costs(static, world))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = _costs(static, world)
+        hits = 0
+        for step in range(1, 5):
+            new = _spheres(step)
+            with torch.no_grad():
+                static.copy_(new)
+            world.set_poses(_poses(step))
+            if step == 3:
+                world.set_enabled(torch.tensor([True, False], device="cuda"))
+            graph.replay()
+            torch.cuda.synchronize()
+            expected = _eager_costs(new, world)
+            for got, want in zip(out, expected, strict=True):
+                torch.testing.assert_close(got, want)
+            hits += int((expected[0] > 0).sum())
+    assert hits > 0, "no sphere collides in any replay: the comparison would show nothing"
+
+
+def test_world_updates_captured():
+    """set_poses / set_enabled captured in the graph, from static pose and mask tensors."""
+    world = _world()
+    static_spheres = _spheres(0)
+    static_poses = _poses(0)
+    static_mask = torch.tensor([True, True], device="cuda")
+
+    def step():
+        world.set_poses(static_poses)
+        world.set_enabled(static_mask)
+        return warpgeo.sphere_mesh_cost(static_spheres, world, activation_distance=_ETA)
+
+    _warm_up(step)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for seed in range(1, 4):
+        static_spheres.copy_(_spheres(seed))
+        static_poses.copy_(_poses(seed))
+        static_mask.copy_(torch.tensor([True, seed != 2], device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(world.poses, static_poses)
+        assert world.enabled.tolist() == [[True, seed != 2]]
+        torch.testing.assert_close(
+            out, warpgeo.sphere_mesh_cost(static_spheres, world, activation_distance=_ETA)
+        )
+
+
+class _Net(torch.nn.Module):
+    """FPS -> gather of point features -> a small MLP on the sampled features."""
+
+    def __init__(self, channels: int, samples: int):
+        super().__init__()
+        self.samples = samples
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(channels + 3, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)
+        )
+
+    def forward(self, points: torch.Tensor, features: torch.Tensor):
+        idx = warpgeo.farthest_point_sampling(points, self.samples)
+        sampled = warpgeo.gather_points(torch.cat([points.transpose(1, 2), features], dim=1), idx)
+        out = self.mlp(sampled.transpose(1, 2))
+        return idx, out
+
+
+def _net_step(net: _Net, points, features):
+    idx, out = net(points, features)
+    loss = out.square().mean()
+    grads = torch.autograd.grad(loss, [features, *net.parameters()])
+    return idx, out, loss, grads
+
+
+def _points(seed: int, batch=2, n=500, channels=6):
+    gen = torch.Generator().manual_seed(seed)
+    points = torch.rand(batch, n, 3, generator=gen).cuda()
+    features = torch.randn(batch, channels, n, generator=gen).cuda()
+    return points, features
+
+
+@pytest.mark.parametrize("checks", ["auto", "off"])
+def test_fps_gather_mlp_replay(checks):
+    """(b) FPS -> gather -> MLP forward and backward in one graph; replay with new clouds equals eager."""
+    torch.manual_seed(0)
+    net = _Net(channels=6, samples=32).cuda()
+    static_points, static_features = _points(0)
+    static_features.requires_grad_(True)
+    with _checks(checks):
+        _warm_up(lambda: _net_step(net, static_points, static_features))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            idx, out, loss, grads = _net_step(net, static_points, static_features)
+        for seed in range(1, 4):
+            points, features = _points(seed)
+            with torch.no_grad():
+                static_points.copy_(points)
+                static_features.copy_(features)
+            graph.replay()
+            torch.cuda.synchronize()
+            e_idx, e_out, e_loss, e_grads = _net_step(net, points, features.requires_grad_(True))
+            assert torch.equal(idx, e_idx)
+            torch.testing.assert_close(out, e_out)
+            torch.testing.assert_close(loss, e_loss)
+            for got, want in zip(grads, e_grads, strict=True):
+                torch.testing.assert_close(got, want)
+            assert grads[0].abs().sum() > 0
+
+
+def test_compile_reduce_overhead_costs():
+    """(a) under ``torch.compile(mode="reduce-overhead")`` (CUDA graphs through cudagraph trees): forward
+    and backward with new spheres and new poses each call equal eager."""
+    world = _world()
+
+    @torch.compile(mode="reduce-overhead", fullgraph=True)
+    def costs(spheres):
+        cost = warpgeo.sphere_mesh_cost(spheres, world, activation_distance=_ETA)
+        swept = warpgeo.swept_sphere_mesh_cost(spheres, world, sweep_steps=_SWEEP, activation_distance=_ETA)
+        return cost, swept
+
+    for step in range(5):
+        world.set_poses(_poses(step))
+        torch.compiler.cudagraph_mark_step_begin()
+        new = _spheres(step)
+        leaf = new.clone().requires_grad_(True)
+        cost, swept = costs(leaf)
+        weights = torch.linspace(0.5, 1.5, cost.numel(), device="cuda").view(cost.shape)
+        ((cost * weights).sum() + (swept * weights).sum()).backward()
+        expected = _eager_costs(new, world)
+        torch.testing.assert_close(cost, expected[0])
+        torch.testing.assert_close(swept, expected[1])
+        torch.testing.assert_close(leaf.grad, expected[2])
