@@ -12,13 +12,16 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 __all__ = [
+    "KNN",
     "FarthestPointSampling",
     "GatherPoints",
     "MeshWorld",
     "SdfMesh",
     "SweptSdfMesh",
+    "ball_query",
     "farthest_point_sampling",
     "gather_points",
+    "knn",
     "signed_distance",
     "sphere_mesh_cost",
     "swept_sphere_mesh_cost",
@@ -30,6 +33,9 @@ _HOME = {
     "farthest_point_sampling": "fps",
     "GatherPoints": "gather",
     "gather_points": "gather",
+    "KNN": "neighbors",
+    "knn": "neighbors",
+    "ball_query": "neighbors",
     "MeshWorld": "world",
     "SdfMesh": "sdf",
     "SweptSdfMesh": "sdf",
@@ -41,6 +47,7 @@ _HOME = {
 if TYPE_CHECKING:
     from .fps import FarthestPointSampling, farthest_point_sampling
     from .gather import GatherPoints, gather_points
+    from .neighbors import KNN, ball_query, knn
     from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
     from .world import MeshWorld
 

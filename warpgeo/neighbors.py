@@ -1,0 +1,462 @@
+"""Neighbour queries: k nearest neighbours (:func:`knn`) and pointnet2's ball query (:func:`ball_query`).
+
+Both search a uniform grid of cells built per call (a stable counting sort of the points by cell; see
+``warpgeo/_kernels/neighbors.py``): memory is ``O(B * (N + M * k))``, never ``O(B * M * N)``. Small clouds
+are scanned directly instead (no grid to build). Distances are compared in float64 whatever the input
+dtype, so results do not depend on it, and ties go to the lowest index.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from . import _interop
+
+__all__ = ["KNN", "ball_query", "knn"]
+
+_SENTINEL_INDEX = -1
+#: The kernels index points with int32.
+_MAX_POINTS = 2**31 - 1
+#: Clouds with at most this many points are scanned directly: below it building the grid costs more than
+#: it saves (measured on the CPU at k = 16 and 32).
+_BRUTE_MAX_POINTS = 256
+#: Rough cost of one query row, for splitting CPU launches among threads.
+_ROW_WORK = 256
+#: The ops' inputs, in order (a backward returns one entry per name).
+_KNN_INPUTS = ("queries", "points", "query_lengths", "point_lengths", "k")
+
+
+class KNN(NamedTuple):
+    """The result of :func:`knn`: ``dists`` ``(B, M, k)`` Euclidean distances and ``idx`` ``(B, M, k)`` int64."""
+
+    dists: torch.Tensor
+    idx: torch.Tensor
+
+
+# --------------------------------------------------------------------------------------------------------
+# checks
+# --------------------------------------------------------------------------------------------------------
+
+
+def _check_shapes(queries, points, query_lengths, point_lengths, k) -> None:
+    """The checks of every entry point that read no tensor values: types, shapes, devices, sizes."""
+    _interop.check_float(queries, "queries")
+    _interop.check_float(points, "points")
+    if queries.dim() != 3 or queries.shape[-1] != 3:
+        raise ValueError(f"queries must have shape (B, M, 3); got {tuple(queries.shape)}")
+    if points.dim() != 3 or points.shape[-1] != 3:
+        raise ValueError(f"points must have shape (B, N, 3); got {tuple(points.shape)}")
+    if points.shape[0] != queries.shape[0]:
+        raise ValueError(
+            f"points must have the batch size of queries ({queries.shape[0]}); got points of shape "
+            f"{tuple(points.shape)}"
+        )
+    if points.dtype != queries.dtype:
+        raise TypeError(f"points must have the dtype of queries ({queries.dtype}); got {points.dtype}")
+    k = _interop.check_int(k, "k", minimum=1)
+    batch, num_queries, num_points = queries.shape[0], queries.shape[1], points.shape[1]
+    item = _interop.compute_dtype(points.dtype).itemsize
+    if num_points > _MAX_POINTS or 3 * item * num_points >= _interop.INT32_LIMIT:
+        raise ValueError(
+            f"points may hold fewer than {_interop.INT32_LIMIT // (3 * item)} points per cloud in "
+            f"{points.dtype} (int32 strides of one Warp launch); got N={num_points}"
+        )
+    if isinstance(k, int) and 8 * num_queries * k >= _interop.INT32_LIMIT:
+        raise ValueError(
+            f"queries * k must stay below 2**28 per cloud (int32 strides of one Warp launch); got M={num_queries}, "
+            f"k={k}"
+        )
+    for name, t in (("query_lengths", query_lengths), ("point_lengths", point_lengths)):
+        if t is not None:
+            _interop.check_index(t, name)
+            _interop.check_shape(t, name, (batch,))
+    _interop.check_device(
+        "queries", queries=queries, points=points, query_lengths=query_lengths, point_lengths=point_lengths
+    )
+
+
+def _check_radius(radius) -> float:
+    if isinstance(radius, bool) or not isinstance(radius, (int, float)):
+        raise TypeError(f"radius must be a float; got {type(radius).__name__}")
+    radius = float(radius)
+    if not (math.isfinite(radius) and radius > 0.0):
+        raise ValueError(f"radius must be a finite float > 0; got {radius}")
+    return radius
+
+
+def _check_values(queries, points, query_lengths, point_lengths) -> None:
+    """The checks that need tensor values: one device-to-host transfer for all of them."""
+    m, n = queries.shape[1], points.shape[1]
+    device = queries.device
+    zero = torch.zeros((), dtype=torch.bool, device=device)
+
+    def nonfinite(x, lengths, size):
+        if x.numel() == 0:
+            return zero
+        bad = ~torch.isfinite(x).all(dim=-1)
+        if lengths is not None:
+            bad = bad & (torch.arange(size, device=device) < lengths[:, None])
+        return bad.any()
+
+    def out_of_range(lengths, size):
+        return ((lengths < 0) | (lengths > size)).any() if lengths is not None else zero
+
+    flags = torch.stack(
+        [
+            out_of_range(query_lengths, m),
+            out_of_range(point_lengths, n),
+            nonfinite(queries, query_lengths, m),
+            nonfinite(points, point_lengths, n),
+        ]
+    ).tolist()
+    if flags[0]:
+        raise ValueError(f"query_lengths must lie in [0, M={m}]; got {query_lengths.tolist()}")
+    if flags[1]:
+        raise ValueError(f"point_lengths must lie in [0, N={n}]; got {point_lengths.tolist()}")
+    if flags[2]:
+        raise ValueError("queries must be finite: found NaN or inf among the valid queries")
+    if flags[3]:
+        raise ValueError("points must be finite: found NaN or inf among the valid points")
+
+
+# --------------------------------------------------------------------------------------------------------
+# the grid
+# --------------------------------------------------------------------------------------------------------
+
+
+def _empty_lengths(t: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+    """Per-cloud lengths as the kernels take them: int64, empty meaning "all"."""
+    if t is None:
+        return torch.empty(0, dtype=torch.int64, device=device)
+    return t.to(torch.int64)
+
+
+def _grid(points, point_lengths, mode: int, radius: float, method: str) -> dict[str, torch.Tensor]:
+    """The grid of ``points`` (B, N, 3) in compute dtype: the query kernels' grid arguments by name.
+
+    ``method``: ``"counting"`` (a Warp counting sort, a thread per cloud: the CPU path) or ``"sort"``
+    (``torch.sort``, stable, and ``searchsorted``: the CUDA path). Both give the same layout.
+    """
+    kernels = _interop.kernels("neighbors")
+    batch, n = points.shape[0], points.shape[1]
+    device = points.device
+    lengths = _empty_lengths(point_lengths, device)
+    if point_lengths is None:
+        lo, hi = points.amin(dim=1), points.amax(dim=1)
+    else:
+        valid = (torch.arange(n, device=device) < lengths[:, None])[..., None]
+        lo = torch.where(valid, points, torch.inf).amin(dim=1)
+        hi = torch.where(valid, points, -torch.inf).amax(dim=1)
+    cap = 1 << max(n - 1, 1).bit_length()  # cells per cloud: the power of two >= N
+    f64 = {"dtype": torch.float64, "device": device}
+    grid = {
+        "origin": torch.empty(batch, 3, **f64),
+        "inv_cell": torch.empty(batch, **f64),
+        "cell": torch.empty(batch, **f64),
+        "dims": torch.empty(batch, 3, dtype=torch.int32, device=device),
+        "slack": torch.empty(batch, **f64),
+    }
+    _interop.launch(
+        kernels.grid_setup,
+        batch,
+        device=device,
+        lo=lo.to(torch.float64).contiguous(),
+        hi=hi.to(torch.float64).contiguous(),
+        lengths=lengths,
+        num_points=n,
+        mode=mode,
+        radius=radius,
+        cap=cap,
+        **grid,
+    )
+    cells = torch.empty(batch, n, dtype=torch.int32, device=device)
+    _interop.launch(
+        _interop.overload(kernels.ASSIGN_CELLS, points.dtype),
+        [batch, n],
+        device=device,
+        points=points,
+        lengths=lengths,
+        origin=grid["origin"],
+        inv_cell=grid["inv_cell"],
+        dims=grid["dims"],
+        cap=cap,
+        out_cell=cells,
+    )
+    if method == "counting":
+        cell_start = torch.empty(batch, cap + 2, dtype=torch.int32, device=device)
+        sorted_points = torch.empty_like(points)
+        sorted_index = torch.empty(batch, n, dtype=torch.int32, device=device)
+        _interop.launch_rows(
+            _interop.overload(kernels.COUNTING_SORT_ROWS, points.dtype),
+            batch,
+            device=device,
+            work_per_row=n + cap,
+            points=points,
+            cells=cells,
+            cell_start=cell_start,
+            sorted_points=sorted_points,
+            sorted_index=sorted_index,
+        )
+    elif method == "sort":
+        sorted_cells, order = torch.sort(cells, dim=1, stable=True)
+        bounds = torch.arange(cap + 2, dtype=torch.int32, device=device).expand(batch, -1).contiguous()
+        cell_start = torch.searchsorted(sorted_cells, bounds, out_int32=True)
+        sorted_points = torch.gather(points, 1, order[..., None].expand(-1, -1, 3))
+        sorted_index = order.to(torch.int32)
+    else:
+        raise ValueError(f"internal error: unknown grid method {method!r}")
+    grid.update(sorted_points=sorted_points, sorted_index=sorted_index.contiguous(), cell_start=cell_start)
+    return grid
+
+
+def _method(points: torch.Tensor, method: str | None) -> str:
+    if method is not None:
+        return method
+    if points.shape[1] <= _BRUTE_MAX_POINTS:
+        return "brute"
+    return "counting" if points.device.type == "cpu" else "sort"
+
+
+# --------------------------------------------------------------------------------------------------------
+# ball query
+# --------------------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("warpgeo::ball_query", mutates_args=())
+def _ball_query_op(
+    queries: torch.Tensor,
+    points: torch.Tensor,
+    query_lengths: torch.Tensor | None,
+    point_lengths: torch.Tensor | None,
+    radius: float,
+    k: int,
+    inclusive: bool,
+) -> torch.Tensor:
+    """queries (B, M, 3), points (B, N, 3) -> int64 (B, M, k): the k smallest indices with distance
+    <= radius (``inclusive``) or < radius, ascending, then -1."""
+    _check_shapes(queries, points, query_lengths, point_lengths, k)
+    radius = _check_radius(radius)
+    if _interop.checking_values(queries.device):
+        _check_values(queries, points, query_lengths, point_lengths)
+    return _ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive)
+
+
+@_ball_query_op.register_fake
+def _(queries, points, query_lengths, point_lengths, radius, k, inclusive):
+    _check_shapes(queries, points, query_lengths, point_lengths, k)
+    _check_radius(radius)
+    return queries.new_empty(queries.shape[0], queries.shape[1], k, dtype=torch.int64)
+
+
+def _ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive, method=None):
+    """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort")."""
+    kernels = _interop.kernels("neighbors")
+    batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
+    device = queries.device
+    out = torch.empty(batch, m, k, dtype=torch.int64, device=device)
+    if n == 0 or batch * m == 0:
+        return out.fill_(_SENTINEL_INDEX)
+    queries, points = _interop.to_compute(queries), _interop.to_compute(points)
+    common = {
+        "queries": queries,
+        "query_lengths": _empty_lengths(query_lengths, device),
+        "radius": radius,
+        "inclusive": int(inclusive),
+        "out_idx": out,
+    }
+    method = _method(points, method)
+    if method == "brute":
+        kernel = _interop.overload(kernels.BALL_QUERY_BRUTE, points.dtype)
+        extra = {"points": points, "point_lengths": _empty_lengths(point_lengths, device)}
+        work = n
+    else:
+        kernel = _interop.overload(kernels.BALL_QUERY_ROWS, points.dtype)
+        extra = _grid(points, point_lengths, 0, radius, method)
+        work = _ROW_WORK
+    _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
+    return out
+
+
+def ball_query(
+    queries: torch.Tensor,
+    points: torch.Tensor,
+    radius: float,
+    k: int,
+    *,
+    query_lengths: torch.Tensor | None = None,
+    point_lengths: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Ball query with pointnet2's semantics: the first ``k`` points, in index order, within ``radius``.
+
+    For each query ``queries[b, m]``, the indices ``n`` of the points with ``|points[b, n] - queries[b, m]|
+    <= radius`` (inclusive), in ascending order, the first ``k`` of them, then ``-1`` where fewer lie in the
+    ball. Memory is ``O(B * (N + M * k))``: no ``(B, M, N)`` distance matrix is formed (the points are
+    binned into a grid of cells at least ``radius`` wide). Not differentiable (an index selection):
+    gradients flow through what is gathered with the indices (:func:`warpgeo.gather_points`).
+
+    Args:
+        queries: ``(B, M, 3)`` ball centres; float16, bfloat16, float32 or float64.
+        points: ``(B, N, 3)``, the dtype and device of ``queries``.
+        radius: a finite float > 0.
+        k: the most neighbours per query, an int >= 1.
+        query_lengths: optional integer ``(B,)``: only the first ``query_lengths[b]`` queries of cloud b
+            are answered; the other rows are all ``-1``.
+        point_lengths: optional integer ``(B,)``: cloud b holds only its first ``point_lengths[b]`` points.
+
+    Returns:
+        int64 ``(B, M, k)``: ascending point indices, ``-1`` padding.
+
+    Raises:
+        TypeError: non-float points or queries, different dtypes, non-integer lengths, a non-int ``k`` or a
+            non-float ``radius``.
+        ValueError: bad shapes, ``k < 1``, ``radius`` not finite and > 0, lengths outside ``[0, M]`` /
+            ``[0, N]``, NaN or inf among the valid points or queries, tensors on different devices.
+
+    Example:
+        >>> pts = torch.rand(2, 1000, 3)
+        >>> centres = pts[:, :64]
+        >>> idx = ball_query(centres, pts, 0.2, 16)              # (2, 64, 16) int64, -1 padded
+        >>> grouped = gather_points(pts.transpose(1, 2), idx)   # (2, 3, 64, 16), 0 where idx == -1
+    """
+    _check_shapes(queries, points, query_lengths, point_lengths, k)
+    radius = _check_radius(radius)
+    return _ball_query_op(queries, points, query_lengths, point_lengths, radius, k, True)
+
+
+# --------------------------------------------------------------------------------------------------------
+# k nearest neighbours
+# --------------------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("warpgeo::knn", mutates_args=())
+def _knn_op(
+    queries: torch.Tensor,
+    points: torch.Tensor,
+    query_lengths: torch.Tensor | None,
+    point_lengths: torch.Tensor | None,
+    k: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """queries (B, M, 3), points (B, N, 3) -> dists (B, M, k) in points' dtype, idx (B, M, k) int64."""
+    _check_shapes(queries, points, query_lengths, point_lengths, k)
+    if _interop.checking_values(queries.device):
+        _check_values(queries, points, query_lengths, point_lengths)
+    return _knn(queries, points, query_lengths, point_lengths, k)
+
+
+@_knn_op.register_fake
+def _(queries, points, query_lengths, point_lengths, k):
+    _check_shapes(queries, points, query_lengths, point_lengths, k)
+    shape = (queries.shape[0], queries.shape[1], k)
+    return queries.new_empty(shape), queries.new_empty(shape, dtype=torch.int64)
+
+
+def _knn(queries, points, query_lengths, point_lengths, k, method=None):
+    """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort")."""
+    kernels = _interop.kernels("neighbors")
+    batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
+    device = queries.device
+    dtype = points.dtype
+    idx = torch.empty(batch, m, k, dtype=torch.int64, device=device)
+    dists = torch.empty(batch, m, k, dtype=torch.float64, device=device)
+    if n == 0 or batch * m == 0:
+        return dists.fill_(torch.inf).to(dtype), idx.fill_(_SENTINEL_INDEX)
+    queries, points = _interop.to_compute(queries), _interop.to_compute(points)
+    common = {
+        "queries": queries,
+        "query_lengths": _empty_lengths(query_lengths, device),
+        "out_idx": idx,
+        "out_d2": dists,
+    }
+    method = _method(points, method)
+    if method == "brute":
+        kernel = _interop.overload(kernels.KNN_BRUTE, points.dtype)
+        extra = {"points": points, "point_lengths": _empty_lengths(point_lengths, device)}
+        work = n
+    else:
+        kernel = _interop.overload(kernels.KNN_ROWS, points.dtype)
+        extra = _grid(points, point_lengths, 1, 0.0, method)
+        work = _ROW_WORK
+    _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
+    return dists.to(dtype), idx
+
+
+def _setup_knn(ctx, inputs, output) -> None:
+    queries, points, _query_lengths, _point_lengths, _k = inputs
+    ctx.set_materialize_grads(False)
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(queries, points, output[1])
+
+
+def _backward_knn(ctx, grad_dists, _grad_idx):
+    """d|q - p|: ``(q - p) / |q - p|`` to the query, its negative scatter-added to the point; 0 where the
+    distance is 0 (a subgradient) and for padding. Plain torch, so it is differentiable itself."""
+    if grad_dists is None or not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
+        return _interop.grads(_KNN_INPUTS)
+    queries, points, idx = ctx.saved_tensors
+    work = _interop.compute_dtype(points.dtype)
+    batch, m, k = idx.shape
+    safe = idx.clamp_min(0)
+    chosen = torch.gather(points.to(work), 1, safe.reshape(batch, m * k, 1).expand(-1, -1, 3))
+    diff = queries.to(work)[:, :, None, :] - chosen.reshape(batch, m, k, 3)
+    dist = torch.linalg.vector_norm(diff, dim=-1)
+    use = (idx >= 0) & (dist > 0)
+    coef = torch.where(use, grad_dists.to(work) / torch.where(use, dist, 1.0), 0.0)
+    step = coef[..., None] * diff  # (B, M, k, 3)
+    grad_queries = step.sum(dim=2).to(queries.dtype) if ctx.needs_input_grad[0] else None
+    grad_points = None
+    if ctx.needs_input_grad[1]:
+        grad_points = torch.zeros(points.shape, dtype=work, device=points.device)
+        grad_points.scatter_add_(
+            1, safe.reshape(batch, m * k, 1).expand(-1, -1, 3), -step.reshape(batch, -1, 3)
+        )
+        grad_points = grad_points.to(points.dtype)
+    return _interop.grads(_KNN_INPUTS, queries=grad_queries, points=grad_points)
+
+
+_knn_op.register_autograd(_backward_knn, setup_context=_setup_knn)
+
+
+def knn(
+    queries: torch.Tensor,
+    points: torch.Tensor,
+    k: int,
+    *,
+    query_lengths: torch.Tensor | None = None,
+    point_lengths: torch.Tensor | None = None,
+) -> KNN:
+    """The ``k`` nearest points of every query, nearest first.
+
+    Distances are Euclidean (not squared), computed from coordinate differences (accurate to the input
+    dtype's rounding, even far from the origin) and compared in float64; equal distances go to the lowest
+    index. ``dists`` is differentiable w.r.t. ``queries`` and ``points`` (the gradient of a zero distance
+    is taken as 0). Memory is ``O(B * (N + M * k))``.
+
+    Args:
+        queries: ``(B, M, 3)``; float16, bfloat16, float32 or float64.
+        points: ``(B, N, 3)``, the dtype and device of ``queries``.
+        k: neighbours per query, an int >= 1.
+        query_lengths: optional integer ``(B,)``: only the first ``query_lengths[b]`` queries of cloud b
+            are answered; the other rows hold ``-1`` and ``inf``.
+        point_lengths: optional integer ``(B,)``: cloud b holds only its first ``point_lengths[b]`` points.
+
+    Returns:
+        ``KNN(dists, idx)``: ``dists`` ``(B, M, k)`` in the dtype of ``points``, ``idx`` ``(B, M, k)``
+        int64. Where a cloud has fewer than ``k`` valid points, the rest of the row is ``-1`` / ``inf``.
+
+    Raises:
+        TypeError: non-float points or queries, different dtypes, non-integer lengths, a non-int ``k``.
+        ValueError: bad shapes, ``k < 1``, lengths outside ``[0, M]`` / ``[0, N]``, NaN or inf among the
+            valid points or queries, tensors on different devices.
+
+    Example:
+        >>> pts = torch.rand(2, 1000, 3)
+        >>> dists, idx = knn(pts[:, :100], pts, 8)                 # (2, 100, 8) each
+        >>> bool((idx[..., 0] == torch.arange(100)).all())         # a point is its own nearest
+        True
+    """
+    _check_shapes(queries, points, query_lengths, point_lengths, k)
+    dists, idx = _knn_op(queries, points, query_lengths, point_lengths, k)
+    return KNN(dists, idx)
