@@ -362,8 +362,9 @@ def test_swept_catches_tunnelling_through_a_thin_wall(device):
     assert sphere_mesh_cost(traj, world).abs().max().item() == 0.0  # every step is free
     swept = swept_sphere_mesh_cost(traj, world, sweep_steps=5)
     assert swept.shape == (1, 3, 1)
-    assert swept[0, 0, 0].item() > 0.01  # the sample at t = 1/2 sits in the wall: phi = 0.025
-    assert swept[0, 0, 0].item() == pytest.approx(0.025, abs=1e-5)
+    # step 0 is the mean over the 6 samples t = 0, 1/6, ..., 5/6; the one at t = 1/2 sits in the wall
+    # (phi = 0.025), the others are clear
+    assert swept[0, 0, 0].item() == pytest.approx(0.025 / 6, abs=1e-6)
     assert swept[0, 1:].abs().max().item() == 0.0
     # a disabled end disables the samples
     traj[0, 1, 0, 3] = -1.0
@@ -385,15 +386,42 @@ def test_swept_reduces_to_discrete(device):
 
 
 def _swept_by_composition(spheres, world, steps, eta):
-    """The swept cost built from sphere_mesh_cost and torch ops (its gradient comes from autograd)."""
-    t = torch.arange(1, steps + 1, dtype=spheres.dtype, device=spheres.device) / (steps + 1)
+    """DESIGN's swept cost built from sphere_mesh_cost and torch ops (its gradient comes from autograd):
+    step h < H - 1 is the mean of the costs at t = j / (S + 1), j = 0..S, of the sphere interpolated towards
+    step h + 1, unless either end is disabled; the last step is scored alone."""
+    t = torch.arange(0, steps + 1, dtype=spheres.dtype, device=spheres.device) / (steps + 1)
     a, b = spheres[:, :-1, None], spheres[:, 1:, None]
     mid = a + (b - a) * t[None, None, :, None, None]
-    off = (a[..., 3] < 0) | (b[..., 3] < 0)
-    mid = torch.cat([mid[..., :3], torch.where(off, -1.0, mid[..., 3])[..., None]], dim=-1)
-    samples = sphere_mesh_cost(mid, world, activation_distance=eta).sum(dim=2)
+    samples = sphere_mesh_cost(mid, world, activation_distance=eta).mean(dim=2)
     base = sphere_mesh_cost(spheres, world, activation_distance=eta)
-    return base + torch.nn.functional.pad(samples, (0, 0, 0, 1))
+    both = (spheres[:, :-1, :, 3] >= 0) & (spheres[:, 1:, :, 3] >= 0)
+    return torch.cat([torch.where(both, samples, base[:, :-1]), base[:, -1:]], dim=1)
+
+
+def test_swept_motionless_trajectory_costs_the_discrete_cost(device):
+    world = _world([box_mesh()], device)
+    gen = torch.Generator().manual_seed(10)
+    still = (torch.rand(2, 1, 20, 4, generator=gen) - 0.5).expand(2, 5, 20, 4).contiguous().to(device)
+    still[..., 3] = still[..., 3].abs() * 0.4
+    discrete = sphere_mesh_cost(still, world, activation_distance=0.03, weight=2.0)
+    assert discrete.abs().sum() > 0
+    for steps in (0, 1, 4, 9):
+        swept = swept_sphere_mesh_cost(still, world, sweep_steps=steps, activation_distance=0.03, weight=2.0)
+        torch.testing.assert_close(swept, discrete)
+
+
+def test_swept_gradcheck_float64():
+    world = _world([box_mesh()], torch.device("cpu"))
+    gen = torch.Generator().manual_seed(11)
+    spheres = torch.rand(1, 3, 2, 4, generator=gen, dtype=torch.float64)
+    spheres[..., :3] = spheres[..., :3] * 1.2 - 0.6
+    spheres[..., 3] = spheres[..., 3] * 0.2 + 0.1
+    spheres.requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda s: swept_sphere_mesh_cost(s, world, sweep_steps=2, activation_distance=0.05),
+        (spheres,),
+        atol=1e-6,
+    )
 
 
 def test_swept_gradient(device):
@@ -441,13 +469,14 @@ def test_dtypes(device, dtype, box_world_cpu):
 
 def test_no_gradient_computed_unless_needed(monkeypatch, box_world_cpu):
     calls = []
-    real = sdf_module._cost_op
+    for name in ("_cost_op", "_swept_op"):
+        real = getattr(sdf_module, name)
 
-    def spy(*args):
-        calls.append(args[-1])
-        return real(*args)
+        def spy(*args, _real=real, **kwargs):
+            calls.append(kwargs["compute_grad"])
+            return _real(*args, **kwargs)
 
-    monkeypatch.setattr(sdf_module, "_cost_op", spy)
+        monkeypatch.setattr(sdf_module, name, spy)
     spheres = torch.tensor([[0.5, 0.0, 0.0, 0.1]])
     sphere_mesh_cost(spheres, box_world_cpu)
     swept_sphere_mesh_cost(spheres[None, None], box_world_cpu)
@@ -460,9 +489,13 @@ def test_no_gradient_computed_unless_needed(monkeypatch, box_world_cpu):
 
 
 def test_backward_with_none_grad_output():
-    for fn, n_inputs in ((warpgeo.SdfMesh, 9), (warpgeo.SweptSdfMesh, 9), (sdf_module._SignedDistance, 7)):
+    for backward, n_inputs in (
+        (warpgeo.SdfMesh.backward, 10),
+        (warpgeo.SweptSdfMesh.backward, 10),
+        (sdf_module._backward_distance, 8),
+    ):
         ctx = types.SimpleNamespace(needs_input_grad=(True,) + (False,) * (n_inputs - 1), saved_tensors=())
-        assert fn.backward(ctx, None) == (None,) * n_inputs
+        assert backward(ctx, None, None) == (None,) * n_inputs
 
 
 def test_second_forward_does_not_overwrite_the_first(box_world_cpu):
@@ -576,7 +609,7 @@ def test_compile_inductor(box_world_cpu):
 
 def test_opcheck(device):
     world = _world([box_mesh()], device)
-    ids, inv, bounds, enabled = world._kernel_tensors()
+    args = world.kernel_args(torch.float64)._asdict()
     gen = torch.Generator().manual_seed(11)
     spheres = (torch.rand(2, 5, 4, generator=gen, dtype=torch.float64) * 0.8 - 0.4).to(device)
     spheres[..., 3] = 0.1
@@ -585,12 +618,18 @@ def test_opcheck(device):
     for compute_grad in (True, False):
         x = spheres.clone().requires_grad_(compute_grad)
         torch.library.opcheck(
-            sdf_module._cost_op, (x, env, ids, inv, bounds, enabled, params, 0.0, False, compute_grad)
+            sdf_module._cost_op,
+            (x, env),
+            dict(args, params=params, max_distance=0.0, compute_grad=compute_grad),
+        )
+        traj = spheres.reshape(2, 5, 1, 4).clone().requires_grad_(compute_grad)
+        torch.library.opcheck(
+            sdf_module._swept_op,
+            (traj, None),
+            dict(args, params=params, sweep_steps=2, compute_grad=compute_grad),
         )
         p = spheres[..., :3].clone().requires_grad_(compute_grad)
-        torch.library.opcheck(
-            sdf_module._distance_op, (p, env, ids, inv, bounds, enabled, False, compute_grad)
-        )
+        torch.library.opcheck(sdf_module._distance_op, (p, env), dict(args, compute_grad=compute_grad))
 
 
 def test_shapes(box_world_cpu):

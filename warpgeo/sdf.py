@@ -1,4 +1,13 @@
-"""Sphere-to-mesh collision cost (discrete and swept) and signed distance against a :class:`MeshWorld`."""
+"""Sphere-to-mesh collision cost (discrete and swept) and signed distance against a :class:`MeshWorld`.
+
+Three custom ops, one Warp kernel each (``warpgeo._kernels.sdf``): ``warpgeo::sphere_mesh_cost``,
+``warpgeo::swept_sphere_mesh_cost`` and ``warpgeo::signed_distance``. Each forward kernel also writes the
+derivative of its value w.r.t. its input (only when a gradient is wanted), and the one registered backward
+of each op scales it by the incoming gradient. The public Function classes :class:`SdfMesh` and
+:class:`SweptSdfMesh` are the same ops with the same setup / backward pair.
+
+Each op takes the world as the fields of :class:`~warpgeo.world.MeshWorldArgs`, by name.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +16,7 @@ import math
 import torch
 
 from . import _interop
-from .world import MeshWorld
+from .world import MeshWorld, mesh_ids_of
 
 __all__ = ["SdfMesh", "SweptSdfMesh", "signed_distance", "sphere_mesh_cost", "swept_sphere_mesh_cost"]
 
@@ -20,313 +29,363 @@ _QUERY_WORK = 256
 #: What signed_distance returns for a point with no enabled mesh in its environment.
 _NO_MESH_DISTANCE = float("inf")
 
-
-def _kernel_name(dtype: torch.dtype) -> str:
-    return "float64" if dtype == torch.float64 else "float32"
+#: The ops' inputs, in order (each backward returns one entry per name).
+_WORLD = ("world_id", "inv_poses", "bounds", "enabled", "sign")
+_COST_INPUTS = ("spheres", "env_index", *_WORLD, "params", "max_distance", "compute_grad")
+_SWEPT_INPUTS = ("spheres", "env_index", *_WORLD, "params", "sweep_steps", "compute_grad")
+_DISTANCE_INPUTS = ("points", "env_index", *_WORLD, "compute_grad")
 
 
 # --------------------------------------------------------------------------------------------------------
-# custom ops (each one opaque node for torch.compile)
+# checks shared by the three ops
 # --------------------------------------------------------------------------------------------------------
 
 
-def _query(
-    table: dict,
-    x: torch.Tensor,
-    env_index: torch.Tensor,
-    world: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
-    options,
-    compute_grad: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run one of the mesh-query kernels over ``x`` (B, S, 3 or 4): the launch both ops share.
-
-    ``world`` = (mesh_ids, inv_poses, bounds, enabled); ``options(dtype)`` gives the kernel's op-specific
-    arguments between the world tensors and ``compute_grad``. Returns the value (B, S) in ``x``'s dtype and
-    the gradient (B, S, D) in the compute dtype (an empty (0, 0, D) tensor unless ``compute_grad``).
-    """
-    mesh_ids, inv_poses, bounds, enabled = world
-    work = _interop.to_compute(x)
-    dtype = work.dtype
-    batch, count = x.shape[0], x.shape[1]
-    value = torch.empty(batch, count, dtype=dtype, device=x.device)
-    grad = _grad_buffer(work, compute_grad)
-    _interop.launch_rows(
-        table[_kernel_name(dtype)],
-        batch * count,
-        [
-            work,
-            env_index.to(torch.int32),
-            mesh_ids,
-            inv_poses.to(dtype).contiguous(),
-            bounds,
-            enabled,
-            *options(dtype),
-            int(compute_grad),
-            value,
-            grad,
-        ],
-        device=x.device,
-        work_per_row=_QUERY_WORK * mesh_ids.shape[1],
-    )
-    return value.to(x.dtype), grad
+def _check_world(world_id, inv_poses, bounds, enabled, sign, *, dtype: torch.dtype) -> torch.Tensor:
+    """Shape / dtype checks of the world fields (reads no tensor values); returns the world's mesh ids."""
+    if isinstance(world_id, bool) or not isinstance(world_id, int):
+        raise TypeError(
+            f"world_id must be an int (MeshWorld.kernel_args().world_id); got {type(world_id).__name__}"
+        )
+    mesh_ids = mesh_ids_of(world_id)
+    envs, slots = mesh_ids.shape
+    compute = _interop.compute_dtype(dtype)
+    for name, t, shape, want in (
+        ("inv_poses", inv_poses, (envs, slots, 7), compute),
+        ("bounds", bounds, (envs, slots, 2, 3), torch.float32),
+        ("enabled", enabled, (envs, slots), torch.int32),
+        ("sign", sign, (envs, slots), torch.int32),
+    ):
+        if not isinstance(t, torch.Tensor) or t.dtype != want:
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a {want} tensor; got {got}")
+        _interop.check_shape(t, name, shape)
+    return mesh_ids
 
 
-def _fake_query(x: torch.Tensor, compute_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    dtype = _interop.compute_dtype(x.dtype)
-    rows = (x.shape[0], x.shape[1]) if compute_grad else (0, 0)
-    return x.new_empty(x.shape[:2]), x.new_empty(*rows, x.shape[-1], dtype=dtype)
+def _check_query(x, name: str, width: int, env_index, world: dict, rank: int = 3) -> torch.Tensor:
+    """Every shape / dtype / device check of a query; returns the world's mesh ids."""
+    _interop.check_float(x, name)
+    if x.dim() != rank or x.shape[-1] != width:
+        dims = "(B, S, 4)" if rank == 3 and width == 4 else "(B, H, N, 4)" if width == 4 else "(B, S, 3)"
+        raise ValueError(f"{name} must have shape {dims}; got {tuple(x.shape)}")
+    if env_index is not None:
+        _interop.check_index(env_index, "env_index")
+        if env_index.dim() != 1 or env_index.shape[0] not in (0, x.shape[0]):
+            raise ValueError(
+                f"env_index must have shape ({x.shape[0]},) (the leading dimension of {name}); "
+                f"got {tuple(env_index.shape)}"
+            )
+    mesh_ids = _check_world(**world, dtype=x.dtype)
+    tensors = {k: v for k, v in world.items() if k != "world_id"}
+    _interop.check_device(name, **{name: x}, env_index=env_index, mesh_ids=mesh_ids, **tensors)
+    return mesh_ids
 
 
-def _save_kernel_grad(ctx, inputs, output) -> None:
-    """setup_context of both ops: keep the gradient the forward kernel wrote (inputs[-1] = compute_grad)."""
-    ctx.compute_grad = inputs[-1]
-    ctx.dtype = inputs[0].dtype
-    ctx.save_for_backward(output[1])
+def _check_params(params, x) -> None:
+    if not isinstance(params, torch.Tensor) or params.dtype != _interop.compute_dtype(x.dtype):
+        raise TypeError(f"params must be a {_interop.compute_dtype(x.dtype)} tensor (eta, weight)")
+    _interop.check_shape(params, "params", (2,))
 
 
-def _chain_kernel_grad(op_name: str, num_inputs: int):
-    """The backward of an op whose forward wrote d value / d input: scale it by the incoming gradient."""
-
-    def backward(ctx, grad_value, _grad_kernel_grad):
-        if not ctx.compute_grad:
-            raise RuntimeError(f"warpgeo::{op_name} was called with compute_grad=False: no gradient to chain")
-        (grad,) = ctx.saved_tensors
-        return ((grad_value[..., None] * grad).to(ctx.dtype),) + (None,) * (num_inputs - 1)
-
-    return backward
-
-
-@torch.library.custom_op("warpgeo::sphere_mesh_cost", mutates_args=())
-def _cost_op(
-    spheres: torch.Tensor,
-    env_index: torch.Tensor,
-    mesh_ids: torch.Tensor,
-    inv_poses: torch.Tensor,
-    bounds: torch.Tensor,
-    enabled: torch.Tensor,
-    params: torch.Tensor,
-    max_distance: float,
-    winding: bool,
-    compute_grad: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """spheres (B, S, 4), env_index (B,) int64, world tensors (E, M, ...), params (2,) = (eta, weight)
-    -> cost (B, S) in spheres' dtype, grad (B, S, 4) in the compute dtype ((0, 0, 4) unless compute_grad)."""
-    _check_values(spheres, env_index, mesh_ids.shape[0], params)
-    from ._kernels import mesh as kernels
-
-    def options(dtype):
-        return [params.to(dtype).contiguous(), float(max_distance), int(winding), _SURFACE_EPS[dtype]]
-
-    world = (mesh_ids, inv_poses, bounds, enabled)
-    return _query(kernels.SPHERE_MESH_COST, spheres, env_index, world, options, compute_grad)
-
-
-@_cost_op.register_fake
-def _(spheres, env_index, mesh_ids, inv_poses, bounds, enabled, params, max_distance, winding, compute_grad):
-    return _fake_query(spheres, compute_grad)
-
-
-_cost_op.register_autograd(_chain_kernel_grad("sphere_mesh_cost", 10), setup_context=_save_kernel_grad)
-
-
-@torch.library.custom_op("warpgeo::signed_distance", mutates_args=())
-def _distance_op(
-    points: torch.Tensor,
-    env_index: torch.Tensor,
-    mesh_ids: torch.Tensor,
-    inv_poses: torch.Tensor,
-    bounds: torch.Tensor,
-    enabled: torch.Tensor,
-    winding: bool,
-    compute_grad: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """points (B, S, 3), env_index (B,) int64, world tensors -> distance (B, S) in points' dtype,
-    grad (B, S, 3) in the compute dtype ((0, 0, 3) unless compute_grad)."""
-    _check_values(points, env_index, mesh_ids.shape[0], None)
-    from ._kernels import mesh as kernels
-
-    def options(dtype):
-        return [int(winding), _SURFACE_EPS[dtype], _NO_MESH_DISTANCE]
-
-    world = (mesh_ids, inv_poses, bounds, enabled)
-    return _query(kernels.SIGNED_DISTANCE, points, env_index, world, options, compute_grad)
-
-
-@_distance_op.register_fake
-def _(points, env_index, mesh_ids, inv_poses, bounds, enabled, winding, compute_grad):
-    return _fake_query(points, compute_grad)
-
-
-_distance_op.register_autograd(_chain_kernel_grad("signed_distance", 8), setup_context=_save_kernel_grad)
-
-
-def _grad_buffer(work: torch.Tensor, compute_grad: bool) -> torch.Tensor:
-    """A fresh gradient tensor per call (nothing a second forward could overwrite), or an empty one."""
-    if compute_grad:
-        return torch.zeros(work.shape, dtype=work.dtype, device=work.device)
-    return work.new_empty(0, 0, work.shape[-1])
-
-
-def _check_values(
-    x: torch.Tensor, env_index: torch.Tensor, num_envs: int, params: torch.Tensor | None
-) -> None:
+def _check_values(x, name: str, env_index, num_envs: int, params) -> None:
     """The checks that need tensor values, run inside the op: one device-to-host transfer for all."""
-    flags = [
-        ~torch.isfinite(x).all(),
-        ((env_index < 0) | (env_index >= num_envs)).any(),
-    ]
-    if params is not None:
-        flags.append(~torch.isfinite(params).all() | (params[0] < 0))
-    flags = torch.stack(flags).tolist()
-    name = "spheres" if x.shape[-1] == 4 else "points"
+    zero = torch.zeros((), dtype=torch.bool, device=x.device)
+    flags = torch.stack(
+        [
+            ~torch.isfinite(x).all(),
+            ((env_index < 0) | (env_index >= num_envs)).any() if env_index is not None else zero,
+            ~(torch.isfinite(params).all() & (params >= 0).all()) if params is not None else zero,
+        ]
+    ).tolist()
     if flags[0]:
         raise ValueError(f"{name} must be finite: found NaN or inf")
     if flags[1]:
         raise IndexError(
             f"env_index must lie in [0, num_envs={num_envs}); got values {env_index.unique().tolist()}"
         )
-    if params is not None and flags[2]:
+    if flags[2]:
         raise ValueError(
-            f"activation_distance must be finite and >= 0 and weight finite; got {params.tolist()} (eta, weight)"
+            f"activation_distance and weight must be finite and >= 0; got {params.tolist()} (eta, weight)"
         )
 
 
+def _env(env_index: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """The kernels' ``env_index``: int64, empty for "environment 0 everywhere"."""
+    if env_index is None:
+        return like.new_empty(0, dtype=torch.int64)
+    return env_index.to(torch.int64)
+
+
+def _grad_buffer(work: torch.Tensor, compute_grad: bool, *shape: int) -> torch.Tensor:
+    """A fresh gradient tensor per call (nothing a second forward could overwrite), or an empty one."""
+    if compute_grad:
+        return torch.empty((*work.shape[:-1], *shape, work.shape[-1]), dtype=work.dtype, device=work.device)
+    return work.new_empty(0, *([0] * (work.dim() - 2)), *shape, work.shape[-1])
+
+
 # --------------------------------------------------------------------------------------------------------
-# autograd Functions
+# the custom ops (each one opaque node for torch.compile)
 # --------------------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("warpgeo::sphere_mesh_cost", mutates_args=())
+def _cost_op(
+    spheres: torch.Tensor,
+    env_index: torch.Tensor | None,
+    world_id: int,
+    inv_poses: torch.Tensor,
+    bounds: torch.Tensor,
+    enabled: torch.Tensor,
+    sign: torch.Tensor,
+    params: torch.Tensor,
+    max_distance: float,
+    compute_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """spheres (B, S, 4), env_index (B,) or None, the world's fields, params (2,) = (eta, weight) in the
+    compute dtype -> cost (B, S) in spheres' dtype, grad (B, S, 4) = d cost / d spheres in the compute dtype
+    ((0, 0, 4) unless compute_grad)."""
+    world = {"world_id": world_id, "inv_poses": inv_poses, "bounds": bounds, "enabled": enabled, "sign": sign}
+    mesh_ids = _check_query(spheres, "spheres", 4, env_index, world)
+    _check_params(params, spheres)
+    if not max_distance >= 0.0 or math.isinf(max_distance):
+        raise ValueError(f"max_distance must be finite and >= 0; got {max_distance}")
+    if _interop.checking_values(spheres.device):
+        _check_values(spheres, "spheres", env_index, mesh_ids.shape[0], params)
+    work = _interop.to_compute(spheres)
+    cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
+    grad = _grad_buffer(work, compute_grad)
+    _interop.launch_rows(
+        _interop.overload(_interop.kernels("sdf").SPHERE_MESH_COST, work.dtype),
+        work.shape[0] * work.shape[1],
+        device=work.device,
+        work_per_row=_QUERY_WORK * mesh_ids.shape[1],
+        spheres=work,
+        env_index=_env(env_index, work),
+        params=params,
+        extra_search=float(max_distance),
+        surface_eps=_SURFACE_EPS[work.dtype],
+        compute_grad=int(compute_grad),
+        cost=cost,
+        grad=grad,
+        mesh_ids=mesh_ids,
+        inv_poses=inv_poses,
+        bounds=bounds,
+        enabled=enabled,
+        sign=sign,
+    )
+    return cost.to(spheres.dtype), grad
+
+
+@_cost_op.register_fake
+def _(spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, max_distance, compute_grad):
+    return spheres.new_empty(spheres.shape[:-1]), _fake_grad(spheres, compute_grad)
+
+
+@torch.library.custom_op("warpgeo::swept_sphere_mesh_cost", mutates_args=())
+def _swept_op(
+    spheres: torch.Tensor,
+    env_index: torch.Tensor | None,
+    world_id: int,
+    inv_poses: torch.Tensor,
+    bounds: torch.Tensor,
+    enabled: torch.Tensor,
+    sign: torch.Tensor,
+    params: torch.Tensor,
+    sweep_steps: int,
+    compute_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """spheres (B, H, N, 4), env_index (B,) or None, the world's fields, params (2,) -> cost (B, H, N) in
+    spheres' dtype, grad (B, H, N, 2, 4) in the compute dtype: d cost[h] / d spheres[h] and
+    d cost[h] / d spheres[h + 1] ((0, 0, 0, 2, 4) unless compute_grad)."""
+    world = {"world_id": world_id, "inv_poses": inv_poses, "bounds": bounds, "enabled": enabled, "sign": sign}
+    mesh_ids = _check_query(spheres, "spheres", 4, env_index, world, rank=4)
+    _check_params(params, spheres)
+    _interop.check_int(sweep_steps, "sweep_steps", minimum=0)
+    if _interop.checking_values(spheres.device):
+        _check_values(spheres, "spheres", env_index, mesh_ids.shape[0], params)
+    work = _interop.to_compute(spheres)
+    batch, horizon, count, _ = work.shape
+    cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
+    grad = _grad_buffer(work, compute_grad, 2)
+    _interop.launch_rows(
+        _interop.overload(_interop.kernels("sdf").SWEPT_SPHERE_MESH_COST, work.dtype),
+        batch * horizon * count,
+        device=work.device,
+        work_per_row=_QUERY_WORK * mesh_ids.shape[1] * (sweep_steps + 1),
+        spheres=work,
+        env_index=_env(env_index, work),
+        params=params,
+        sweep_steps=sweep_steps,
+        surface_eps=_SURFACE_EPS[work.dtype],
+        compute_grad=int(compute_grad),
+        cost=cost,
+        grad_here=grad[..., 0, :],
+        grad_next=grad[..., 1, :],
+        mesh_ids=mesh_ids,
+        inv_poses=inv_poses,
+        bounds=bounds,
+        enabled=enabled,
+        sign=sign,
+    )
+    return cost.to(spheres.dtype), grad
+
+
+@_swept_op.register_fake
+def _(spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, sweep_steps, compute_grad):
+    return spheres.new_empty(spheres.shape[:-1]), _fake_grad(spheres, compute_grad, 2)
+
+
+@torch.library.custom_op("warpgeo::signed_distance", mutates_args=())
+def _distance_op(
+    points: torch.Tensor,
+    env_index: torch.Tensor | None,
+    world_id: int,
+    inv_poses: torch.Tensor,
+    bounds: torch.Tensor,
+    enabled: torch.Tensor,
+    sign: torch.Tensor,
+    compute_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """points (B, S, 3), env_index (B,) or None, the world's fields -> distance (B, S) in points' dtype,
+    grad (B, S, 3) in the compute dtype ((0, 0, 3) unless compute_grad)."""
+    world = {"world_id": world_id, "inv_poses": inv_poses, "bounds": bounds, "enabled": enabled, "sign": sign}
+    mesh_ids = _check_query(points, "points", 3, env_index, world)
+    if _interop.checking_values(points.device):
+        _check_values(points, "points", env_index, mesh_ids.shape[0], None)
+    work = _interop.to_compute(points)
+    dist = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
+    grad = _grad_buffer(work, compute_grad)
+    _interop.launch_rows(
+        _interop.overload(_interop.kernels("sdf").SIGNED_DISTANCE, work.dtype),
+        work.shape[0] * work.shape[1],
+        device=work.device,
+        work_per_row=_QUERY_WORK * mesh_ids.shape[1],
+        points=work,
+        env_index=_env(env_index, work),
+        surface_eps=_SURFACE_EPS[work.dtype],
+        far=_NO_MESH_DISTANCE,
+        compute_grad=int(compute_grad),
+        dist=dist,
+        grad=grad,
+        mesh_ids=mesh_ids,
+        inv_poses=inv_poses,
+        bounds=bounds,
+        enabled=enabled,
+        sign=sign,
+    )
+    return dist.to(points.dtype), grad
+
+
+@_distance_op.register_fake
+def _(points, env_index, world_id, inv_poses, bounds, enabled, sign, compute_grad):
+    return points.new_empty(points.shape[:-1]), _fake_grad(points, compute_grad)
+
+
+def _fake_grad(x: torch.Tensor, compute_grad: bool, *shape: int) -> torch.Tensor:
+    dtype = _interop.compute_dtype(x.dtype)
+    lead = x.shape[:-1] if compute_grad else (0,) * (x.dim() - 1)
+    return x.new_empty(*lead, *shape, x.shape[-1], dtype=dtype)
+
+
+# --------------------------------------------------------------------------------------------------------
+# autograd: one setup / backward pair per op, registered on the op and reused by its Function class
+# --------------------------------------------------------------------------------------------------------
+
+
+def _setup(ctx, inputs, output) -> None:
+    """setup_context of the three ops: keep the derivative the forward kernel wrote."""
+    ctx.set_materialize_grads(False)
+    ctx.compute_grad = inputs[-1]
+    ctx.dtype = inputs[0].dtype
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(output[1])
+
+
+def _kernel_grad(ctx, op: str) -> torch.Tensor:
+    if not ctx.compute_grad:
+        raise RuntimeError(
+            f"warpgeo::{op} was called with compute_grad=False, so it has no gradient to give; call it with "
+            "compute_grad=True (the public functions do when the input requires grad)"
+        )
+    (grad,) = ctx.saved_tensors
+    return grad
+
+
+def _backward_cost(ctx, grad_cost, _grad_grad):
+    if grad_cost is None or not ctx.needs_input_grad[0]:
+        return _interop.grads(_COST_INPUTS)
+    grad = _kernel_grad(ctx, "sphere_mesh_cost")
+    return _interop.grads(_COST_INPUTS, spheres=(grad_cost[..., None] * grad).to(ctx.dtype))
+
+
+def _backward_distance(ctx, grad_dist, _grad_grad):
+    if grad_dist is None or not ctx.needs_input_grad[0]:
+        return _interop.grads(_DISTANCE_INPUTS)
+    grad = _kernel_grad(ctx, "signed_distance")
+    return _interop.grads(_DISTANCE_INPUTS, points=(grad_dist[..., None] * grad).to(ctx.dtype))
+
+
+def _backward_swept(ctx, grad_cost, _grad_grad):
+    """Step h's cost depends on spheres h (``grad[..., 0, :]``) and h + 1 (``grad[..., 1, :]``)."""
+    if grad_cost is None or not ctx.needs_input_grad[0]:
+        return _interop.grads(_SWEPT_INPUTS)
+    grad = _kernel_grad(ctx, "swept_sphere_mesh_cost")
+    g = grad_cost.to(grad.dtype)[..., None]
+    spheres = g * grad[..., 0, :]
+    spheres[:, 1:] += g[:, :-1] * grad[:, :-1, :, 1, :]
+    return _interop.grads(_SWEPT_INPUTS, spheres=spheres.to(ctx.dtype))
+
+
+_cost_op.register_autograd(_backward_cost, setup_context=_setup)
+_swept_op.register_autograd(_backward_swept, setup_context=_setup)
+_distance_op.register_autograd(_backward_distance, setup_context=_setup)
 
 
 class SdfMesh(torch.autograd.Function):
     """Sphere-mesh collision cost as an autograd Function (cuRobo's ``SdfMeshWarpPy``, fixed).
 
-    The forward kernel also writes d cost / d sphere, into a fresh tensor and only when the spheres need a
-    gradient; backward scales it by ``grad_output``. Prefer :func:`sphere_mesh_cost`, which validates.
+    ``apply`` is ``torch.ops.warpgeo.sphere_mesh_cost``, with the same backward. Prefer
+    :func:`sphere_mesh_cost`, which takes any ``(..., 4)`` shape, floats for the parameters and a world:
 
-    ``apply(spheres (B, S, 4), env_index (B,) int64, mesh_ids, inv_poses, bounds, enabled, params (2,),
-    max_distance: float, winding: bool)`` -> cost ``(B, S)``; the world tensors are
-    ``MeshWorld._kernel_tensors()``, ``params = (activation_distance, weight)``.
+    ``apply(spheres (B, S, 4), env_index (B,) | None, world_id, inv_poses, bounds, enabled, sign,
+    params (2,), max_distance: float, compute_grad: bool)`` -> ``(cost (B, S), d cost / d spheres)``, where
+    the world's fields are ``world.kernel_args(spheres.dtype)`` and ``params = (activation_distance,
+    weight)`` in the compute dtype (float32, or float64 for float64 spheres).
     """
 
     @staticmethod
-    def forward(ctx, spheres, env_index, mesh_ids, inv_poses, bounds, enabled, params, max_distance, winding):
-        ctx.set_materialize_grads(False)
-        compute_grad = ctx.needs_input_grad[0]
-        cost, grad = _cost_op(
-            spheres,
-            env_index,
-            mesh_ids,
-            inv_poses,
-            bounds,
-            enabled,
-            params,
-            max_distance,
-            winding,
-            compute_grad,
+    def forward(
+        spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, max_distance, compute_grad
+    ):
+        return _cost_op(
+            spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, max_distance, compute_grad
         )
-        if compute_grad:
-            ctx.save_for_backward(grad)
-        return cost
 
-    @staticmethod
-    def backward(ctx, grad_cost):
-        if grad_cost is None or not ctx.needs_input_grad[0]:
-            return (None,) * 9
-        (grad,) = ctx.saved_tensors
-        grad_spheres = (grad_cost[..., None] * grad).to(grad_cost.dtype)
-        return (grad_spheres,) + (None,) * 8
+    setup_context = staticmethod(_setup)
+    backward = staticmethod(_backward_cost)
 
 
 class SweptSdfMesh(torch.autograd.Function):
     """Swept sphere-mesh cost over a trajectory as an autograd Function.
 
-    Step ``h`` scores its spheres and ``sweep_steps`` spheres interpolated (centre and radius) at
-    ``t = j / (sweep_steps + 1)`` towards step ``h + 1``; their gradient is split ``(1 - t, t)`` between
-    the two steps. Prefer :func:`swept_sphere_mesh_cost`, which validates.
+    ``apply`` is ``torch.ops.warpgeo.swept_sphere_mesh_cost``, with the same backward. Prefer
+    :func:`swept_sphere_mesh_cost`:
 
-    ``apply(spheres (B, H, N, 4), env_index (B,) int64, mesh_ids, inv_poses, bounds, enabled, params (2,),
-    sweep_steps: int, winding: bool)`` -> cost ``(B, H, N)``.
+    ``apply(spheres (B, H, N, 4), env_index (B,) | None, world_id, inv_poses, bounds, enabled, sign,
+    params (2,), sweep_steps: int, compute_grad: bool)`` -> ``(cost (B, H, N), grad (B, H, N, 2, 4))``.
     """
 
     @staticmethod
-    def forward(ctx, spheres, env_index, mesh_ids, inv_poses, bounds, enabled, params, sweep_steps, winding):
-        ctx.set_materialize_grads(False)
-        compute_grad = ctx.needs_input_grad[0]
-        batch, horizon, n, _ = spheres.shape
-        steps = sweep_steps if horizon > 1 else 0
-        t = _sweep_fractions(steps, spheres)
-        flat = _interop.to_compute(spheres).reshape(batch, horizon * n, 4)
-        if steps > 0:
-            samples = _interpolate(spheres, t).reshape(batch, (horizon - 1) * steps * n, 4)
-            flat = torch.cat([flat, samples], dim=1)
-        cost_all, grad_all = _cost_op(
-            flat, env_index, mesh_ids, inv_poses, bounds, enabled, params, 0.0, winding, compute_grad
+    def forward(
+        spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, sweep_steps, compute_grad
+    ):
+        return _swept_op(
+            spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, sweep_steps, compute_grad
         )
-        cost = cost_all[:, : horizon * n].reshape(batch, horizon, n)
-        if steps > 0:
-            swept = cost_all[:, horizon * n :].reshape(batch, horizon - 1, steps, n).sum(dim=2)
-            cost = cost + torch.nn.functional.pad(swept, (0, 0, 0, 1))
-        if compute_grad:
-            ctx.save_for_backward(grad_all, t)
-        ctx.shape = (batch, horizon, n, steps)
-        return cost.to(spheres.dtype)
 
-    @staticmethod
-    def backward(ctx, grad_cost):
-        if grad_cost is None or not ctx.needs_input_grad[0]:
-            return (None,) * 9
-        grad_all, t = ctx.saved_tensors
-        batch, horizon, n, steps = ctx.shape
-        g = grad_cost.to(grad_all.dtype)
-        grad = g[..., None] * grad_all[:, : horizon * n].reshape(batch, horizon, n, 4)
-        if steps > 0:
-            # sample (h, j) moves with step h by (1 - t_j) and with step h + 1 by t_j
-            samples = grad_all[:, horizon * n :].reshape(batch, horizon - 1, steps, n, 4)
-            samples = samples * g[:, :-1, None, :, None]
-            w = t[None, None, :, None, None]
-            to_left = ((1 - w) * samples).sum(dim=2)
-            to_right = (w * samples).sum(dim=2)
-            pad = torch.nn.functional.pad
-            grad = grad + pad(to_left, (0, 0, 0, 0, 0, 1)) + pad(to_right, (0, 0, 0, 0, 1, 0))
-        return (grad.to(grad_cost.dtype),) + (None,) * 8
-
-
-def _sweep_fractions(steps: int, like: torch.Tensor) -> torch.Tensor:
-    dtype = _interop.compute_dtype(like.dtype)
-    return torch.arange(1, steps + 1, dtype=dtype, device=like.device) / (steps + 1)
-
-
-def _interpolate(spheres: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """``(B, H - 1, K, N, 4)`` spheres between consecutive steps; disabled where either end is."""
-    a = spheres[:, :-1, None].to(t.dtype)
-    b = spheres[:, 1:, None].to(t.dtype)
-    w = t[None, None, :, None, None]
-    mid = a + (b - a) * w
-    off = (a[..., 3] < 0) | (b[..., 3] < 0)
-    radius = torch.where(off.expand_as(mid[..., 3]), torch.full_like(mid[..., 3], -1.0), mid[..., 3])
-    return torch.cat([mid[..., :3], radius[..., None]], dim=-1)
-
-
-class _SignedDistance(torch.autograd.Function):
-    """Union signed distance; ``apply(points (B, S, 3), env_index, mesh_ids, inv_poses, bounds, enabled,
-    winding)`` -> ``(B, S)``."""
-
-    @staticmethod
-    def forward(ctx, points, env_index, mesh_ids, inv_poses, bounds, enabled, winding):
-        ctx.set_materialize_grads(False)
-        compute_grad = ctx.needs_input_grad[0]
-        dist, grad = _distance_op(
-            points, env_index, mesh_ids, inv_poses, bounds, enabled, winding, compute_grad
-        )
-        if compute_grad:
-            ctx.save_for_backward(grad)
-        return dist
-
-    @staticmethod
-    def backward(ctx, grad_dist):
-        if grad_dist is None or not ctx.needs_input_grad[0]:
-            return (None,) * 7
-        (grad,) = ctx.saved_tensors
-        return ((grad_dist[..., None] * grad).to(grad_dist.dtype),) + (None,) * 6
+    setup_context = staticmethod(_setup)
+    backward = staticmethod(_backward_swept)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -389,17 +448,20 @@ def sphere_mesh_cost(
         >>> cost = sphere_mesh_cost(spheres, world, activation_distance=0.02)       # (1, 1, 1)
         >>> cost.sum().backward()
     """
-    flat, shape, env, params = _prepare(spheres, world, 4, "spheres", env_index, activation_distance, weight)
+    flat, env, params, compute_grad = _prepare(
+        spheres, world, 4, "spheres", env_index, activation_distance, weight
+    )
     if max_distance is None:
         max_distance = 0.0
     if isinstance(max_distance, bool) or not isinstance(max_distance, (int, float)):
         raise TypeError(f"max_distance must be a float or None; got {type(max_distance).__name__}")
-    if not max_distance >= 0.0:
-        raise ValueError(f"max_distance must be >= 0; got {max_distance}")
-    ids, inv, bounds, enabled = world._kernel_tensors()
-    winding = world.sign_method == "winding"
-    cost = SdfMesh.apply(flat, env, ids, inv, bounds, enabled, params, float(max_distance), winding)
-    return cost.reshape(shape)
+    if not max_distance >= 0.0 or math.isinf(max_distance):
+        raise ValueError(f"max_distance must be finite and >= 0; got {max_distance}")
+    args = world.kernel_args(flat.dtype)._asdict()
+    cost, _ = _cost_op(
+        flat, env, **args, params=params, max_distance=float(max_distance), compute_grad=compute_grad
+    )
+    return cost.view(spheres.shape[:-1])
 
 
 def swept_sphere_mesh_cost(
@@ -411,14 +473,18 @@ def swept_sphere_mesh_cost(
     weight: float | torch.Tensor = 1.0,
     env_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Collision cost along trajectories: each step also scores spheres swept towards the next step.
+    """Collision cost along trajectories: the time average of the cost over each interval.
 
-    For ``h < H - 1``, ``sweep_steps`` spheres interpolated linearly (centre and radius) at
-    ``t = j / (sweep_steps + 1)``, ``j = 1..sweep_steps``, between steps ``h`` and ``h + 1`` are scored with
-    the cost of :func:`sphere_mesh_cost`; their cost is added to step ``h`` and their gradient split
-    ``(1 - t, t)`` between steps ``h`` and ``h + 1``. A sample is disabled if either end is (negative
-    radius). So a sphere that jumps through a thin wall between two steps is still penalised. With
-    ``H = 1`` (or ``sweep_steps=0``) this is :func:`sphere_mesh_cost`.
+    For ``h < H - 1`` and ``S = sweep_steps``, step ``h``'s cost is the mean of the :func:`sphere_mesh_cost`
+    of the ``S + 1`` spheres interpolated linearly (centre and radius) at ``t = j / (S + 1)``,
+    ``j = 0..S``, from step ``h`` towards step ``h + 1``, and each sample's gradient is split ``(1 - t, t)``
+    between the two steps. The last step, and a step whose next sphere is disabled (negative radius), is
+    scored alone (its discrete cost); a disabled sphere costs 0. So a sphere that jumps through a thin wall
+    between two steps is still penalised, a motionless trajectory costs exactly the discrete cost at every
+    step, and ``weight`` means the same whatever ``sweep_steps`` is. With ``H = 1`` or ``sweep_steps=0``
+    this is :func:`sphere_mesh_cost`. The samples are generated and scored inside the kernel (nothing of
+    size ``(H - 1) * S * N`` is materialised), and the gradient is accumulated without atomics
+    (deterministic).
 
     Args:
         spheres: ``(B, H, N, 4)`` = x, y, z, radius over H time steps; float dtypes as for
@@ -441,15 +507,13 @@ def swept_sphere_mesh_cost(
     """
     if isinstance(spheres, torch.Tensor) and spheres.dim() != 4:
         raise ValueError(f"spheres must have shape (B, H, N, 4); got {tuple(spheres.shape)}")
-    if isinstance(sweep_steps, bool) or not isinstance(sweep_steps, int):
-        raise TypeError(f"sweep_steps must be an int; got {type(sweep_steps).__name__}")
-    if sweep_steps < 0:
-        raise ValueError(f"sweep_steps must be >= 0; got {sweep_steps}")
-    flat, _, env, params = _prepare(spheres, world, 4, "spheres", env_index, activation_distance, weight)
-    ids, inv, bounds, enabled = world._kernel_tensors()
-    winding = world.sign_method == "winding"
-    traj = flat.reshape(spheres.shape)
-    return SweptSdfMesh.apply(traj, env, ids, inv, bounds, enabled, params, sweep_steps, winding)
+    sweep_steps = _interop.check_int(sweep_steps, "sweep_steps", minimum=0)
+    traj, env, params, compute_grad = _prepare(
+        spheres, world, 4, "spheres", env_index, activation_distance, weight, rank=4
+    )
+    args = world.kernel_args(traj.dtype)._asdict()
+    cost, _ = _swept_op(traj, env, **args, params=params, sweep_steps=sweep_steps, compute_grad=compute_grad)
+    return cost
 
 
 def signed_distance(
@@ -478,10 +542,10 @@ def signed_distance(
         >>> world = MeshWorld([trimesh.creation.icosphere(subdivisions=4)])
         >>> signed_distance(torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]), world)   # about [-1, 1]
     """
-    flat, shape, env, _ = _prepare(points, world, 3, "points", env_index, None, None)
-    ids, inv, bounds, enabled = world._kernel_tensors()
-    winding = world.sign_method == "winding"
-    return _SignedDistance.apply(flat, env, ids, inv, bounds, enabled, winding).reshape(shape)
+    flat, env, _, compute_grad = _prepare(points, world, 3, "points", env_index, None, None)
+    args = world.kernel_args(flat.dtype)._asdict()
+    dist, _ = _distance_op(flat, env, **args, compute_grad=compute_grad)
+    return dist.view(points.shape[:-1])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -489,8 +553,11 @@ def signed_distance(
 # --------------------------------------------------------------------------------------------------------
 
 
-def _prepare(x, world, width: int, name: str, env_index, activation_distance, weight):
-    """Validate; return ``(x as (B, S, width), output shape, env_index (B,) int64, params (2,) or None)``."""
+def _prepare(
+    x, world, width: int, name: str, env_index, activation_distance, weight, rank: int | None = None
+):
+    """Validate; return ``(x as (B, S, width) or as given for rank 4, env_index or None, params or None,
+    compute_grad)``."""
     if not isinstance(world, MeshWorld):
         raise TypeError(f"world must be a warpgeo.MeshWorld; got {type(world).__name__}")
     _interop.check_float(x, name)
@@ -498,14 +565,11 @@ def _prepare(x, world, width: int, name: str, env_index, activation_distance, we
         raise ValueError(f"{name} must have shape (..., {width}); got {tuple(x.shape)}")
     if x.device != world.device:
         raise ValueError(f"{name} must be on the world's device ({world.device}); got {x.device}")
-    if not torch.is_grad_enabled():
-        x = x.detach()  # under no_grad a Function still sees requires_grad inputs as needing a gradient
-    shape = x.shape[:-1]
-    flat = x.reshape(1, 1, width) if x.dim() == 1 else x.reshape(x.shape[0], math.prod(x.shape[1:-1]), width)
-    batch = flat.shape[0]
-    if env_index is None:
-        env = torch.zeros(batch, dtype=torch.int64, device=x.device)
-    else:
+    compute_grad = x.requires_grad and torch.is_grad_enabled()
+    if rank is None:
+        x = x.reshape(1, 1, width) if x.dim() == 1 else x.reshape(x.shape[0], math.prod(x.shape[1:-1]), width)
+    batch = x.shape[0]
+    if env_index is not None:
         _interop.check_index(env_index, "env_index")
         if tuple(env_index.shape) != (batch,):
             raise ValueError(
@@ -514,27 +578,43 @@ def _prepare(x, world, width: int, name: str, env_index, activation_distance, we
             )
         if env_index.device != x.device:
             raise ValueError(f"env_index must be on {x.device}, like {name}; got {env_index.device}")
-        env = env_index.to(torch.int64)
     params = None
     if activation_distance is not None:
-        eta = _scalar(activation_distance, "activation_distance", x)
-        w = _scalar(weight, "weight", x)
-        params = torch.stack([eta, w])
-    return flat, shape, env, params
+        params = _params(activation_distance, weight, x)
+    return x, env_index, params, compute_grad
 
 
-def _scalar(value, name: str, like: torch.Tensor) -> torch.Tensor:
-    """A 0-d tensor on ``like``'s device in its compute dtype, without reading device values."""
+def _params(activation_distance, weight, like: torch.Tensor) -> torch.Tensor:
+    """``(eta, weight)`` as a (2,) tensor on ``like``'s device in its compute dtype, without reading device
+    values (floats are checked here; tensor values by the op's value checks)."""
     dtype = _interop.compute_dtype(like.dtype)
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"{name} must be a float or a 1-element tensor; got shape {tuple(value.shape)}")
-        if not value.is_floating_point():
-            raise TypeError(f"{name} must be a float tensor; got {value.dtype}")
-        return value.detach().reshape(()).to(device=like.device, dtype=dtype)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float or a tensor; got {type(value).__name__}")
-    if name == "activation_distance" and not value >= 0.0:
-        raise ValueError(f"activation_distance must be >= 0; got {value}")
-    # torch.full, not torch.tensor: no host-to-device copy (which would wait for the CUDA stream)
-    return torch.full((), float(value), dtype=dtype, device=like.device)
+    values = []
+    for name, value in (("activation_distance", activation_distance), ("weight", weight)):
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(
+                    f"{name} must be a float or a 1-element tensor; got shape {tuple(value.shape)}"
+                )
+            if not value.is_floating_point():
+                raise TypeError(f"{name} must be a float tensor; got {value.dtype}")
+            if value.device != like.device:
+                raise ValueError(f"{name} must be on {like.device}, like the query; got {value.device}")
+            values.append(value.detach().reshape(1).to(dtype))
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a float or a tensor; got {type(value).__name__}")
+        elif not (value >= 0.0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be finite and >= 0; got {value}")
+        else:
+            values.append(float(value))
+    if not any(isinstance(v, torch.Tensor) for v in values):
+        # torch.full on the device, not torch.tensor: no host-to-device copy (capturable in a CUDA graph)
+        out = torch.full((2,), values[0], dtype=dtype, device=like.device)
+        if values[1] != values[0]:
+            out[1] = values[1]
+        return out
+    return torch.cat(
+        [
+            v if isinstance(v, torch.Tensor) else torch.full((1,), v, dtype=dtype, device=like.device)
+            for v in values
+        ]
+    )

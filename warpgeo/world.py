@@ -3,24 +3,67 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import os
+import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from . import _interop
 
-__all__ = ["MeshWorld"]
+__all__ = ["MeshWorld", "MeshWorldArgs", "mesh_ids_of"]
 
 #: A mesh: a ``trimesh.Trimesh``, a path trimesh can load, or a ``(vertices (V, 3), faces (F, 3))`` pair.
 MeshLike = Any
 
-_SIGN_METHODS = ("ray", "winding")
+#: Sign method name -> the code the kernels read in ``sign[e, m]`` (``warpgeo._kernels.sdf.SIGN_*``).
+_SIGN_METHODS = {"ray": 0, "winding": 1, "normal": 2, "unsigned": 3}
 #: A quaternion whose norm is within this of 1 is renormalised; farther off, it is refused.
 _QUAT_NORM_TOL = 1.0e-3
 _IDENTITY_POSE = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
+
+
+class MeshWorldArgs(NamedTuple):
+    """What a :class:`MeshWorld` hands the SDF ops, by name: the world's id (the ops look its Warp mesh
+    ids up, so no forged or stale id ever reaches a kernel) and the tensors the kernels read, each the
+    kernel parameter of that name.
+
+    The tensors are ``(E, M, ...)`` on the world's device: the live storage that :meth:`MeshWorld.set_poses`
+    and :meth:`MeshWorld.set_enabled` update in place (so a captured CUDA graph sees new poses).
+    """
+
+    #: The world's id (see :func:`mesh_ids_of`).
+    world_id: int
+    #: ``(E, M, 7)`` mesh-from-world transforms in Warp's layout ``[tx, ty, tz, qx, qy, qz, qw]``, in the
+    #: precision of the query (float32 or float64).
+    inv_poses: torch.Tensor
+    #: ``(E, M, 2, 3)`` float32: each mesh's box ``(lower, upper)`` in its own frame.
+    bounds: torch.Tensor
+    #: ``(E, M)`` int32: 1 where a mesh is present and enabled.
+    enabled: torch.Tensor
+    #: ``(E, M)`` int32: each mesh's sign method code (see ``_SIGN_METHODS``).
+    sign: torch.Tensor
+
+
+#: id -> live world. A world's Warp meshes (whose ids the kernels dereference) live as long as the world.
+_LIVE_WORLDS: dict[int, weakref.ref] = {}
+_WORLD_IDS = itertools.count(1)
+
+
+def mesh_ids_of(world_id: int) -> torch.Tensor:
+    """The ``(E, M)`` int64 Warp mesh ids of the live world ``world_id`` (0 in padding slots).
+
+    Raises:
+        ValueError: no live :class:`MeshWorld` has this id (it was garbage-collected, or never existed).
+    """
+    ref = _LIVE_WORLDS.get(world_id)
+    world = ref() if ref is not None else None
+    if world is None:
+        raise ValueError(f"world_id {world_id!r} names no live MeshWorld (use MeshWorld.kernel_args())")
+    return world._mesh_ids
 
 
 class MeshWorld:
@@ -45,9 +88,14 @@ class MeshWorld:
             ``(vertices (V, 3), faces (F, 3))`` pair of arrays or tensors.
         poses: ``(M, 7)`` world-from-mesh poses (identity by default); any array-like.
         device: where the meshes live; every query must be on this device.
-        sign_method: ``"ray"`` (Warp's vote of three axis-aligned rays; exact on closed, consistently
-            wound meshes; default) or ``"winding"`` (generalised winding number; robust on open or
-            self-intersecting meshes, slower; the meshes are built with winding-number support).
+        sign_method: how a mesh tells inside from outside: ``"ray"`` (Warp's vote of three axis-aligned
+            rays; exact on closed meshes and forgiving of small holes; default), ``"winding"`` (generalised
+            winding number; robust on open or self-intersecting meshes, slower; such meshes are built with
+            winding-number support), ``"normal"`` (the closest feature's angle-weighted pseudo-normal:
+            exact on closed, consistently wound, manifold meshes, and the cheapest) or ``"unsigned"``
+            (no inside: thin shells and open containers such as bins and shelves; distances are >= 0 and
+            a sphere collides only where it touches the surface). One name for every mesh, or a list
+            with one per mesh.
 
     Raises:
         TypeError: a mesh of an unsupported type; faces that are not integers.
@@ -70,14 +118,15 @@ class MeshWorld:
         *,
         poses: Any = None,
         device: torch.device | str = "cpu",
-        sign_method: str = "ray",
+        sign_method: str | Sequence[str] = "ray",
     ) -> None:
         if isinstance(meshes, (str, os.PathLike)) or _is_vf_pair(meshes) or not isinstance(meshes, Sequence):
             raise TypeError(
                 "meshes must be a list of meshes (trimesh.Trimesh, path or (vertices, faces)); "
                 f"got {type(meshes).__name__} (wrap a single mesh in a list)"
             )
-        self._build([list(meshes)], None if poses is None else [poses], device, sign_method, single=True)
+        methods = sign_method if isinstance(sign_method, str) else [sign_method]
+        self._build([list(meshes)], None if poses is None else [poses], device, methods, single=True)
 
     @classmethod
     def from_envs(
@@ -86,7 +135,7 @@ class MeshWorld:
         *,
         poses: Any = None,
         device: torch.device | str = "cpu",
-        sign_method: str = "ray",
+        sign_method: str | Sequence[Sequence[str]] = "ray",
     ) -> MeshWorld:
         """A world of several environments, which may hold different numbers of meshes.
 
@@ -94,7 +143,9 @@ class MeshWorld:
             envs: one list of meshes per environment, e.g. ``[[table, shelf], [table]]``.
             poses: per-environment lists of poses (ragged like ``envs``), or an ``(E, max_meshes, 7)``
                 array whose padding entries are ignored. Identity by default.
-            device, sign_method: as for :class:`MeshWorld`.
+            device: as for :class:`MeshWorld`.
+            sign_method: one name for every mesh (see :class:`MeshWorld`), or per-environment lists nested
+                like ``envs``.
         """
         if not isinstance(envs, Sequence) or isinstance(envs, str) or len(envs) == 0:
             raise ValueError("envs must be a non-empty list of per-environment mesh lists")
@@ -109,15 +160,17 @@ class MeshWorld:
 
     # ----------------------------------------------------------------------------------------------------
 
-    def _build(self, envs: list[list], poses: Any, device, sign_method: str, *, single: bool) -> None:
-        if sign_method not in _SIGN_METHODS:
-            raise ValueError(f"sign_method must be one of {_SIGN_METHODS}; got {sign_method!r}")
+    def _build(self, envs: list[list], poses: Any, device, sign_method, *, single: bool) -> None:
+        methods = _sign_methods(sign_method, envs, single)
         self._device = torch.device(device)
+        wdev = _interop.warp_device(self._device)  # ValueError for devices Warp cannot run on
         if self._device.type == "cuda" and self._device.index is None:
             self._device = torch.device("cuda", torch.cuda.current_device())
-        wdev = _interop.warp_device(self._device)  # ValueError for devices Warp cannot run on
         wp = _interop.warp()
-        self._sign_method = sign_method
+        if isinstance(sign_method, str):
+            self._sign_method: str | list = sign_method
+        else:
+            self._sign_method = methods[0] if single else methods
         self._single = single
         counts = [len(env) for env in envs]
         if sum(counts) == 0:
@@ -125,18 +178,20 @@ class MeshWorld:
         num_envs, max_meshes = len(envs), max(counts)
         self._num_meshes = tuple(counts)
 
-        winding = sign_method == "winding"
-        if winding:
+        if any(m == "winding" for env in methods for m in env):
             _check_winding_support(self._device)
         # the Warp meshes own the BVHs the kernels query by id: they live (and die) with the world
         self._wp_meshes: list[list[Any]] = []
         ids = np.zeros((num_envs, max_meshes), dtype=np.uint64)
+        signs = np.zeros((num_envs, max_meshes), dtype=np.int32)
         bounds = np.zeros((num_envs, max_meshes, 2, 3), dtype=np.float32)
         for e, env in enumerate(envs):
             row = []
             for m, item in enumerate(env):
                 where = f"meshes[{m}]" if single else f"envs[{e}][{m}]"
                 vertices, faces = _load_mesh(item, where)
+                winding = methods[e][m] == "winding"
+                signs[e, m] = _SIGN_METHODS[methods[e][m]]
                 mesh = wp.Mesh(
                     points=wp.array(vertices, dtype=wp.vec3, device=wdev),
                     indices=wp.array(faces.reshape(-1), dtype=wp.int32, device=wdev),
@@ -162,7 +217,12 @@ class MeshWorld:
         self._enabled = self._present.to(torch.int32)
         self._poses = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
         self._poses = self._poses.to(self._device)
+        self._sign = torch.from_numpy(signs).to(self._device)
         self._inv_poses = _inverse_warp_transform(self._poses)
+        self._inv_poses32 = self._inv_poses.to(torch.float32)
+        self._id = next(_WORLD_IDS)
+        _LIVE_WORLDS[self._id] = weakref.ref(self)
+        weakref.finalize(self, _LIVE_WORLDS.pop, self._id, None)
         if poses is not None:
             self.set_poses(poses if not single else poses[0])
 
@@ -176,8 +236,8 @@ class MeshWorld:
         return self._device
 
     @property
-    def sign_method(self) -> str:
-        """``"ray"`` or ``"winding"``."""
+    def sign_method(self) -> str | list:
+        """The sign method(s) as given: one name, or a list (per-environment lists for ``from_envs``)."""
         return self._sign_method
 
     @property
@@ -216,7 +276,10 @@ class MeshWorld:
         Raises:
             ValueError: wrong shape, non-finite values, or a quaternion whose norm is not within 1e-3 of 1.
 
-        Validation reads the poses on the host: one device-to-host copy per call.
+        With value checks on (the default; see :func:`warpgeo.value_checks`) the poses are validated on
+        the host: one device-to-host copy per call. With them off nothing is read back (and a bad pose gives
+        a wrong answer, never a crash). Not to be called while another thread queries this world: the
+        update is in place (so captured CUDA graphs see it) and a concurrent query may see it half done.
         """
         num_envs, max_meshes = self.num_envs, self.max_meshes
         value = _pose_tensor(poses, num_envs, max_meshes, self._num_meshes)
@@ -228,25 +291,15 @@ class MeshWorld:
                 f"poses must have shape {expected}({num_envs}, {max_meshes}, 7); got {tuple(value.shape)}"
             )
         value = value.to(device=self._device, dtype=torch.float64)
-        present = self._present
-        value = torch.where(present[..., None], value, self._poses.new_tensor(_IDENTITY_POSE))
+        value = torch.where(self._present[..., None], value, self._poses.new_tensor(_IDENTITY_POSE))
         norm = value[..., 3:].norm(dim=-1)
-        # one device-to-host copy for both checks
-        host = torch.cat([torch.isfinite(value).all().reshape(1).to(norm.dtype), norm.reshape(-1)]).cpu()
-        finite, norm_host = bool(host[0]), host[1:].reshape(norm.shape)
-        if not finite:
-            raise ValueError("poses must be finite; got NaN or inf")
-        bad = (norm_host - 1.0).abs() > _QUAT_NORM_TOL
-        if bool(bad.any()):
-            e, m = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(
-                f"poses[{e}, {m}] must hold a unit quaternion [qw, qx, qy, qz] (norm within {_QUAT_NORM_TOL} "
-                f"of 1); got {value[e, m, 3:].tolist()} with norm {float(norm_host[e, m]):.6g}"
-            )
+        if _interop.checking_values(self._device):
+            _check_poses(value, norm)
         value = torch.cat([value[..., :3], value[..., 3:] / norm[..., None]], dim=-1)
-        # in place: compiled graphs and user references keep seeing the live tensors
+        # in place: compiled graphs, captured CUDA graphs and user references keep seeing the live tensors
         self._poses.copy_(value)
         self._inv_poses.copy_(_inverse_warp_transform(value))
+        self._inv_poses32.copy_(self._inv_poses)
 
     def set_enabled(self, mask: Any) -> None:
         """Switch meshes on and off (a disabled mesh contributes nothing); rebuilds nothing.
@@ -272,11 +325,11 @@ class MeshWorld:
         value = value.to(self._device).bool() & self._present
         self._enabled.copy_(value.to(torch.int32))
 
-    def _kernel_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(mesh_ids (E, M) int64, inv_poses (E, M, 7) float64, bounds (E, M, 2, 3) float32,
-        enabled (E, M) int32)``: what the kernels read. ``inv_poses`` is mesh-from-world in Warp's
-        transform layout ``[tx, ty, tz, qx, qy, qz, qw]``."""
-        return self._mesh_ids, self._inv_poses, self._bounds, self._enabled
+    def kernel_args(self, dtype: torch.dtype = torch.float32) -> MeshWorldArgs:
+        """The tensors the SDF kernels read, by kernel parameter name, for queries computed in ``dtype``
+        (float32 or float64: the precision of ``inv_poses``). The live storage, not copies."""
+        inv_poses = self._inv_poses if dtype == torch.float64 else self._inv_poses32
+        return MeshWorldArgs(self._id, inv_poses, self._bounds, self._enabled, self._sign)
 
     def __repr__(self) -> str:
         return (
@@ -288,6 +341,47 @@ class MeshWorld:
 # --------------------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------------------
+
+
+def _sign_methods(sign_method: Any, envs: list[list], single: bool) -> list[list[str]]:
+    """``sign_method`` (one name, a flat list for one environment, or nested lists) as one name per mesh."""
+    names = ", ".join(repr(k) for k in _SIGN_METHODS)
+    if isinstance(sign_method, str):
+        if sign_method not in _SIGN_METHODS:
+            raise ValueError(f"sign_method must be one of {names}; got {sign_method!r}")
+        return [[sign_method] * len(env) for env in envs]
+    if not isinstance(sign_method, Sequence) or len(sign_method) != len(envs):
+        shape = "one name per mesh" if single else "one list per environment"
+        raise ValueError(f"sign_method must be a name ({names}) or {shape}; got {sign_method!r}")
+    out = []
+    for e, (env_methods, env) in enumerate(zip(sign_method, envs, strict=True)):
+        where = "sign_method" if single else f"sign_method[{e}]"
+        if (
+            isinstance(env_methods, str)
+            or not isinstance(env_methods, Sequence)
+            or len(env_methods) != len(env)
+        ):
+            raise ValueError(f"{where} must list one sign method per mesh ({len(env)}); got {env_methods!r}")
+        for m, name in enumerate(env_methods):
+            if name not in _SIGN_METHODS:
+                raise ValueError(f"{where}[{m}] must be one of {names}; got {name!r}")
+        out.append(list(env_methods))
+    return out
+
+
+def _check_poses(value: torch.Tensor, norm: torch.Tensor) -> None:
+    """The pose value checks: finite, unit quaternions (one device-to-host copy)."""
+    host = torch.cat([torch.isfinite(value).all().reshape(1).to(norm.dtype), norm.reshape(-1)]).cpu()
+    finite, norm_host = bool(host[0]), host[1:].reshape(norm.shape)
+    if not finite:
+        raise ValueError("poses must be finite; got NaN or inf")
+    bad = (norm_host - 1.0).abs() > _QUAT_NORM_TOL
+    if bool(bad.any()):
+        e, m = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"poses[{e}, {m}] must hold a unit quaternion [qw, qx, qy, qz] (norm within {_QUAT_NORM_TOL} "
+            f"of 1); got {value[e, m, 3:].tolist()} with norm {float(norm_host[e, m]):.6g}"
+        )
 
 
 def _is_vf_pair(item: Any) -> bool:
@@ -397,8 +491,7 @@ _PROBE_FACES = np.array(
 @functools.cache
 def _winding_probe_result(device: torch.device) -> float:
     wp = _interop.warp()
-    from ._kernels import mesh as kernels
-
+    kernels = _interop.kernels("sdf")
     wdev = _interop.warp_device(device)
     probe = wp.Mesh(
         points=wp.array(_PROBE_VERTICES, dtype=wp.vec3, device=wdev),
@@ -408,7 +501,9 @@ def _winding_probe_result(device: torch.device) -> float:
     if device.type == "cuda":
         wp.synchronize_device(wdev)
     out = torch.zeros(1, dtype=torch.float32, device=device)
-    _interop.launch(kernels.winding_probe, 1, [probe.id, wp.vec3(0.5, 0.5, 0.5), out], device=device)
+    _interop.launch(
+        kernels.winding_probe, 1, device=device, mesh=probe.id, p=wp.vec3(0.5, 0.5, 0.5), out_sign=out
+    )
     return float(out.item())
 
 
