@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import importlib.metadata
 import platform
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -15,6 +19,54 @@ def device_name(device: torch.device | str) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads)"
+
+
+def version(distribution: str) -> str | None:
+    """The installed version of a PyPI distribution (``"torch-fps"``), or None when it is not installed."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def import_peer(module: str, distribution: str, note: str = "") -> Any:
+    """Import a peer's module and print its version, or print why it is skipped and return None."""
+    try:
+        imported = importlib.import_module(module)
+    except ImportError as error:
+        installed = version(distribution)
+        why = (
+            f"is not installed (pip install {distribution})"
+            if installed is None
+            else f"{installed} does not import ({error})"
+        )
+        print(f"peer {distribution} {why}: its rows are skipped")
+        return None
+    print(f"peer {distribution} {version(distribution)}{note}")
+    return imported
+
+
+def print_header(device: torch.device | str, extra: str = "") -> None:
+    """The device line every benchmark starts with, and the versions of torch, Warp and warpgeo."""
+    line = f"device: {device_name(device)}"
+    print(line + (f"; {extra}" if extra else ""))
+    names = ("torch", "warp-lang", "warpgeo")
+    print("versions: " + ", ".join(f"{name} {version(name) or 'not installed'}" for name in names))
+
+
+def add_size_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--quick`` (small sizes, fewer repeats: a smoke run that still prints every row)."""
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes and few repeats (seconds, not minutes)"
+    )
+
+
+def fill_sizes(args: argparse.Namespace, **sizes: tuple[object, object]) -> None:
+    """Set each ``args.<name>`` left at None to its ``(full, quick)`` default for the mode chosen."""
+    for name, (full, quick) in sizes.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
 
 
 def sync(device: torch.device | str) -> None:

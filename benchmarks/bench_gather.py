@@ -2,6 +2,7 @@
 
     python benchmarks/bench_gather.py                       # CPU, B=8, C=64, N=16384, M=4096; K=1 and 32
     python benchmarks/bench_gather.py --device cuda --dtype float16
+    python benchmarks/bench_gather.py --quick               # B=2, C=16, N=4096, M=1024; K=1 and 8
 
 torch.gather runs on ``features`` (B, C, N) with the index expanded (a view) to (B, C, M*K), so both read
 and write the same layout; its backward is torch's scatter_add. Times are medians with warm-up excluded;
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from _common import device_name, report, timeit
+from _common import add_size_arguments, fill_sizes, print_header, report, timeit
 
 import warpgeo
 
@@ -80,18 +81,34 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--device", default="cpu")
+    add_size_arguments(parser)
     parser.add_argument("--dtype", default="float32", choices=["float16", "bfloat16", "float32", "float64"])
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--channels", type=int, default=64)
-    parser.add_argument("--points", type=int, default=16384)
-    parser.add_argument("--samples", type=int, default=4096)
-    parser.add_argument("--group", type=int, nargs="+", default=[1, 32], help="K; 1 means idx (B, M)")
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--batch", type=int, default=None, help="B (default 8; 2 with --quick)")
+    parser.add_argument("--channels", type=int, default=None, help="C (default 64; 16 with --quick)")
+    parser.add_argument("--points", type=int, default=None, help="N (default 16384; 4096 with --quick)")
+    parser.add_argument("--samples", type=int, default=None, help="M (default 4096; 1024 with --quick)")
+    parser.add_argument(
+        "--group",
+        type=int,
+        nargs="+",
+        default=None,
+        help="K; 1 means idx (B, M) (default 1 32; 1 8 with --quick)",
+    )
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs (default 7; 3 with --quick)")
     args = parser.parse_args(argv)
+    fill_sizes(
+        args,
+        batch=(8, 2),
+        channels=(64, 16),
+        points=(16384, 4096),
+        samples=(4096, 1024),
+        group=([1, 32], [1, 8]),
+        repeat=(7, 3),
+    )
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
-    print(f"device: {device_name(device)}")
+    print_header(device)
+    print(f"peer torch.gather (torch {torch.__version__})")
     for group in args.group:
         bench(args, group, device, dtype)
 

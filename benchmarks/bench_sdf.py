@@ -2,6 +2,7 @@
 
     python benchmarks/bench_sdf.py                      # CPU, 100k spheres x 4 posed meshes
     python benchmarks/bench_sdf.py --device cuda --spheres 1000000
+    python benchmarks/bench_sdf.py --quick              # 10k spheres, 3 runs
 
 The scene is the four posed obstacles of ``tests/test_sdf.py`` (table top, box, sphere, torus). Spheres
 (radius 1-5 cm, activation distance 2 cm) are drawn uniformly in the scene box, or clustered near the
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _common import device_name, report, timeit
+from _common import add_size_arguments, fill_sizes, import_peer, print_header, report, timeit
 from test_sdf import SCENE_POSES, quat_matrix, scene_meshes
 
 import warpgeo
@@ -37,21 +38,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--spheres", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=7)
+    add_size_arguments(parser)
+    parser.add_argument("--spheres", type=int, default=None, help="default 100k; 10k with --quick")
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs (default 7; 3 with --quick)")
     parser.add_argument("--sign-method", default="ray", choices=["ray", "winding"])
     args = parser.parse_args(argv)
+    fill_sizes(args, spheres=(100_000, 10_000), repeat=(7, 3))
     device = torch.device(args.device)
-    print(
-        f"device: {device_name(device)}; {args.spheres} spheres x 4 posed meshes, sign_method={args.sign_method}"
-    )
+    print_header(device, f"{args.spheres} spheres x 4 posed meshes, sign_method={args.sign_method}")
 
-    try:
-        import open3d as o3d
-    except ImportError:
-        o3d = None
-        print("open3d is not installed (pip install open3d): its rows are skipped")
+    o3d = import_peer("open3d", "open3d", " (on the CPU)")
 
     meshes = scene_meshes()
     world = warpgeo.MeshWorld(meshes, poses=SCENE_POSES, device=device, sign_method=args.sign_method)
