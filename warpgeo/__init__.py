@@ -22,9 +22,11 @@ __all__ = [
     "farthest_point_sampling",
     "gather_points",
     "knn",
+    "set_value_checks",
     "signed_distance",
     "sphere_mesh_cost",
     "swept_sphere_mesh_cost",
+    "value_checks",
 ]
 
 # public name -> the module that defines it
@@ -42,10 +44,13 @@ _HOME = {
     "signed_distance": "sdf",
     "sphere_mesh_cost": "sdf",
     "swept_sphere_mesh_cost": "sdf",
+    "value_checks": "_interop",
+    "set_value_checks": "_interop",
 }
 
 if TYPE_CHECKING:
     from .fps import FarthestPointSampling, farthest_point_sampling
+    from ._interop import set_value_checks, value_checks
     from .gather import GatherPoints, gather_points
     from .neighbors import KNN, ball_query, knn
     from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
