@@ -259,6 +259,183 @@ _gather_op.register_autograd(_backward_gather, setup_context=_setup_gather)
 _scatter_op.register_autograd(_backward_scatter, setup_context=_setup_scatter)
 
 
+# --------------------------------------------------------------------------------------------------------
+# weighted gather (pointnet2's three_interpolate for any K): its own op pair, fused (no (B, C, M, K) tensor)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _check_weighted_shapes(features: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor) -> None:
+    _check_shapes(features, idx)
+    if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():
+        got = weight.dtype if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise TypeError(f"weight must be a floating-point tensor; got {got}")
+    if idx.dim() != 3:
+        raise ValueError(f"with weight, idx must have shape (B, M, K); got {tuple(idx.shape)}")
+    if weight.shape != idx.shape:
+        raise ValueError(f"weight must have the shape of idx {tuple(idx.shape)}; got {tuple(weight.shape)}")
+    _interop.check_device("features", features=features, weight=weight)
+
+
+@torch.library.custom_op("warpgeo::gather_points_weighted", mutates_args=())
+def _weighted_op(
+    features: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor, deterministic: bool
+) -> torch.Tensor:
+    """features (B, C, N), idx (B, M, K) int, weight (B, M, K) float -> (B, C, M) in features' dtype:
+    ``out[b, c, m] = sum_k weight[b, m, k] * features[b, c, idx[b, m, k]]`` (-1 contributes nothing)."""
+    _check_weighted_shapes(features, idx, weight)
+    batch, channels, num_points = features.shape
+    _check_index_range(idx, num_points)
+    work = _interop.compute_dtype(features.dtype)
+    out = torch.empty(batch, channels, idx.shape[1], dtype=work, device=features.device)
+    if num_points == 0 or idx.shape[2] == 0:
+        return out.zero_().to(features.dtype)
+    kernels = _interop.kernels("gather")
+    args = {
+        "features": _interop.to_compute(features),
+        "idx": idx.to(torch.int32).contiguous(),
+        "weight": weight.to(work),
+        "out": out,
+    }
+    if features.device.type == "cpu":
+        _interop.launch_rows(
+            _interop.overload(kernels.WEIGHTED_GATHER_ROWS, work),
+            batch * channels,
+            device=features.device,
+            work_per_row=idx.shape[1] * idx.shape[2],
+            **args,
+        )
+    else:
+        _interop.launch(
+            _interop.overload(kernels.WEIGHTED_GATHER_ELEMENTS, work),
+            [batch, channels, idx.shape[1]],
+            device=features.device,
+            **args,
+        )
+    return out.to(features.dtype)
+
+
+@_weighted_op.register_fake
+def _(features, idx, weight, deterministic):
+    _check_weighted_shapes(features, idx, weight)
+    return features.new_empty(features.shape[0], features.shape[1], idx.shape[1])
+
+
+@torch.library.custom_op("warpgeo::gather_points_weighted_backward", mutates_args=())
+def _weighted_backward_op(
+    grad_out: torch.Tensor,
+    features: torch.Tensor,
+    idx: torch.Tensor,
+    weight: torch.Tensor,
+    needs_features: bool,
+    needs_weight: bool,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (grad_features (B, C, N) in features' dtype, grad_weight (B, M, K) in weight's dtype); each is an
+    empty (0,) tensor where not asked for. Indices outside ``[0, N)`` contribute nothing."""
+    _check_weighted_backward_shapes(grad_out, features, idx, weight)
+    batch, channels, num_points = features.shape
+    device = features.device
+    work = _interop.compute_dtype(features.dtype)
+    kernels = _interop.kernels("gather")
+    grad = grad_out.to(work).contiguous()
+    flat = idx.to(torch.int32).contiguous()
+    w = weight.to(work)
+    grad_features = features.new_empty(0)
+    grad_weight = weight.new_empty(0)
+    if needs_features:
+        args = {"grad_out": grad, "weight": w}
+        if device.type == "cpu":
+            gf = torch.empty(batch, channels, num_points, dtype=work, device=device)
+            _interop.launch_rows(
+                _interop.overload(kernels.WEIGHTED_SCATTER_ROWS, work),
+                batch * channels,
+                device=device,
+                work_per_row=idx.shape[1] * idx.shape[2] + num_points,
+                idx=flat,
+                grad_features=gf,
+                **args,
+            )
+        elif not deterministic:
+            gf = torch.zeros(batch, channels, num_points, dtype=work, device=device)
+            _interop.launch(
+                _interop.overload(kernels.WEIGHTED_SCATTER_ATOMIC, work),
+                [batch, channels, idx.shape[1]],
+                device=device,
+                idx=flat,
+                grad_features=gf,
+                **args,
+            )
+        else:
+            gf = torch.empty(batch, channels, num_points, dtype=work, device=device)
+            order, offsets = _segments(flat.reshape(batch, -1), num_points)
+            _interop.launch(
+                _interop.overload(kernels.WEIGHTED_SCATTER_SEGMENTS, work),
+                [batch, channels, num_points],
+                device=device,
+                order=order,
+                offsets=offsets,
+                grad_features=gf,
+                **args,
+            )
+        grad_features = gf.to(features.dtype)
+    if needs_weight:
+        gw = torch.empty(idx.shape, dtype=work, device=device)
+        _interop.launch_rows(
+            _interop.overload(kernels.WEIGHTED_GRAD_WEIGHT_ROWS, work),
+            batch * idx.shape[1],
+            device=device,
+            work_per_row=idx.shape[2] * channels,
+            grad_out=grad,
+            features=_interop.to_compute(features),
+            idx=flat,
+            grad_weight=gw,
+        )
+        grad_weight = gw.to(weight.dtype)
+    return grad_features, grad_weight
+
+
+@_weighted_backward_op.register_fake
+def _(grad_out, features, idx, weight, needs_features, needs_weight, deterministic):
+    _check_weighted_backward_shapes(grad_out, features, idx, weight)
+    gf = features.new_empty(features.shape) if needs_features else features.new_empty(0)
+    gw = weight.new_empty(weight.shape) if needs_weight else weight.new_empty(0)
+    return gf, gw
+
+
+def _check_weighted_backward_shapes(grad_out, features, idx, weight) -> None:
+    _check_weighted_shapes(features, idx, weight)
+    _interop.check_float(grad_out, "grad_out")
+    _interop.check_shape(grad_out, "grad_out", (features.shape[0], features.shape[1], idx.shape[1]))
+    _interop.check_device("features", features=features, grad_out=grad_out)
+
+
+_WEIGHTED_INPUTS = ("features", "idx", "weight", "deterministic")
+
+
+def _setup_weighted(ctx, inputs, output) -> None:
+    features, idx, weight, deterministic = inputs
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(features, idx, weight)
+    ctx.deterministic = deterministic
+
+
+def _backward_weighted(ctx, grad_out):
+    """Scatter of ``grad_out * weight`` to the features; ``grad_out . features[idx]`` to the weights."""
+    needs_features, needs_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
+    if grad_out is None or not (needs_features or needs_weight):
+        return _interop.grads(_WEIGHTED_INPUTS)
+    features, idx, weight = ctx.saved_tensors
+    gf, gw = _weighted_backward_op(
+        grad_out, features, idx, weight, needs_features, needs_weight, ctx.deterministic
+    )
+    return _interop.grads(
+        _WEIGHTED_INPUTS, features=gf if needs_features else None, weight=gw if needs_weight else None
+    )
+
+
+_weighted_op.register_autograd(_backward_weighted, setup_context=_setup_weighted)
+
+
 class GatherPoints(torch.autograd.Function):
     """Gather as an autograd Function; prefer :func:`gather_points`, which validates its input.
 
@@ -280,8 +457,21 @@ class GatherPoints(torch.autograd.Function):
 # --------------------------------------------------------------------------------------------------------
 
 
-def gather_points(features: torch.Tensor, idx: torch.Tensor, *, deterministic: bool = False) -> torch.Tensor:
+def gather_points(
+    features: torch.Tensor,
+    idx: torch.Tensor,
+    *,
+    weight: torch.Tensor | None = None,
+    deterministic: bool = False,
+) -> torch.Tensor:
     """Gather point features by index: ``out[b, c, m(, k)] = features[b, c, idx[b, m(, k)]]``.
+
+    With ``weight`` (the shape of a ``(B, M, K)`` idx), the weighted sum over K instead:
+    ``out[b, c, m] = sum_k weight[b, m, k] * features[b, c, idx[b, m, k]]`` — pointnet2's
+    ``three_interpolate`` for any K (kNN + inverse-distance weights is feature interpolation). It is fused:
+    no ``(B, C, M, K)`` tensor is formed. It is computed in the precision of ``features`` (float32 for half
+    inputs), differentiable w.r.t. ``features`` and ``weight`` (not twice), and ``-1`` entries contribute
+    nothing.
 
     The backward scatter-adds ``grad_out`` into ``grad_features``: duplicated indices accumulate and ``-1``
     (padding, e.g. from FPS or a ball query) gives 0 in the output and contributes no gradient.
@@ -297,16 +487,18 @@ def gather_points(features: torch.Tensor, idx: torch.Tensor, *, deterministic: b
         features: ``(B, C, N)`` float16, bfloat16, float32 or float64.
         idx: ``(B, M)`` or grouped ``(B, M, K)`` (e.g. from a ball query / kNN), int32 or int64, values in
             ``[-1, N)``; ``-1`` means "no point".
+        weight: optional floating ``(B, M, K)``, the shape of ``idx`` and on the device of ``features``.
         deterministic: bit-identical gradients run to run on every device (see above).
 
     Returns:
-        ``(B, C, M)`` or ``(B, C, M, K)`` in the dtype and on the device of ``features``.
+        ``(B, C, M)`` or ``(B, C, M, K)`` (``(B, C, M)`` with ``weight``) in the dtype and on the device of
+        ``features``; a fresh tensor (callers may modify it in place).
 
     Raises:
-        TypeError: ``features`` is not a float tensor, ``idx`` is not an int32/int64 tensor, or
-            ``deterministic`` is not a bool.
-        ValueError: ``features`` is not 3-d, ``idx`` is not 2-d or 3-d, their batch sizes differ, or they
-            lie on different devices.
+        TypeError: ``features`` is not a float tensor, ``idx`` is not an int32/int64 tensor, ``weight``
+            is not a floating tensor, or ``deterministic`` is not a bool.
+        ValueError: ``features`` is not 3-d, ``idx`` is not 2-d or 3-d (3-d with ``weight``), their batch
+            sizes differ, ``weight`` does not have the shape of ``idx``, or they lie on different devices.
         IndexError: an index lies outside ``[-1, N)`` (one device-to-host check of the index range).
 
     Example:
@@ -314,8 +506,14 @@ def gather_points(features: torch.Tensor, idx: torch.Tensor, *, deterministic: b
         >>> idx = farthest_point_sampling(torch.rand(2, 1000, 3), 128)     # (B, M) int64
         >>> out = gather_points(feats, idx)                                # (2, 32, 128)
         >>> out.sum().backward()                                           # feats.grad: (2, 32, 1000)
+        >>> dists, nn = knn(torch.rand(2, 500, 3), torch.rand(2, 1000, 3), 3)
+        >>> w = 1.0 / (dists + 1e-8)
+        >>> up = gather_points(feats, nn, weight=w / w.sum(-1, keepdim=True))  # (2, 32, 500)
     """
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool; got {type(deterministic).__name__}")
+    if weight is not None:
+        _check_weighted_shapes(features, idx, weight)
+        return _weighted_op(features, idx, weight, deterministic)
     _check_shapes(features, idx)
     return _gather_op(features, idx, deterministic)

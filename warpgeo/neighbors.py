@@ -23,6 +23,10 @@ _MAX_POINTS = 2**31 - 1
 #: Clouds with at most this many points are scanned directly: below it building the grid costs more than
 #: it saves (measured on the CPU at k = 16 and 32).
 _BRUTE_MAX_POINTS = 256
+#: Mean points per cell of the kNN grid.
+_KNN_POINTS_PER_CELL = 2.0
+#: Cell size of the ball-query grid, in radii.
+_BALL_CELL = 0.5
 #: Rough cost of one query row, for splitting CPU launches among threads.
 _ROW_WORK = 256
 #: The ops' inputs, in order (a backward returns one entry per name).
@@ -134,7 +138,7 @@ def _empty_lengths(t: torch.Tensor | None, device: torch.device) -> torch.Tensor
     return t.to(torch.int64)
 
 
-def _grid(points, point_lengths, mode: int, radius: float, method: str) -> dict[str, torch.Tensor]:
+def _grid(points, point_lengths, mode: int, cell_size: float, method: str) -> dict[str, torch.Tensor]:
     """The grid of ``points`` (B, N, 3) in compute dtype: the query kernels' grid arguments by name.
 
     ``method``: ``"counting"`` (a Warp counting sort, a thread per cloud: the CPU path) or ``"sort"``
@@ -168,7 +172,8 @@ def _grid(points, point_lengths, mode: int, radius: float, method: str) -> dict[
         lengths=lengths,
         num_points=n,
         mode=mode,
-        radius=radius,
+        cell_size=cell_size,
+        points_per_cell=_KNN_POINTS_PER_CELL,
         cap=cap,
         **grid,
     )
@@ -274,7 +279,7 @@ def _ball_query(queries, points, query_lengths, point_lengths, radius, k, inclus
         work = n
     else:
         kernel = _interop.overload(kernels.BALL_QUERY_ROWS, points.dtype)
-        extra = _grid(points, point_lengths, 0, radius, method)
+        extra = _grid(points, point_lengths, 0, radius * _BALL_CELL, method)
         work = _ROW_WORK
     _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
     return out

@@ -181,3 +181,164 @@ GATHER_ELEMENTS = _instances(gather_elements, _BITS)
 SCATTER_ADD_ROWS = _instances(scatter_add_rows, _ACCUMULATORS, row_start=True)
 SCATTER_ADD_ATOMIC = _instances(scatter_add_atomic, _ACCUMULATORS)
 SCATTER_ADD_SEGMENTS = _instances(scatter_add_segments, _ACCUMULATORS, index_arrays=2)
+
+
+# --------------------------------------------------------------------------------------------------------
+# weighted gather: out[b, c, m] = sum_k weight[b, m, k] * features[b, c, idx[b, m, k]]
+#
+# ``features`` / ``weight`` / ``out`` and the gradients are in the compute precision (float32 or float64);
+# ``idx`` and ``weight`` are ``(B, M, K)``. An index outside ``[0, N)`` contributes nothing.
+# --------------------------------------------------------------------------------------------------------
+
+
+@wp.func
+def _weighted_sum(
+    features: wp.array3d(dtype=Any),
+    idx: wp.array3d(dtype=wp.int32),
+    weight: wp.array3d(dtype=Any),
+    b: int,
+    c: int,
+    m: int,
+):
+    n = features.shape[2]
+    acc = features.dtype(0)
+    for k in range(idx.shape[2]):
+        i = idx[b, m, k]
+        if _valid(i, n):
+            acc = acc + weight[b, m, k] * features[b, c, i]
+    return acc
+
+
+@wp.kernel
+def weighted_gather_rows(
+    features: wp.array3d(dtype=Any),
+    idx: wp.array3d(dtype=wp.int32),
+    weight: wp.array3d(dtype=Any),
+    out: wp.array3d(dtype=Any),
+    row_start: wp.int32,
+):
+    """A thread per ``(b, c)`` row (the CPU kernel)."""
+    r = wp.tid() + row_start
+    b = r // features.shape[1]
+    c = r % features.shape[1]
+    for m in range(idx.shape[1]):
+        out[b, c, m] = _weighted_sum(features, idx, weight, b, c, m)
+
+
+@wp.kernel
+def weighted_gather_elements(
+    features: wp.array3d(dtype=Any),
+    idx: wp.array3d(dtype=wp.int32),
+    weight: wp.array3d(dtype=Any),
+    out: wp.array3d(dtype=Any),
+):
+    """A thread per output element (the CUDA kernel)."""
+    b, c, m = wp.tid()
+    out[b, c, m] = _weighted_sum(features, idx, weight, b, c, m)
+
+
+@wp.kernel
+def weighted_scatter_rows(
+    grad_out: wp.array3d(dtype=Any),
+    idx: wp.array3d(dtype=wp.int32),
+    weight: wp.array3d(dtype=Any),
+    grad_features: wp.array3d(dtype=Any),
+    row_start: wp.int32,
+):
+    """d/d(features), a thread per ``(b, c)`` row owning ``grad_features[b, c]`` (CPU; deterministic)."""
+    r = wp.tid() + row_start
+    b = r // grad_features.shape[1]
+    c = r % grad_features.shape[1]
+    n = grad_features.shape[2]
+    zero = grad_features.dtype(0)
+    for i in range(n):
+        grad_features[b, c, i] = zero
+    for m in range(idx.shape[1]):
+        g = grad_out[b, c, m]
+        for k in range(idx.shape[2]):
+            i = idx[b, m, k]
+            if _valid(i, n):
+                grad_features[b, c, i] = grad_features[b, c, i] + g * weight[b, m, k]
+
+
+@wp.kernel
+def weighted_scatter_atomic(
+    grad_out: wp.array3d(dtype=Any),
+    idx: wp.array3d(dtype=wp.int32),
+    weight: wp.array3d(dtype=Any),
+    grad_features: wp.array3d(dtype=Any),
+):
+    """d/d(features), a thread per ``(b, c, m)`` with float atomics (CUDA); ``grad_features`` zeroed."""
+    b, c, m = wp.tid()
+    n = grad_features.shape[2]
+    g = grad_out[b, c, m]
+    for k in range(idx.shape[2]):
+        i = idx[b, m, k]
+        if _valid(i, n):
+            wp.atomic_add(grad_features, b, c, i, g * weight[b, m, k])
+
+
+@wp.kernel
+def weighted_scatter_segments(
+    grad_out: wp.array3d(dtype=Any),
+    weight: wp.array3d(dtype=Any),
+    order: wp.array2d(dtype=wp.int32),
+    offsets: wp.array2d(dtype=wp.int32),
+    grad_features: wp.array3d(dtype=Any),
+):
+    """d/d(features), a thread per ``(b, c, n)`` summing its contributors in flat ``l = m * K + k`` order
+    through the CSR of the stably sorted flat indices (CUDA ``deterministic=True``)."""
+    b, c, n = wp.tid()
+    group = weight.shape[2]
+    acc = grad_features.dtype(0)
+    length = order.shape[1]
+    for j in range(wp.clamp(int(offsets[b, n]), 0, length), wp.clamp(int(offsets[b, n + 1]), 0, length)):
+        l = int(order[b, j])
+        m = l // group
+        acc = acc + grad_out[b, c, m] * weight[b, m, l - m * group]
+    grad_features[b, c, n] = acc
+
+
+@wp.kernel
+def weighted_grad_weight_rows(
+    grad_out: wp.array3d(dtype=Any),
+    features: wp.array3d(dtype=Any),
+    idx: wp.array3d(dtype=wp.int32),
+    grad_weight: wp.array3d(dtype=Any),
+    row_start: wp.int32,
+):
+    """d/d(weight): ``grad_weight[b, m, k] = sum_c grad_out[b, c, m] * features[b, c, idx[b, m, k]]``, a
+    thread per ``(b, m)`` row (both devices: each output element is written by one thread)."""
+    r = wp.tid() + row_start
+    b = r // idx.shape[1]
+    m = r % idx.shape[1]
+    n = features.shape[2]
+    for k in range(idx.shape[2]):
+        i = idx[b, m, k]
+        acc = grad_weight.dtype(0)
+        if _valid(i, n):
+            for c in range(features.shape[1]):
+                acc = acc + grad_out[b, c, m] * features[b, c, i]
+        grad_weight[b, m, k] = acc
+
+
+_IDX3 = wp.array3d(dtype=wp.int32)
+
+
+def _weighted(kernel, params, row_start=False):
+    """Instances over the accumulators; ``params`` lists each parameter's kind: "f" a float array3d,
+    "i" the (B, M, K) index, "o" an int32 array2d."""
+    table = {}
+    for name, t in _ACCUMULATORS.items():
+        kinds = {"f": wp.array3d(dtype=t), "i": _IDX3, "o": _INDEX}
+        types = [kinds[p] for p in params] + ([wp.int32] if row_start else [])
+        table[name] = wp.overload(kernel, types)
+    return table
+
+
+WEIGHTED_GATHER_ROWS = _weighted(weighted_gather_rows, "fiff", row_start=True)
+WEIGHTED_GATHER_ELEMENTS = _weighted(weighted_gather_elements, "fiff")
+WEIGHTED_SCATTER_ROWS = _weighted(weighted_scatter_rows, "fiff", row_start=True)
+WEIGHTED_SCATTER_ATOMIC = _weighted(weighted_scatter_atomic, "fiff")
+WEIGHTED_SCATTER_SEGMENTS = _weighted(weighted_scatter_segments, "ffoof")
+WEIGHTED_GRAD_WEIGHT_ROWS = _weighted(weighted_grad_weight_rows, "ffif", row_start=True)

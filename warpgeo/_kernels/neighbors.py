@@ -44,8 +44,6 @@ wp.set_module_options({"enable_backward": False})
 SENTINEL_INDEX = wp.constant(wp.int64(-1))
 #: Distance written with the sentinel index (and the squared distance of an empty slot while searching).
 FAR = wp.constant(wp.float64(wp.inf))
-#: Mean points per cell the kNN grid aims for (measured: 1 to 4 are within 10 % at k = 16).
-POINTS_PER_CELL = wp.constant(wp.float64(2.0))
 #: Cells per axis never exceed this (cell ids stay far from int32 overflow).
 MAX_CELLS_PER_AXIS = wp.constant(wp.float64(1048576.0))
 #: Growth of the cell size while the grid has more than ``cap`` cells.
@@ -83,7 +81,8 @@ def grid_setup(
     lengths: wp.array(dtype=wp.int64),
     num_points: int,
     mode: int,
-    radius: wp.float64,
+    cell_size: wp.float64,
+    points_per_cell: wp.float64,
     cap: int,
     origin: wp.array(dtype=wp.vec3d),
     inv_cell: wp.array(dtype=wp.float64),
@@ -102,13 +101,13 @@ def grid_setup(
     if not (wp.abs(o[2]) < wp.float64(wp.inf)):
         o = wp.vec3d(0.0, 0.0, 0.0)
     longest = wp.max(ex, wp.max(ey, ez))
-    size = radius
+    size = cell_size
     if mode == MODE_KNN:
         n = wp.float64(wp.max(valid_count(b, lengths, num_points), 1))
         # a flat (or straight) cloud has no volume: give each side at least a cell's share of the longest
         floor_side = longest / wp.pow(n, wp.float64(1.0) / wp.float64(3.0))
         volume = wp.max(ex, floor_side) * wp.max(ey, floor_side) * wp.max(ez, floor_side)
-        size = wp.pow(volume * POINTS_PER_CELL / n, wp.float64(1.0) / wp.float64(3.0))
+        size = wp.pow(volume * points_per_cell / n, wp.float64(1.0) / wp.float64(3.0))
     if not (size > wp.float64(0.0) and size < wp.float64(wp.inf)):
         size = wp.max(longest, wp.float64(1.0))
     size = wp.max(size, longest / MAX_CELLS_PER_AXIS)
