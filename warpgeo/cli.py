@@ -7,16 +7,23 @@
     warpgeo sdf MESH POINTS.npy -o sd.npy               signed distance of points to a mesh (negative inside)
 
 Every subcommand takes ``--device`` (``cpu``, ``cuda``, ``cuda:1``; CUDA when present by default) and
-``--debug`` (full tracebacks). Problems with the user's files or arguments end with a one-line
-``warpgeo: error: ...`` on stderr and exit code 2.
+``--debug`` (full tracebacks). Problems with the user's files or arguments, argparse's usage errors
+included, end with a one-line ``warpgeo: error: ...`` on stderr and exit code 2. Arguments are checked
+before torch is imported, so a typo costs no start-up time.
+
+Point tables (``.npy`` arrays ``(N, C)``, ``.xyz`` / ``.txt`` columns, ``.ply`` clouds) hold x, y, z first;
+further columns (``.ply``: further vertex properties such as normals or colours) are per-point
+attributes: ``sample`` carries them into its output (``--xyz-only`` drops them), ``sdf`` ignores them.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,15 +38,41 @@ EXIT_FAILED = 1
 _CLOUD_SUFFIXES = (".npy", ".xyz", ".txt")
 _MESH_SUFFIXES = (".ply", ".obj", ".stl", ".off", ".glb", ".gltf")
 _POINT_OUT_SUFFIXES = (".ply", ".npy", ".xyz", ".txt")
+_INDEX_OUT_SUFFIXES = (".npy", ".txt")
+# torch's device types other than the two Warp runs on: named as such, not as "not a device"
+_OTHER_DEVICE_TYPES = ("mps", "meta", "xpu", "xla", "hip", "ipu", "hpu", "mtia", "lazy", "vulkan", "ve")
 
 
 class CliError(Exception):
     """A problem with the user's input: reported as one line, exit code 2."""
 
 
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
 # --------------------------------------------------------------------------------------------------------
 # file IO
 # --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cloud:
+    """A point table: ``points (N, 3)`` (the file's float dtype, float64 for text) and per-point attributes
+    (each ``(N,)``, by name, in file order: ``c3, c4, ...`` for array columns, property names for .ply)."""
+
+    points: np.ndarray
+    attributes: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def take(self, idx: np.ndarray) -> Cloud:
+        return Cloud(self.points[idx], {k: v[idx] for k, v in self.attributes.items()})
 
 
 def _existing_file(path: str, what: str) -> Path:
@@ -56,24 +89,57 @@ def _load_npy(p: Path) -> np.ndarray:
         if f.read(6) != b"\x93NUMPY":
             raise CliError(f"cannot read {p}: not a .npy file (no NumPy header)")
     try:
-        return np.load(p, allow_pickle=False)
+        array = np.load(p, allow_pickle=False)
     except Exception as exc:
         raise CliError(f"cannot read {p}: {_reason(exc)}") from exc
+    if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+        raise CliError(f"cannot read {p}: expected a numeric array, got dtype {array.dtype}")
+    return array
 
 
-def _xyz_columns(array: np.ndarray, path: Path) -> np.ndarray:
+def _float(array: np.ndarray) -> np.ndarray:
+    """float32 and float64 stay as they are; anything else becomes float64."""
+    return array if array.dtype in (np.float32, np.float64) else array.astype(np.float64)
+
+
+def _table(array: np.ndarray, path: Path) -> Cloud:
+    """An ``(N, C >= 3)`` array as a cloud: x, y, z first, the other columns as attributes."""
     if array.ndim == 1 and array.size >= 3:  # a one-point text file
         array = array[None, :]
     if array.ndim != 2 or array.shape[1] < 3 or array.shape[0] == 0:
         raise CliError(f"cannot read {path}: expected an (N, 3) array of points, got shape {array.shape}")
-    points = np.asarray(array[:, :3], dtype=np.float64)
+    cloud = Cloud(_float(array[:, :3]), {f"c{i}": array[:, i] for i in range(3, array.shape[1])})
+    _check_finite(cloud.points, path)
+    return cloud
+
+
+def _check_finite(points: np.ndarray, path: Path) -> None:
     if not np.isfinite(points).all():
         raise CliError(f"cannot read {path}: the points contain NaN or inf")
-    return points
+
+
+def _ply_cloud(loaded, path: Path) -> Cloud:
+    """The vertices of a .ply point cloud with their other vertex properties, in the file's dtypes."""
+    raw = loaded.metadata.get("_ply_raw", {}).get("vertex", {})
+    properties, data = raw.get("properties", {}), raw.get("data")
+    n = len(loaded.vertices)
+    columns = {}
+    for name in properties:
+        try:
+            column = np.asarray(data[name])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if column.dtype != object and column.size == n:  # list properties have no per-point column
+            columns[name] = column.reshape(n)
+    if not {"x", "y", "z"} <= columns.keys():
+        return Cloud(np.asarray(loaded.vertices, dtype=np.float64))
+    points = _float(np.stack([columns.pop(k) for k in "xyz"], axis=1))
+    _check_finite(points, path)
+    return Cloud(points, columns)
 
 
 def read_points_or_mesh(path: str):
-    """A point cloud ``(N, 3)`` float64 array, or a ``trimesh.Trimesh``, from a file.
+    """A :class:`Cloud` or a ``trimesh.Trimesh`` from a file.
 
     ``.npy`` (an ``(N, >=3)`` array), ``.xyz`` / ``.txt`` (whitespace-separated columns, x y z first) and
     ``.ply`` without faces give clouds; ``.ply`` with faces, ``.obj``, ``.stl``, ``.off``, ``.glb`` give
@@ -85,10 +151,7 @@ def read_points_or_mesh(path: str):
     p = _existing_file(path, "input file")
     suffix = p.suffix.lower()
     if suffix == ".npy":
-        array = _load_npy(p)
-        if not np.issubdtype(array.dtype, np.number):
-            raise CliError(f"cannot read {p}: expected a numeric array, got dtype {array.dtype}")
-        return _xyz_columns(array, p)
+        return _table(_load_npy(p), p)
     if suffix in (".xyz", ".txt"):
         try:
             with warnings.catch_warnings():
@@ -98,7 +161,7 @@ def read_points_or_mesh(path: str):
             raise CliError(
                 f"cannot read {p}: not a whitespace-separated table of numbers ({_reason(exc)})"
             ) from exc
-        return _xyz_columns(array, p)
+        return _table(array, p)
     if suffix in _MESH_SUFFIXES:
         import trimesh
 
@@ -107,11 +170,11 @@ def read_points_or_mesh(path: str):
         except Exception as exc:
             raise CliError(f"cannot read {p}: {_reason(exc)}") from exc
         if isinstance(loaded, trimesh.PointCloud):
-            return _xyz_columns(np.asarray(loaded.vertices), p)
+            return _ply_cloud(loaded, p) if suffix == ".ply" else _table(np.asarray(loaded.vertices), p)
         if isinstance(loaded, trimesh.Trimesh) and len(loaded.faces) > 0:
             return loaded
         if isinstance(loaded, trimesh.Trimesh) and len(loaded.vertices) > 0:
-            return _xyz_columns(np.asarray(loaded.vertices), p)
+            return _table(np.asarray(loaded.vertices), p)
         raise CliError(f"cannot read {p}: it holds no points or triangles")
     raise CliError(
         f"cannot read {p}: unknown file type {suffix or '(none)'!r}; "
@@ -122,81 +185,130 @@ def read_points_or_mesh(path: str):
 def read_mesh(path: str):
     """A ``trimesh.Trimesh`` from a file; raises :class:`CliError` for anything else."""
     loaded = read_points_or_mesh(path)
-    if isinstance(loaded, np.ndarray):
+    if isinstance(loaded, Cloud):
         raise CliError(f"{path} holds a point cloud, not a triangle mesh")
     return loaded
 
 
-def read_points(path: str) -> np.ndarray:
-    """Query points for ``sdf``: any array ``(..., 3)`` from ``.npy``, or ``(N, 3)`` from the other formats."""
+def read_points(path: str) -> tuple[np.ndarray, int]:
+    """Query points for ``sdf`` and how many attribute columns were ignored.
+
+    A ``.npy`` array ``(..., C >= 3)`` gives ``(..., 3)`` (its leading shape is kept); the other formats
+    give ``(N, 3)``. float32 and float64 stay as they are (text is float64).
+    """
     p = _existing_file(path, "points file")
     if p.suffix.lower() == ".npy":
         array = _load_npy(p)
-        if (
-            not np.issubdtype(array.dtype, np.number)
-            or array.ndim < 1
-            or array.shape[-1] != 3
-            or array.size == 0
-        ):
+        if array.ndim < 1 or array.shape[-1] < 3 or array.size == 0:
             raise CliError(
                 f"cannot read {p}: expected a numeric (..., 3) array, got {array.dtype} {array.shape}"
             )
-        if not np.isfinite(array).all():
-            raise CliError(f"cannot read {p}: the points contain NaN or inf")
-        return array.astype(np.float64, copy=False)
+        points = _float(array[..., :3])
+        _check_finite(points, p)
+        return points, array.shape[-1] - 3
     loaded = read_points_or_mesh(path)
-    return np.asarray(loaded.vertices) if not isinstance(loaded, np.ndarray) else loaded
+    if isinstance(loaded, Cloud):
+        return loaded.points, len(loaded.attributes)
+    return np.asarray(loaded.vertices), 0
 
 
-def _check_output(path: str, suffixes: tuple[str, ...]) -> Path:
+def _check_output(path: str, suffixes: tuple[str, ...], what: str = "") -> Path:
+    """Fail before any work if ``path`` has a wrong suffix or cannot be written."""
     p = Path(path)
+    flag = f"{what} " if what else ""
     if p.suffix.lower() not in suffixes:
         raise CliError(
-            f"cannot write {p}: unknown file type {p.suffix or '(none)'!r}; expected {', '.join(suffixes)}"
+            f"cannot write {flag}{p}: unknown file type {p.suffix or '(none)'!r}; expected {', '.join(suffixes)}"
         )
     if not p.parent.exists():
-        raise CliError(f"cannot write {p}: folder {p.parent} does not exist")
+        raise CliError(f"cannot write {flag}{p}: folder {p.parent} does not exist")
+    if p.is_dir():
+        raise CliError(f"cannot write {flag}{p}: it is a folder")
+    existed = p.exists()
+    try:  # a probe: append mode never truncates what is there
+        with open(p, "ab"):
+            pass
+    except OSError as exc:
+        raise CliError(f"cannot write {flag}{p}: {_reason(exc)}") from exc
+    if not existed:
+        p.unlink()
     return p
 
 
-def write_points(points: np.ndarray, path: Path) -> None:
-    """Write an ``(N, 3)`` cloud as ``.ply`` (binary), ``.npy`` (float32) or ``.xyz`` / ``.txt`` (text)."""
+def _text_rows(columns: list[np.ndarray]) -> str:
+    """Rows of whitespace-separated values, each printed at its dtype's shortest round-trip repr."""
+    return "".join(" ".join(str(v) for v in row) + "\n" for row in zip(*columns, strict=True))
+
+
+def _write(path: Path, write) -> None:
+    try:
+        write()
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {_reason(exc)}") from exc
+
+
+def write_cloud(cloud: Cloud, path: Path) -> None:
+    """Write a cloud: ``.npy`` (one ``(N, 3 + A)`` array in the widest column dtype), ``.xyz`` / ``.txt``
+    (text, one row per point) or ``.ply`` (binary; x, y, z as float32, attributes as named properties)."""
     suffix = path.suffix.lower()
-    points = np.asarray(points, dtype=np.float32)
+    columns = [cloud.points[:, i] for i in range(3)] + list(cloud.attributes.values())
     if suffix == ".npy":
-        np.save(path, points)
+        _write(path, lambda: np.save(path, np.stack(columns, axis=1).astype(np.result_type(*columns))))
     elif suffix in (".xyz", ".txt"):
-        np.savetxt(path, points, fmt="%.7g")
+        _write(path, lambda: path.write_text(_text_rows(columns)))
     else:
         import trimesh
 
-        trimesh.PointCloud(points).export(path)
+        mesh = trimesh.Trimesh(
+            vertices=cloud.points,
+            faces=np.zeros((0, 3), dtype=np.int64),
+            vertex_attributes=dict(cloud.attributes),
+            process=False,
+        )
+        _write(path, lambda: mesh.export(path, file_type="ply"))
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+def write_values(values: np.ndarray, path: Path) -> None:
+    """Write an array: ``.npy`` as it is, ``.txt`` flattened, one value per line."""
+    if path.suffix.lower() == ".npy":
+        _write(path, lambda: np.save(path, values))
+    else:
+        _write(path, lambda: path.write_text(_text_rows([values.reshape(-1)])))
 
 
 # --------------------------------------------------------------------------------------------------------
-# subcommands
+# arguments
 # --------------------------------------------------------------------------------------------------------
+
+
+def _check_device_name(name: str | None) -> None:
+    """Refuse a --device that is not cpu / cuda / cuda:N, without importing torch."""
+    if name is None or re.fullmatch(r"cpu|cuda(:\d+)?", name):
+        return
+    if name.split(":")[0] in _OTHER_DEVICE_TYPES:
+        raise CliError(f"--device {name}: warpgeo runs on cpu and cuda only")
+    raise CliError(f"--device {name!r} is not a device (try cpu, cuda, cuda:0)")
 
 
 def _device(name: str | None):
     import torch
 
+    _check_device_name(name)
     if name is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as exc:
-        raise CliError(f"--device {name!r} is not a device (try cpu, cuda, cuda:0)") from exc
+    device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CliError(f"--device {name}: CUDA is not available on this machine")
-    if device.type not in ("cpu", "cuda"):
-        raise CliError(f"--device {name}: warpgeo runs on cpu and cuda only")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise CliError(
+            f"--device {name}: this machine has {_plural(torch.cuda.device_count(), 'CUDA device')}"
+        )
     return device
+
+
+def _positive(value: int | None, flag: str) -> None:
+    if value is not None and value <= 0:
+        raise CliError(f"{flag} must be positive; got {value}")
 
 
 def _bar(total: int, desc: str, quiet: bool):
@@ -206,21 +318,32 @@ def _bar(total: int, desc: str, quiet: bool):
     return tqdm(total=total, desc=desc, unit="step", disable=True if quiet else None, leave=False)
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from . import demos
+# --------------------------------------------------------------------------------------------------------
+# subcommands
+# --------------------------------------------------------------------------------------------------------
 
-    device = _device(args.device)
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demos import matplotlib_missing
+
+    hint = matplotlib_missing("warpgeo demo")
+    if hint is not None:
+        raise CliError(hint)
+    _check_device_name(args.device)
     out = Path(args.output)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CliError(f"cannot create output folder {out}: {_reason(exc)}") from exc
+
+    from . import demos
+
+    device = _device(args.device)
     sizes = (
         {"horizon": 24, "iterations": 60, "num_surface": 4000, "max_k": 256, "show_k": 128}
         if args.quick
         else {"horizon": 40, "iterations": 150, "num_surface": 20000, "max_k": 1024, "show_k": 256}
     )
-    progress = not args.quiet
     t0 = time.perf_counter()
     print(f"warpgeo demo on {device} -> {out}/")
 
@@ -228,11 +351,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "1/2 collision avoidance: a sphere's trajectory pushed out of three obstacles (swept sphere-mesh cost)"
     )
     ca = demos.run_collision_avoidance(
-        horizon=sizes["horizon"], iterations=sizes["iterations"], device=device, progress=progress
+        horizon=sizes["horizon"], iterations=sizes["iterations"], device=device, progress=not args.quiet
     )
     ca_png = demos.plot_collision_avoidance(ca, out / "collision_avoidance.png")
     print(
-        f"    cost {ca.costs[0]:.4f} -> {ca.costs[-1]:.4f} in {len(ca.costs) - 1} iterations; "
+        f"    cost {ca.costs[0]:.4f} -> {ca.costs[-1]:.4f} in {len(ca.costs) - 1} iterations "
+        f"(> 0 within η = {ca.activation_distance:g} of a surface); "
         f"collision-free: {'yes' if ca.collision_free else 'NO'} (clearance {ca.final_clearance:+.4f})"
     )
     print(f"    wrote {ca_png}")
@@ -257,52 +381,68 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
+    _positive(args.k, "-k")
+    _positive(args.surface_samples, "--surface-samples")
+    _check_device_name(args.device)
+    output = _check_output(args.output, _POINT_OUT_SUFFIXES)
+    indices_out = _check_output(args.indices, _INDEX_OUT_SUFFIXES, "--indices") if args.indices else None
+
     import torch
 
     import warpgeo
 
-    if args.k <= 0:
-        raise CliError(f"-k must be positive; got {args.k}")
-    output = _check_output(args.output, _POINT_OUT_SUFFIXES)
     device = _device(args.device)
     with _bar(4, "sample", args.quiet) as bar:
         bar.set_description("reading")
         loaded = read_points_or_mesh(args.input)
         bar.update(1)
-        if isinstance(loaded, np.ndarray):
-            points, source = loaded, f"{len(loaded)} points"
+        if isinstance(loaded, Cloud):
+            cloud = loaded if not args.xyz_only else Cloud(loaded.points)
+            source = _plural(len(cloud.points), "point")
+            if cloud.attributes:
+                source += (
+                    f" with {_plural(len(cloud.attributes), 'attribute')} ({', '.join(cloud.attributes)})"
+                )
         else:
             import trimesh
 
+            if indices_out is not None:
+                raise CliError("--indices needs a point-cloud input (a mesh's surface samples are not saved)")
             count = args.surface_samples or max(20 * args.k, 50_000)
             bar.set_description("surface sampling")
-            points, _ = trimesh.sample.sample_surface(loaded, count, seed=args.seed)
-            source = f"{len(loaded.faces)} triangles, {count} surface samples"
+            samples, _ = trimesh.sample.sample_surface(loaded, count, seed=args.seed)
+            cloud = Cloud(samples.astype(np.float32))  # float32: what FPS runs on for a mesh
+            source = f"{_plural(len(loaded.faces), 'triangle')}, {_plural(count, 'surface sample')}"
         bar.update(1)
         bar.set_description("farthest point sampling")
-        cloud = torch.as_tensor(points, dtype=torch.float32, device=device)
-        idx = warpgeo.farthest_point_sampling(cloud, min(args.k, len(points)), start_index=0)
-        chosen = points[idx.cpu().numpy()]
+        n = len(cloud.points)
+        points = torch.as_tensor(cloud.points, device=device)
+        idx = warpgeo.farthest_point_sampling(points, min(args.k, n), start_index=0).cpu().numpy()
+        chosen = cloud.take(idx)
         bar.update(1)
         bar.set_description("writing")
-        write_points(chosen, output)
+        write_cloud(chosen, output)
+        if indices_out is not None:
+            write_values(idx.astype(np.int64), indices_out)
         bar.update(1)
-    note = "" if args.k <= len(points) else f" (only {len(points)} points in the input)"
-    print(f"{args.input} ({source}) -> {len(chosen)} farthest points{note} -> {output}")
+    note = "" if args.k <= n else f" (only {_plural(n, 'point')} in the input)"
+    also = f", their indices -> {indices_out}" if indices_out is not None else ""
+    print(f"{args.input} ({source}) -> {_plural(len(idx), 'farthest point')}{note} -> {output}{also}")
     return 0
 
 
 def cmd_sdf(args: argparse.Namespace) -> int:
+    _positive(args.chunk, "--chunk")
+    _check_device_name(args.device)
+    output = _check_output(args.output, (".npy", ".txt"))
+
     import torch
 
     import warpgeo
 
-    if args.chunk <= 0:
-        raise CliError(f"--chunk must be positive; got {args.chunk}")
-    output = _check_output(args.output, (".npy", ".txt"))
     device = _device(args.device)
     mesh = read_mesh(args.mesh)
-    points = read_points(args.points)
+    points, ignored = read_points(args.points)
     sign_method = args.sign_method
     if sign_method == "auto":
         sign_method = "ray" if mesh.is_watertight else "winding"
@@ -310,7 +450,7 @@ def cmd_sdf(args: argparse.Namespace) -> int:
         world = warpgeo.MeshWorld([mesh], device=str(device), sign_method=sign_method)
     except RuntimeError as exc:  # e.g. a Warp build without winding-number support
         raise CliError(f"cannot use {args.mesh} with --sign-method {sign_method}: {_reason(exc)}") from exc
-    flat = torch.as_tensor(points.reshape(-1, 3), dtype=torch.float32, device=device)
+    flat = torch.as_tensor(np.ascontiguousarray(points.reshape(-1, 3)), device=device)  # float32 or float64
     parts = []
     chunks = flat.split(args.chunk)
     with _bar(len(chunks), "signed distance", args.quiet) as bar, torch.no_grad():
@@ -318,14 +458,13 @@ def cmd_sdf(args: argparse.Namespace) -> int:
             parts.append(warpgeo.signed_distance(chunk, world).cpu())
             bar.update(1)
     sd = torch.cat(parts).numpy().reshape(points.shape[:-1])
-    if output.suffix.lower() == ".npy":
-        np.save(output, sd)
-    else:
-        np.savetxt(output, sd.reshape(-1), fmt="%.7g")
+    write_values(sd, output)
     inside = int((sd < 0).sum())
+    note = f" (ignored {_plural(ignored, 'attribute column')})" if ignored else ""
     print(
-        f"{flat.shape[0]} points vs {args.mesh} ({len(mesh.faces)} triangles, sign by {sign_method}): "
-        f"{inside} inside, distance in [{sd.min():.4g}, {sd.max():.4g}] -> {output}"
+        f"{_plural(flat.shape[0], 'point')}{note} vs {args.mesh} ({_plural(len(mesh.faces), 'triangle')}, "
+        f"sign by {sign_method}): {inside} inside, distance in [{sd.min():.4g}, {sd.max():.4g}] "
+        f"({sd.dtype}) -> {output}"
     )
     return 0
 
@@ -333,6 +472,13 @@ def cmd_sdf(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------------------
 # parser and entry point
 # --------------------------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line (``warpgeo: error: ...; see warpgeo sample --help``)."""
+
+    def error(self, message: str):
+        raise CliError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -352,7 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars"
     )
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="warpgeo",
         description="Differentiable geometry ops for PyTorch, written as NVIDIA Warp kernels.",
         parents=[common],
@@ -363,9 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo",
         parents=[common],
-        help="run the collision-avoidance and sampling demos, write PNGs",
+        help="run the collision-avoidance and sampling demos, write PNGs (needs warpgeo[demo])",
         description="Run the collision-avoidance and farthest-point-sampling demos on generated data and "
-        "write their pictures to a folder.",
+        'write their pictures to a folder. Needs matplotlib: python3 -m pip install "warpgeo[demo]".',
     )
     demo.add_argument("-o", "--output", default="warpgeo-demo", help="output folder (default: warpgeo-demo)")
     demo.add_argument("--quick", action="store_true", help="smaller sizes (a few seconds)")
@@ -377,11 +523,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="farthest point sampling of a mesh surface or a point cloud",
         description="Pick K points of a cloud (or of a mesh's surface samples) by farthest point sampling. "
         "Input: .ply, .npy, .xyz, .txt clouds; .ply, .obj, .stl, .off, .glb meshes. "
-        "Output: .ply, .npy, .xyz, .txt.",
+        "Output: .ply, .npy, .xyz, .txt. A cloud's columns after x, y, z (.ply: its other vertex "
+        "properties, e.g. normals, colours) are kept for the chosen points, values and dtypes unchanged.",
     )
     sample.add_argument("input", metavar="MESH_OR_CLOUD", help="mesh or point-cloud file")
     sample.add_argument("-k", type=int, default=4096, help="number of points to keep (default: 4096)")
     sample.add_argument("-o", "--output", required=True, help="output cloud (.ply, .npy, .xyz, .txt)")
+    sample.add_argument(
+        "--indices",
+        metavar="FILE",
+        default=None,
+        help="also write the chosen rows' indices into the input cloud (int64; .npy or .txt)",
+    )
+    sample.add_argument(
+        "--xyz-only", action="store_true", help="write x, y, z only, not the cloud's other columns"
+    )
     sample.add_argument(
         "--surface-samples",
         type=int,
@@ -396,7 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="signed distance from points to a mesh (negative inside)",
         description="Signed distance of each query point to a mesh, negative inside. Points: a .npy array "
-        "(..., 3) (the output keeps its leading shape) or a .xyz/.txt/.ply cloud.",
+        "(..., 3) (the output keeps its leading shape) or a .xyz/.txt/.ply cloud; columns after x, y, z "
+        "are ignored. float64 points give float64 distances (text input counts as float64), the rest float32.",
     )
     sdf.add_argument("mesh", metavar="MESH", help="mesh file (.obj, .stl, .ply, .off, .glb)")
     sdf.add_argument("points", metavar="POINTS", help="query points (.npy, .xyz, .txt, .ply)")
@@ -413,21 +570,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``warpgeo`` command; returns the exit code (argparse exits with 2 on usage errors)."""
-    args = build_parser().parse_args(argv)
-    for name, default in (("device", None), ("debug", False), ("quiet", False)):
-        if not hasattr(args, name):
-            setattr(args, name, default)
+    """Run the ``warpgeo`` command; returns the exit code (``--help`` and ``--version`` exit with 0)."""
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
     try:
+        args = build_parser().parse_args(argv)
+        for name, default in (("device", None), ("debug", False), ("quiet", False)):
+            if not hasattr(args, name):
+                setattr(args, name, default)
         return args.func(args)
     except CliError as exc:
-        if args.debug:
+        if debug:
             raise
         print(f"warpgeo: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (ValueError, TypeError, IndexError, OSError) as exc:
         # What the ops raise on bad data (and the OS on unwritable paths) is still the user's input.
-        if args.debug:
+        if debug:
             raise
         print(
             f"warpgeo: error: {type(exc).__name__}: {_reason(exc)} (--debug shows the traceback)",

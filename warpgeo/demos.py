@@ -1,13 +1,15 @@
-"""The demos behind ``warpgeo demo`` and ``examples/``: collision avoidance and farthest point sampling.
+"""Scenes, runs and pictures behind ``warpgeo demo`` and the scripts in ``examples/``.
 
-Each demo is a ``run_*`` function that returns its numbers (a dataclass) and a ``plot_*`` function that
-writes a PNG. The command line and the example scripts both call these, so there is one copy of the code.
-Plots use matplotlib's object API (``matplotlib.figure.Figure``, rendered by Agg), so they never open a
-window and never touch pyplot's global state.
+Nothing in warpgeo's ops imports this module. It holds what the demo command needs in an installed package
+(the scenes, the two ``run_*`` demos, their pictures) and the plotting helpers the example scripts share;
+the examples call the warpgeo ops themselves. The pictures need matplotlib, the optional ``demo`` extra
+(``python3 -m pip install "warpgeo[demo]"``); :func:`matplotlib_missing` says so in one line. Plots use
+matplotlib's object API (``matplotlib.figure.Figure``, rendered by Agg): no window, no pyplot state.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass, field
@@ -18,15 +20,39 @@ import torch
 import warpgeo
 
 __all__ = [
+    "DEMO_INSTALL",
+    "GOAL",
+    "START",
     "CollisionAvoidanceResult",
     "PointSamplingResult",
     "collision_scene",
+    "coverage_radius",
+    "matplotlib_missing",
     "plot_collision_avoidance",
     "plot_point_sampling",
+    "require_matplotlib",
     "run_collision_avoidance",
     "run_point_sampling",
+    "sampling_ks",
     "sampling_mesh",
 ]
+
+#: What to run when matplotlib is missing.
+DEMO_INSTALL = 'python3 -m pip install "warpgeo[demo]"'
+
+
+def matplotlib_missing(what: str) -> str | None:
+    """A one-line hint naming the ``demo`` extra if matplotlib cannot be imported, else ``None``."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return None
+    return f"{what} draws its pictures with matplotlib, which is not installed; run: {DEMO_INSTALL}"
+
+
+def require_matplotlib(what: str) -> None:
+    """Exit with :func:`matplotlib_missing`'s one-line hint (on stderr, exit code 1) if matplotlib is missing."""
+    hint = matplotlib_missing(what)
+    if hint is not None:
+        raise SystemExit(f"{what}: error: {hint}")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -47,10 +73,10 @@ def _yaw_pose(x: float, y: float, yaw_deg: float) -> list[float]:
 def collision_scene(extra_mesh=None):
     """The obstacles of the collision-avoidance demo: meshes in their own frames, and their poses.
 
-    Three trimesh primitives (a cylinder, a box turned 30° about z, a sphere) stand across the straight
-    line from :data:`START` to :data:`GOAL`, each a little off the line so that the way around is clear.
-    ``extra_mesh`` (a trimesh or a path trimesh can load) is centred, scaled to 0.5 across in x and y and
-    put on the line too.
+    Three trimesh primitives (a cylinder, a box turned 30° about z, a sphere), centred on the plane z = 0,
+    stand across the straight line from :data:`START` to :data:`GOAL`, each a little off the line so that
+    the way around is clear. ``extra_mesh`` (a trimesh or a path trimesh can load) is centred, scaled to
+    0.5 across in x and y and put on the line too.
 
     Returns:
         ``(meshes, poses)``: a list of ``trimesh.Trimesh`` and a list of 7-element poses (world-from-mesh,
@@ -85,20 +111,19 @@ def _load_mesh(path: str | os.PathLike):
 
 @dataclass
 class CollisionAvoidanceResult:
-    """What :func:`run_collision_avoidance` returns. Arrays are numpy, float64."""
+    """A run of the collision-avoidance demo, as :func:`plot_collision_avoidance` draws it. Arrays: numpy."""
 
-    initial: np.ndarray  #: (H, 3) waypoints before optimisation
-    final: np.ndarray  #: (H, 3) waypoints after
-    radius: float  #: sphere radius
-    costs: list[float] = field(default_factory=list)  #: swept collision cost per iteration
-    losses: list[float] = field(default_factory=list)  #: total objective per iteration
-    clearances: list[float] = field(default_factory=list)  #: min signed distance - radius per iteration
-    final_cost: float = math.nan  #: swept cost of the result with no activation margin (0 = collision-free)
-    final_clearance: float = math.nan  #: min over waypoints of signed distance - radius, after
+    world: warpgeo.MeshWorld  #: the obstacles
+    initial: np.ndarray  #: (H, 3) waypoint centres before optimisation
+    final: np.ndarray  #: (H, 3) waypoint centres after
+    radius: float  #: sphere radius (fixed: only the centres are optimised)
+    activation_distance: float  #: cuRobo's η: the cost is > 0 within η of a surface
+    costs: list[float] = field(default_factory=list)  #: swept collision cost (with η) per iteration
+    losses: list[float] = field(default_factory=list)  #: cost + smoothness per iteration
+    clearances: list[float] = field(default_factory=list)  #: min over waypoints of signed distance - radius
+    final_cost: float = math.nan  #: swept cost of the result with η = 0 (0: no sphere touches a mesh)
+    final_clearance: float = math.nan  #: clearances of the result
     collision_free: bool = False
-    meshes: list = field(default_factory=list)
-    poses: list = field(default_factory=list)
-    device: str = "cpu"
 
 
 def run_collision_avoidance(
@@ -112,20 +137,18 @@ def run_collision_avoidance(
     lr: float = 0.03,
     extra_mesh=None,
     device: str | torch.device = "cpu",
-    print_every: int = 0,
     progress: bool = False,
 ) -> CollisionAvoidanceResult:
-    """Push a trajectory of one sphere out of collision by gradient descent on the swept collision cost.
+    """Push a sphere's trajectory out of collision by gradient descent on the swept collision cost.
 
     The trajectory is ``horizon`` waypoints on the straight line from :data:`START` to :data:`GOAL`, which
-    crosses every obstacle of :func:`collision_scene`. The ends stay fixed; the inner waypoints move in the
-    plane z = 0 (so the picture is exact) to minimise
+    crosses every obstacle of :func:`collision_scene`. The ends stay fixed; Adam moves the inner waypoints'
+    centres (never the radius) to minimise
 
         ``swept_sphere_mesh_cost(spheres).sum() + smoothness * sum ||x[h+1] - x[h]||^2 / segment^2``
 
-    where ``segment`` is the straight line's step length: the smoothness term is 1 per segment for evenly
-    spaced waypoints. The swept cost also scores ``sweep_steps`` spheres between consecutive waypoints,
-    so the optimiser cannot leave a gap that jumps through a thin wall.
+    where ``segment`` is the straight line's step length. ``examples/collision_avoidance.py`` is the same
+    loop written out in a script.
 
     Args:
         horizon: number of waypoints H (>= 3).
@@ -137,7 +160,6 @@ def run_collision_avoidance(
         lr: Adam learning rate.
         extra_mesh: a mesh (trimesh or file path) to add to the scene.
         device: torch device for the trajectory and the world.
-        print_every: print the cost every this many iterations (0: quiet).
         progress: show a tqdm progress bar.
 
     Returns:
@@ -150,96 +172,98 @@ def run_collision_avoidance(
     sign_method = "ray" if all(m.is_watertight for m in meshes) else "winding"
     world = warpgeo.MeshWorld(meshes, poses=poses, device=str(device), sign_method=sign_method)
 
-    dtype = torch.float32
-    t = torch.linspace(0.0, 1.0, horizon, dtype=dtype, device=device)[:, None]
-    start = torch.tensor(START, dtype=dtype, device=device)
-    goal = torch.tensor(GOAL, dtype=dtype, device=device)
+    t = torch.linspace(0.0, 1.0, horizon, device=device)[:, None]
+    start, goal = torch.tensor(START, device=device), torch.tensor(GOAL, device=device)
     line = start + t * (goal - start)  # (H, 3)
     segment = float(torch.linalg.norm(goal - start)) / (horizon - 1)
-    inner_xy = line[1:-1, :2].clone().requires_grad_(True)
-    optimiser = torch.optim.Adam([inner_xy], lr=lr)
-    radii = torch.full((horizon, 1), radius, dtype=dtype, device=device)
-
-    def spheres_of(xy: torch.Tensor) -> torch.Tensor:
-        xyz = torch.cat([line[:1], torch.cat([xy, line[1:-1, 2:]], dim=1), line[-1:]], dim=0)
-        return torch.cat([xyz, radii], dim=1).reshape(1, horizon, 1, 4)  # (B=1, H, N=1, 4)
+    # Centres only: with the radius in the optimiser, shrinking a sphere below 0 (disabled: cost 0) wins.
+    centres = line[1:-1].clone().requires_grad_()
+    radii = torch.full((horizon, 1), radius, device=device)
+    optimiser = torch.optim.Adam([centres], lr=lr)
 
     result = CollisionAvoidanceResult(
-        initial=line.detach().cpu().double().numpy(),
-        final=line.detach().cpu().double().numpy(),
+        world=world,
+        initial=line.cpu().double().numpy(),
+        final=line.cpu().double().numpy(),
         radius=radius,
-        meshes=meshes,
-        poses=poses,
-        device=str(device),
+        activation_distance=activation_distance,
     )
     bar = _progress(iterations, "collision avoidance", enabled=progress)
     for it in range(iterations + 1):
-        spheres = spheres_of(inner_xy)
+        xyz = torch.cat([line[:1], centres, line[-1:]])  # (H, 3)
+        spheres = torch.cat([xyz, radii], dim=1).reshape(1, horizon, 1, 4)  # (B=1, H, N=1, 4)
         cost = warpgeo.swept_sphere_mesh_cost(
             spheres, world, sweep_steps=sweep_steps, activation_distance=activation_distance
         ).sum()
-        xyz = spheres[0, :, 0, :3]
-        smooth = (xyz[1:] - xyz[:-1]).square().sum() / segment**2
-        loss = cost + smoothness * smooth
+        loss = cost + smoothness * (xyz[1:] - xyz[:-1]).square().sum() / segment**2
         with torch.no_grad():
-            clearance = float((warpgeo.signed_distance(xyz, world) - radius).min())
+            result.clearances.append((warpgeo.signed_distance(xyz, world) - radius).min().item())
         result.costs.append(cost.item())
         result.losses.append(loss.item())
-        result.clearances.append(clearance)
-        if print_every and (it % print_every == 0 or it == iterations):
-            print(
-                f"iter {it:4d}  cost {float(cost):10.5f}  loss {float(loss):10.5f}  clearance {clearance:+.4f}"
-            )
         if it == iterations:
             break
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
         optimiser.step()
         bar.update(1)
-        bar.set_postfix(cost=f"{result.costs[-1]:.4f}")
     bar.close()
 
     with torch.no_grad():
-        spheres = spheres_of(inner_xy)
-        final_cost = warpgeo.swept_sphere_mesh_cost(spheres, world, sweep_steps=sweep_steps).sum()
-        xyz = spheres[0, :, 0, :3]
-        result.final = xyz.cpu().double().numpy()
-        result.final_cost = final_cost.item()
-        result.final_clearance = float((warpgeo.signed_distance(xyz, world) - radius).min())
+        result.final = xyz.detach().cpu().double().numpy()
+        result.final_cost = (
+            warpgeo.swept_sphere_mesh_cost(spheres, world, sweep_steps=sweep_steps).sum().item()
+        )
+    result.final_clearance = result.clearances[-1]
     result.collision_free = result.final_cost == 0.0 and result.final_clearance > 0.0
     return result
+
+
+def _signed_distance_ticks(vmin: float, vmax: float) -> list[float]:
+    """Colour-bar ticks with both signs: 0, two inside (negative) and a few outside (positive)."""
+    from matplotlib.ticker import MaxNLocator
+
+    # Truncated toward 0 (a tick beyond the colour bar's end breaks the layout); vmin < 0 <= vmax.
+    inside = [math.trunc(vmin * f * 100) / 100 for f in (1.0, 0.5)]
+    outside = [float(v) for v in MaxNLocator(4).tick_values(0.0, vmax) if 0 < v <= vmax]
+    return [v for v in inside if v < 0] + [0.0, *outside]
 
 
 def plot_collision_avoidance(
     result: CollisionAvoidanceResult, path: str | os.PathLike, *, dpi: int = 110
 ) -> str:
-    """Write the before / after trajectories over the signed-distance slice z = 0, and the cost curve.
+    """Write the trajectories before / after over the signed-distance slice z = 0, the objective and the
+    clearance per iteration.
 
     Returns:
         The path written.
     """
+    from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure
     from matplotlib.patches import Circle
 
-    world = warpgeo.MeshWorld(result.meshes, poses=result.poses, device=result.device)
     xs = np.linspace(-2.6, 2.6, 261)
     ys = np.linspace(-1.3, 1.3, 131)
     gx, gy = np.meshgrid(xs, ys)
-    grid = torch.tensor(
-        np.stack([gx, gy, np.zeros_like(gx)], axis=-1), dtype=torch.float32, device=result.device
-    )
+    grid = np.stack([gx, gy, np.zeros_like(gx)], axis=-1)
     with torch.no_grad():
-        sd = warpgeo.signed_distance(grid, world).cpu().numpy()
+        sd = warpgeo.signed_distance(
+            torch.tensor(grid, dtype=torch.float32, device=result.world.device), result.world
+        )
+    sd = sd.cpu().numpy()
 
-    from matplotlib.colors import TwoSlopeNorm
-
-    fig = Figure(figsize=(13, 4.2), layout="constrained")
-    axes = fig.subplots(1, 3, width_ratios=[1, 1, 0.8])
+    fig = Figure(figsize=(12, 7.4), layout="constrained")
+    fig.suptitle(
+        "Collision avoidance: Adam on warpgeo.swept_sphere_mesh_cost moves the centres of a sphere's "
+        f"waypoints (radius {result.radius:g}, fixed)",
+        fontsize=11,
+    )
+    axes = fig.subplots(2, 2, height_ratios=[1.0, 0.8])
     # Separate scales either side of 0, so the shallow insides show as clearly as the wide outside.
-    norm = TwoSlopeNorm(vcenter=0.0, vmin=min(float(sd.min()), -1e-3), vmax=max(float(sd.max()), 1e-3))
+    vmin, vmax = min(float(sd.min()), -1e-3), max(float(sd.max()), 1e-3)
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=vmin, vmax=vmax)
     for ax, traj, title in (
-        (axes[0], result.initial, "before: straight line, in collision"),
-        (axes[1], result.final, "after: gradient descent on the swept cost"),
+        (axes[0, 0], result.initial, "before: the straight line, through three obstacles"),
+        (axes[0, 1], result.final, "after: the optimised trajectory (dashed: before)"),
     ):
         image = ax.pcolormesh(xs, ys, sd, cmap="RdBu", norm=norm, shading="auto")
         ax.contour(xs, ys, sd, levels=[0.0], colors="k", linewidths=1.2)
@@ -252,15 +276,40 @@ def plot_collision_avoidance(
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("x")
         ax.set_ylabel("y")
-    fig.colorbar(image, ax=axes[:2], shrink=0.8, label="signed distance at z = 0 (negative inside)")
+    axes[0, 0].text(
+        0.02, 0.03, "orange: the sphere at each waypoint; black: obstacle outlines",
+        transform=axes[0, 0].transAxes, fontsize=8,
+    )  # fmt: skip
+    bar = fig.colorbar(image, ax=axes[0, :], shrink=0.9, aspect=25)
+    bar.set_ticks(_signed_distance_ticks(vmin, vmax))
+    bar.set_label("signed distance in the plane z = 0 (negative inside)")
 
-    ax = axes[2]
     iters = np.arange(len(result.costs))
-    ax.semilogy(iters, np.maximum(result.costs, 1e-6), label="swept collision cost")
-    ax.semilogy(iters, np.maximum(result.losses, 1e-6), label="cost + smoothness")
+    eta = result.activation_distance
+    ax = axes[1, 0]
+    ax.semilogy(iters, np.maximum(result.losses, 1e-6), label="objective = cost + smoothness")
+    ax.semilogy(iters, np.maximum(result.costs, 1e-6), label=f"swept collision cost (η = {eta:g})")
     ax.set_xlabel("iteration")
-    ax.set_title("objective", fontsize=10)
+    ax.set_ylabel("value (log scale)")
+    ax.set_title(
+        f"objective; the cost is > 0 while a sphere is within η = {eta:g} of a surface,\n"
+        "so it levels off above 0 once the path is clear",
+        fontsize=9,
+    )
     ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+
+    ax = axes[1, 1]
+    ax.plot(iters, result.clearances, color="C2", label="clearance")
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.axhline(eta, color="0.5", lw=0.8, ls="--", label=f"η = {eta:g}")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("clearance (scene units)")
+    ax.set_title(
+        "clearance = min over waypoints of (signed distance − radius);\nbelow 0: a sphere is in collision",
+        fontsize=9,
+    )
+    ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     fig.savefig(path, dpi=dpi)
     return os.fspath(path)
@@ -278,25 +327,36 @@ def sampling_mesh():
     return trimesh.creation.torus(major_radius=1.0, minor_radius=0.3, major_sections=96, minor_sections=48)
 
 
-@dataclass
-class PointSamplingResult:
-    """What :func:`run_point_sampling` returns. Arrays are numpy."""
-
-    dense: np.ndarray  #: (N, 3) surface samples
-    fps_points: np.ndarray  #: (K_show, 3) FPS samples gathered with warpgeo.gather_points
-    random_points: np.ndarray  #: (K_show, 3) uniformly random samples
-    ks: list[int] = field(default_factory=list)  #: K values compared
-    fps_radius: list[float] = field(default_factory=list)  #: coverage radius of FPS at each K
-    random_radius: list[float] = field(default_factory=list)  #: coverage radius of random sampling
-    fps_curve: np.ndarray | None = None  #: (K_max,) FPS coverage radius for every K = 1..K_max
-
-
-def _coverage_radius(dense: torch.Tensor, chosen: torch.Tensor, chunk: int = 8192) -> float:
-    """max over the dense points of the distance to the nearest chosen point."""
+def coverage_radius(dense: torch.Tensor, chosen: torch.Tensor, chunk: int = 8192) -> float:
+    """The coverage radius of ``chosen (K, 3)`` over ``dense (N, 3)``: max over the dense points of the
+    distance to the nearest chosen point (brute force, in chunks of ``chunk`` dense points)."""
     worst = 0.0
     for part in dense.split(chunk):
-        worst = max(worst, float(torch.cdist(part, chosen).min(dim=1).values.max()))
+        worst = max(worst, torch.cdist(part, chosen).min(dim=1).values.max().item())
     return worst
+
+
+@dataclass
+class PointSamplingResult:
+    """FPS against random sampling of a surface, as :func:`plot_point_sampling` draws it. Arrays: numpy."""
+
+    dense: np.ndarray  #: (N, 3) surface samples
+    fps_points: np.ndarray  #: (K_show, 3) FPS samples
+    random_points: np.ndarray  #: (K_show, 3) uniformly random samples
+    fps_curve: np.ndarray  #: (K_max,) FPS coverage radius for every K = 1..K_max
+    ks: list[int] = field(default_factory=list)  #: K values where random sampling is scored
+    random_radius: list[float] = field(default_factory=list)  #: its coverage radius at each of ks
+    name: str = "a mesh"  #: what was sampled, for the title ("a torus", "bunny.obj")
+
+    @property
+    def fps_radius(self) -> list[float]:
+        """FPS coverage radius at each of :attr:`ks`."""
+        return [float(self.fps_curve[k - 1]) for k in self.ks]
+
+
+def sampling_ks(max_k: int) -> list[int]:
+    """K = 8, 16, 32, ... up to ``max_k``, and ``max_k`` itself."""
+    return sorted({k for k in (2**i for i in range(3, 40)) if k <= max_k} | {max_k})
 
 
 def run_point_sampling(
@@ -307,14 +367,13 @@ def run_point_sampling(
     show_k: int = 256,
     seed: int = 0,
     device: str | torch.device = "cpu",
-    print_table: bool = False,
 ) -> PointSamplingResult:
     """Sample a mesh surface densely, run FPS to ``max_k`` points, compare coverage with random sampling.
 
     The coverage radius of a subset is the largest distance from any dense sample to its nearest chosen
-    point. For FPS it comes for free: the distance FPS reports for sample ``k`` (its distance to the ``k``
-    samples before it) is the coverage radius of those ``k`` samples, because FPS picks the worst-covered
-    point next. For random subsets it is computed by brute force.
+    point. FPS reports it for free (``return_distances=True``: the distance of pick ``k`` to the picks
+    before it is the coverage radius of those ``k``, because FPS picks the worst-covered point next).
+    Random subsets are scored by brute force. ``examples/point_sampling.py`` is the same written out.
 
     Args:
         mesh: a trimesh or a path trimesh can load; :func:`sampling_mesh` by default.
@@ -323,7 +382,6 @@ def run_point_sampling(
         show_k: the K shown in the scatter plots.
         seed: seeds the surface sampling and the random subsets.
         device: torch device.
-        print_table: print K, FPS radius, random radius.
 
     Returns:
         A :class:`PointSamplingResult`.
@@ -331,41 +389,28 @@ def run_point_sampling(
     import trimesh
 
     if mesh is None:
-        mesh = sampling_mesh()
+        mesh, name = sampling_mesh(), "a torus"
     elif not isinstance(mesh, trimesh.Trimesh):
-        mesh = _load_mesh(mesh)
+        mesh, name = _load_mesh(mesh), os.path.basename(os.fspath(mesh))
+    else:
+        name = "a mesh"
     if not 1 <= show_k <= max_k < num_surface:
         raise ValueError(f"need 1 <= show_k <= max_k < num_surface; got {show_k}, {max_k}, {num_surface}")
-    device = torch.device(device)
     dense_np, _ = trimesh.sample.sample_surface(mesh, num_surface, seed=seed)
     dense = torch.tensor(dense_np, dtype=torch.float32, device=device)
 
-    # K_max + 1 samples: the distance of sample k is the coverage radius of samples 0..k-1.
     idx, dist = warpgeo.farthest_point_sampling(dense, max_k + 1, return_distances=True)
-    fps_curve = dist[1:].double().cpu().numpy()
-    # gather_points wants features (B, C, N): the coordinates are 3 feature channels.
-    fps_show = warpgeo.gather_points(dense.T[None], idx[None, :show_k])[0].T
-
-    generator = torch.Generator().manual_seed(seed)
-    order = torch.randperm(num_surface, generator=generator).to(device)
-    ks = sorted({k for k in (2**i for i in range(3, 20)) if k <= max_k} | {max_k})
-    result = PointSamplingResult(
+    order = torch.randperm(num_surface, generator=torch.Generator().manual_seed(seed)).to(dense.device)
+    ks = sampling_ks(max_k)
+    return PointSamplingResult(
         dense=dense_np,
-        fps_points=fps_show.cpu().numpy(),
+        fps_points=dense[idx[:show_k]].cpu().numpy(),
         random_points=dense[order[:show_k]].cpu().numpy(),
-        fps_curve=fps_curve,
+        fps_curve=dist[1:].double().cpu().numpy(),
+        ks=ks,
+        random_radius=[coverage_radius(dense, dense[order[:k]]) for k in ks],
+        name=name,
     )
-    if print_table:
-        print(f"{'K':>6}  {'FPS radius':>10}  {'random radius':>13}  {'random / FPS':>12}")
-    for k in ks:
-        fps_r = float(fps_curve[k - 1])
-        rnd_r = _coverage_radius(dense, dense[order[:k]])
-        result.ks.append(k)
-        result.fps_radius.append(fps_r)
-        result.random_radius.append(rnd_r)
-        if print_table:
-            print(f"{k:6d}  {fps_r:10.4f}  {rnd_r:13.4f}  {rnd_r / fps_r:12.2f}")
-    return result
 
 
 def plot_point_sampling(result: PointSamplingResult, path: str | os.PathLike, *, dpi: int = 110) -> str:
@@ -375,8 +420,15 @@ def plot_point_sampling(result: PointSamplingResult, path: str | os.PathLike, *,
         The path written.
     """
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FixedLocator, FormatStrFormatter, LogLocator, NullLocator, ScalarFormatter
 
-    fig = Figure(figsize=(13, 4.3), layout="constrained")
+    fig = Figure(figsize=(13, 4.8), layout="constrained")
+    fig.suptitle(
+        "Farthest point sampling (warpgeo.farthest_point_sampling) vs random sampling of "
+        f"{len(result.dense)} samples on the surface of {result.name}\ncoverage radius = the largest "
+        "distance from any surface sample to its nearest chosen point (lower: no big gaps)",
+        fontsize=10.5,
+    )
     k_show = len(result.fps_points)
     rng = np.random.default_rng(0)
     background = result.dense[rng.choice(len(result.dense), min(4000, len(result.dense)), replace=False)]
@@ -395,13 +447,33 @@ def plot_point_sampling(result: PointSamplingResult, path: str | os.PathLike, *,
 
     ax = fig.add_subplot(1, 3, 3)
     k_all = np.arange(1, len(result.fps_curve) + 1)
-    ax.loglog(k_all, result.fps_curve, label="FPS")
-    ax.loglog(result.ks, result.random_radius, "o-", label="random")
-    ax.loglog(result.ks, result.fps_radius, "s", color="C0", ms=4)
-    ax.set_xlabel("K (samples)")
-    ax.set_ylabel("coverage radius")
+    ks = np.asarray(result.ks)
+    ax.plot(
+        k_all,
+        result.fps_curve,
+        "-s",
+        color="C0",
+        ms=4,
+        markevery=list(ks - 1),
+        label="FPS (one call, every K)",
+    )
+    ax.plot(ks, result.random_radius, "-o", color="C1", ms=4, label="random (brute force)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(ks))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(ks[0] / 1.3, ks[-1] * 1.3)
+    ax.set_ylim(
+        min(result.fps_curve[ks[-1] - 1], *result.random_radius) / 1.3, max(result.random_radius) * 1.3
+    )
+    ax.set_xlabel("K (number of chosen samples)")
+    ax.set_ylabel("coverage radius (scene units)")
     ax.set_title("coverage radius vs K (lower is better)", fontsize=10)
-    ax.grid(alpha=0.3, which="both")
+    ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.savefig(path, dpi=dpi)
     return os.fspath(path)
@@ -414,9 +486,6 @@ def plot_point_sampling(result: PointSamplingResult, path: str | os.PathLike, *,
 
 class _NoBar:
     def update(self, n: int = 1) -> None:
-        pass
-
-    def set_postfix(self, **kwargs) -> None:
         pass
 
     def close(self) -> None:
