@@ -1,10 +1,11 @@
 """Drop-in names for code written against the CUDA extensions ``pointnet2_ops`` and ``pointops``.
 
 Both are thin wrappers over warpgeo's own ops (:func:`warpgeo.farthest_point_sampling`,
-:func:`warpgeo.gather_points`) with the originals' shapes, dtypes and semantics, so nothing has to be built
+:func:`warpgeo.gather_points`, :func:`warpgeo.knn`, :func:`warpgeo.ball_query`) with the originals' shapes, dtypes and semantics, so nothing has to be built
 and the same code runs on the CPU and on CUDA::
 
-    from warpgeo.compat import pointnet2_ops as pointnet2_utils    # was: from pointnet2_ops import pointnet2_utils
+    from warpgeo.compat.pointnet2_ops import pointnet2_utils       # was: from pointnet2_ops import pointnet2_utils
+    from warpgeo.compat.pointnet2_ops.pointnet2_modules import PointnetSAModule   # was: from pointnet2_ops...
     from warpgeo.compat import pointops                            # was: from lib.pointops.functions import pointops
 
 Code that imports the original module names and cannot be edited can call :func:`install` once, first::
@@ -25,8 +26,9 @@ __all__ = ["install", "pointnet2_ops", "pointops"]
 def install(*, force: bool = False) -> list[str]:
     """Register warpgeo's modules under the original names in ``sys.modules``.
 
-    After ``install()``, ``import pointnet2_ops``, ``from pointnet2_ops import pointnet2_utils`` and
-    ``import pointops`` resolve to :mod:`warpgeo.compat.pointnet2_ops` / :mod:`warpgeo.compat.pointops`.
+    After ``install()``, ``import pointnet2_ops``, ``from pointnet2_ops import pointnet2_utils``,
+    ``from pointnet2_ops.pointnet2_modules import PointnetSAModule`` and ``import pointops`` resolve to
+    :mod:`warpgeo.compat.pointnet2_ops` (and its submodules) / :mod:`warpgeo.compat.pointops`.
 
     Args:
         force: replace a name that is already imported (by default an imported original is left alone).
@@ -36,7 +38,8 @@ def install(*, force: bool = False) -> list[str]:
     """
     aliases = {
         "pointnet2_ops": pointnet2_ops,
-        "pointnet2_ops.pointnet2_utils": pointnet2_ops,
+        "pointnet2_ops.pointnet2_utils": pointnet2_ops.pointnet2_utils,
+        "pointnet2_ops.pointnet2_modules": pointnet2_ops.pointnet2_modules,
         "pointops": pointops,
     }
     registered = []
