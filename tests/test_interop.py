@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+import warpgeo
 from warpgeo import _interop
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
@@ -95,39 +96,99 @@ def test_index_dtypes():
 
 def test_same_device_check():
     a = torch.zeros(2)
-    assert _interop.check_same_device("a", {"a": a, "b": torch.zeros(1), "c": None}) == a.device
+    assert _interop.check_device("a", a=a, b=torch.zeros(1), c=None) == a.device
     with pytest.raises(ValueError, match="b must be on the same device as a"):
-        _interop.check_same_device("a", {"a": a, "b": torch.zeros(1, device="meta")})
+        _interop.check_device("a", a=a, b=torch.zeros(1, device="meta"))
+    with pytest.raises(ValueError, match="warpgeo runs on 'cpu' and 'cuda'"):
+        _interop.check_device("a", a=torch.zeros(1, device="meta"))
 
 
-# zero-copy wrapping ------------------------------------------------------------------------------------
+def test_overload_table_by_dtype_name():
+    table = {"float32": "f", "float64": "d", "int16": "h"}
+    assert _interop.overload(table, torch.float32) == "f"
+    assert _interop.overload(table, torch.float64) == "d"
+    assert _interop.overload(table, torch.int16) == "h"
 
 
-@pytest.mark.parametrize(("dtype", "vec"), [(torch.float32, "vec3f"), (torch.float64, "vec3d")])
-def test_vec3_view_is_zero_copy(dtype, vec):
+# the value-check switch ---------------------------------------------------------------------------------
+
+
+def test_value_check_switch():
+    cpu = torch.device("cpu")
+    assert _interop.checking_values(cpu)
+    with warpgeo.value_checks(False):
+        assert not _interop.checking_values(cpu)
+        with warpgeo.value_checks(True):
+            assert _interop.checking_values(cpu)
+        assert not _interop.checking_values(cpu)
+    assert _interop.checking_values(cpu)
+    warpgeo.set_value_checks(False)
+    try:
+        assert not _interop.checking_values(cpu)
+    finally:
+        warpgeo.set_value_checks(True)
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        warpgeo.set_value_checks(1)
+
+
+# the launch helpers: arguments by name, zero-copy, sizes --------------------------------------------------
+
+
+def _scale_kernel():
     wp = _interop.warp()
-    t = torch.arange(24, dtype=dtype).reshape(2, 4, 3)
-    arr = _interop.as_warp(t, getattr(wp, vec))
-    assert arr.shape == (2, 4)
-    assert arr.ptr == t.data_ptr()
-    t[1, 2, 0] = 100.0  # a write through torch is seen by Warp: same memory
-    assert arr.numpy()[1, 2][0] == 100.0
+
+    @wp.kernel(module="unique")
+    def scale_rows(
+        points: wp.array2d(dtype=wp.vec3),
+        factor: float,
+        out: wp.array2d(dtype=wp.vec3),
+        row_start: int,
+    ):
+        b = wp.tid() + row_start
+        for i in range(points.shape[1]):
+            out[b, i] = points[b, i] * factor
+
+    return scale_rows
 
 
-def test_non_contiguous_tensor_is_refused():
-    t = torch.zeros(4, 3).t()
-    with pytest.raises(ValueError, match="contiguous"):
-        _interop.as_warp(t)
-    assert _interop.to_compute(t).is_contiguous()
+def test_launch_binds_by_name_zero_copy_and_strided():
+    kernel = _scale_kernel()
+    cpu = torch.device("cpu")
+    base = torch.arange(2 * 5 * 3, dtype=torch.float32).reshape(5, 2, 3)
+    points = base.transpose(0, 1)  # (2, 5, 3), not contiguous: passed with its strides, no copy
+    out = torch.zeros(2, 5, 3)
+    _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out)
+    torch.testing.assert_close(out, points * 2.0)
+    out.zero_()
+    _interop.launch(kernel, 2, device=cpu, points=points, factor=3.0, out=out, row_start=0)
+    torch.testing.assert_close(out, points * 3.0)
 
 
-# the launch helper --------------------------------------------------------------------------------------
+def test_launch_refuses_missing_unexpected_and_mistyped_arguments():
+    kernel = _scale_kernel()
+    cpu = torch.device("cpu")
+    points, out = torch.zeros(2, 5, 3), torch.zeros(2, 5, 3)
+    with pytest.raises(TypeError, match=r"missing arguments \['factor'\]"):
+        _interop.launch_rows(kernel, 2, device=cpu, points=points, out=out)
+    with pytest.raises(TypeError, match=r"unexpected \['scale'\]"):
+        _interop.launch_rows(kernel, 2, device=cpu, points=points, scale=2.0, factor=2.0, out=out)
+    with pytest.raises(TypeError, match=r"out=\.\.\.\) takes torch.float32, got torch.float64"):
+        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out.double())
+    with pytest.raises(TypeError, match=r"factor=\.\.\.\) takes a scalar"):
+        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=torch.ones(1), out=out)
+    with pytest.raises(ValueError, match=r"points=\.\.\.\) takes \(2 dims, 3\)"):
+        _interop.launch_rows(kernel, 2, device=cpu, points=torch.zeros(2, 5, 4), factor=2.0, out=out)
+    # an empty grid launches nothing
+    _interop.launch(kernel, [0], device=cpu, points=points, factor=2.0, out=out, row_start=0)
 
 
-def test_launch_checks_argument_count_and_skips_empty_grids():
-    from warpgeo._kernels import fps as kernels
-
-    with pytest.raises(TypeError, match="takes 7 arguments"):
-        _interop.launch(kernels.FPS_BLOCK["float32"], [1], [torch.zeros(1)], device=torch.device("cpu"))
-    # an empty grid launches nothing, whatever the arguments
-    _interop.launch(kernels.FPS_BLOCK["float32"], [0], [None] * 7, device=torch.device("cpu"))
+def test_launch_refuses_strides_warp_cannot_address():
+    """Warp's array descriptors hold int32 byte strides: a row of 2 GiB is refused, not mis-addressed
+    (the storage is reserved, never touched)."""
+    kernel = _scale_kernel()
+    storage = torch.empty(2**29 + 8, dtype=torch.float32)
+    points = storage.as_strided((2, 1, 3), (2**29, 3, 1))  # 2 GiB between the two rows
+    with pytest.raises(ValueError, match=r"points: .*2\*\*31 bytes"):
+        _interop.launch_rows(
+            kernel, 2, device=torch.device("cpu"), points=points, factor=2.0, out=torch.zeros(2, 1, 3)
+        )

@@ -469,14 +469,13 @@ def test_dtypes(device, dtype, box_world_cpu):
 
 def test_no_gradient_computed_unless_needed(monkeypatch, box_world_cpu):
     calls = []
-    for name in ("_cost_op", "_swept_op"):
-        real = getattr(sdf_module, name)
+    real = _interop.call
 
-        def spy(*args, _real=real, **kwargs):
-            calls.append(kwargs["compute_grad"])
-            return _real(*args, **kwargs)
+    def spy(op, function, names, needs_grad, **kwargs):
+        calls.append(kwargs["compute_grad"])
+        return real(op, function, names, needs_grad, **kwargs)
 
-        monkeypatch.setattr(sdf_module, name, spy)
+    monkeypatch.setattr(_interop, "call", spy)
     spheres = torch.tensor([[0.5, 0.0, 0.0, 0.1]])
     sphere_mesh_cost(spheres, box_world_cpu)
     swept_sphere_mesh_cost(spheres[None, None], box_world_cpu)

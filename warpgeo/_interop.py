@@ -19,10 +19,13 @@ Adding an op: see CONTRIBUTING.md.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import importlib
 import itertools
 import os
+import struct
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -280,6 +283,23 @@ def grads(names: Sequence[str], **given: torch.Tensor | None) -> tuple[torch.Ten
     return tuple(given.get(name) for name in names)
 
 
+def call(op: Any, function: Any, names: Sequence[str], needs_grad: bool, **args: Any) -> Any:
+    """Run a warpgeo op on ``args`` (given by name; ``names`` is the op's input order) the cheapest way.
+
+    Under ``torch.compile`` (and ``torch.export``) this is the registered custom ``op``: one opaque node with
+    its fake and autograd registrations. In eager mode the custom-op dispatcher costs more than a small
+    launch, so the same implementation runs directly: through ``function`` (the public autograd Function,
+    whose forward is the op's implementation and whose setup / backward are the op's registered pair) when
+    a gradient may be needed, or bare when not (``needs_grad`` False).
+    """
+    ordered = tuple(args[name] for name in names)
+    if torch.compiler.is_compiling():
+        return op(*ordered)
+    if needs_grad:
+        return function.apply(*ordered)
+    return function.forward(*ordered)
+
+
 # --------------------------------------------------------------------------------------------------------
 # launching: arguments bound by name, tensors wrapped zero-copy
 # --------------------------------------------------------------------------------------------------------
@@ -300,12 +320,12 @@ _TORCH_SCALAR = {
 class _Param:
     """How one kernel parameter is filled from a Python value."""
 
-    __slots__ = ("array_ndim", "dtype", "is_array", "name", "vec", "warp_type")
+    __slots__ = ("array_ndim", "dtype", "index", "is_array", "name", "vec")
 
-    def __init__(self, arg: Any) -> None:
+    def __init__(self, index: int, arg: Any) -> None:
         wp = warp()
+        self.index = index
         self.name = arg.label
-        self.warp_type = arg.type
         self.is_array = wp.types.is_array(arg.type)
         self.vec = 0
         self.dtype = None
@@ -340,30 +360,38 @@ class _Param:
         return _array_t(value, self, kernel)
 
 
+#: The byte layout of Warp's array descriptor ``warp._src.types.array_t`` (checked against it at first use):
+#: data, grad, shape[4], strides[4], ndim, flags, padding.
+_ARRAY_LAYOUT = struct.Struct("<QQ4i4iHH4x")
+
+
 def _array_t(t: torch.Tensor, param: _Param, kernel: Any) -> Any:
     """A Warp array descriptor over ``t``'s memory (no copy); vector types take the trailing dimension."""
     shape = t.shape
     strides = t.stride()
     size = t.element_size()
+    ndim = param.array_ndim
     if param.vec:
-        if t.dim() != param.array_ndim + 1 or shape[-1] != param.vec or (strides[-1] != 1 and shape[-1] > 1):
+        if t.dim() != ndim + 1 or shape[-1] != param.vec or (strides[-1] != 1 and shape[-1] > 1):
             raise ValueError(
-                f"internal error: {kernel.key}({param.name}=...) takes ({param.array_ndim} dims, {param.vec}) "
+                f"internal error: {kernel.key}({param.name}=...) takes ({ndim} dims, {param.vec}) "
                 f"with a dense last dimension; got shape {tuple(shape)}, strides {strides}"
             )
-        shape = shape[:-1]
-        strides = strides[:-1]
-    elif t.dim() != param.array_ndim:
+    elif t.dim() != ndim:
         raise ValueError(
-            f"internal error: {kernel.key}({param.name}=...) takes {param.array_ndim} dims; got {tuple(shape)}"
+            f"internal error: {kernel.key}({param.name}=...) takes {ndim} dims; got {tuple(shape)}"
         )
-    byte_strides = [s * size for s in strides]
-    if any(d >= INT32_LIMIT for d in shape) or any(s >= INT32_LIMIT for s in byte_strides):
-        raise ValueError(
-            f"{param.name}: a tensor of shape {tuple(t.shape)} has a dimension or a row of >= 2**31 "
-            "bytes, beyond what one Warp launch can address (int32 strides)"
-        )
-    return _ARRAY_T(t.data_ptr(), 0, len(shape), shape, byte_strides)
+    dims = [0, 0, 0, 0]
+    steps = [0, 0, 0, 0]
+    for i in range(ndim):
+        dims[i] = shape[i]
+        steps[i] = strides[i] * size
+        if dims[i] >= INT32_LIMIT or steps[i] >= INT32_LIMIT:
+            raise ValueError(
+                f"{param.name}: a tensor of shape {tuple(shape)} has a dimension or a row of >= 2**31 "
+                "bytes, beyond what one Warp launch can address (int32 strides)"
+            )
+    return _ARRAY_T.from_buffer_copy(_ARRAY_LAYOUT.pack(t.data_ptr(), 0, *dims, *steps, ndim, 0))
 
 
 _ARRAY_T: Any = None
@@ -375,10 +403,12 @@ def _params(kernel: Any) -> dict[str, _Param]:
     warp()
     from warp._src.types import array_t  # the descriptor Warp itself packs a wp.array into
 
+    if ctypes.sizeof(array_t) != _ARRAY_LAYOUT.size or array_t.ndim.offset != 48:
+        raise RuntimeError("this Warp version's array descriptor layout is not the one warpgeo packs")
     _ARRAY_T = array_t
     if kernel.is_generic:
         raise TypeError(f"internal error: launch an overload of the generic kernel {kernel.key}")
-    return {arg.label: _Param(arg) for arg in kernel.adj.args}
+    return {arg.label: _Param(i, arg) for i, arg in enumerate(kernel.adj.args)}
 
 
 def _pack(kernel: Any, args: dict[str, Any], device: torch.device) -> list[Any]:
@@ -390,6 +420,12 @@ def _pack(kernel: Any, args: dict[str, Any], device: torch.device) -> list[Any]:
             f"internal error: launch of {kernel.key}: missing arguments {missing}, unexpected {unexpected}"
         )
     return [param.pack(kernel, args[name], device) for name, param in params.items()]
+
+
+#: Recorded launches (``wp.launch(..., record_cmd=True)``), one per kernel, device, block size and calling
+#: thread: a call refills the parameters of its recorded launch instead of going through ``wp.launch``'s
+#: argument conversion (most of a small launch's cost).
+_RECORDED: dict[tuple, list] = {}
 
 
 def launch(
@@ -413,22 +449,29 @@ def launch(
     ``tiled=True`` appends a trailing block dimension of ``block_dim`` threads (as ``wp.launch_tiled``); on
     the CPU Warp runs such a block as one thread, so tiled kernels must be correct for any block size.
     """
-    dims = [dim] if isinstance(dim, int) else list(dim)
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
     if 0 in dims:
         return
     if tiled:
-        dims.append(block_dim)
+        dims = (*dims, block_dim)
     inputs = _pack(kernel, args, device)
-    wp = warp()
-    wp.launch(
-        kernel,
-        dim=dims,
-        inputs=inputs,
-        device=warp_device(device),
-        stream=warp_stream(device),
-        block_dim=block_dim,
-        record_tape=False,
-    )
+    wdev = warp_device(device)
+    stream = warp_stream(device)
+    key = (kernel, device, block_dim, threading.get_ident())
+    recorded = _RECORDED.get(key)
+    if recorded is None:
+        cmd = warp().launch(
+            kernel, dim=dims, inputs=inputs, device=wdev, stream=stream, block_dim=block_dim, record_cmd=True
+        )
+        _RECORDED[key] = [cmd, dims]
+    else:
+        cmd, last_dims = recorded
+        for i, value in enumerate(inputs):
+            cmd.set_param_at_index_from_ctype(i, value)
+        if dims != last_dims:
+            cmd.set_dim(dims)
+            recorded[1] = dims
+    cmd.launch(stream)
 
 
 #: Below this much work (in the units of ``work_per_row``) a CPU launch is not split among threads: handing a

@@ -89,22 +89,22 @@ def _check_params(params, x) -> None:
 
 
 def _check_values(x, name: str, env_index, num_envs: int, params) -> None:
-    """The checks that need tensor values, run inside the op: one device-to-host transfer for all."""
-    zero = torch.zeros((), dtype=torch.bool, device=x.device)
-    flags = torch.stack(
-        [
-            ~torch.isfinite(x).all(),
-            ((env_index < 0) | (env_index >= num_envs)).any() if env_index is not None else zero,
-            ~(torch.isfinite(params).all() & (params >= 0).all()) if params is not None else zero,
-        ]
-    ).tolist()
-    if flags[0]:
+    """The checks that need tensor values, run inside the op: one device-to-host transfer for all.
+
+    ``params`` is None when it came from Python floats (checked on the host already)."""
+    flags = [~torch.isfinite(x).all()]
+    if env_index is not None:
+        flags.append(((env_index < 0) | (env_index >= num_envs)).any())
+    if params is not None:
+        flags.append(~(torch.isfinite(params).all() & (params >= 0).all()))
+    found = [bool(flags[0])] if len(flags) == 1 else torch.stack(flags).tolist()
+    if found[0]:
         raise ValueError(f"{name} must be finite: found NaN or inf")
-    if flags[1]:
+    if env_index is not None and found[1]:
         raise IndexError(
             f"env_index must lie in [0, num_envs={num_envs}); got values {env_index.unique().tolist()}"
         )
-    if flags[2]:
+    if params is not None and found[-1]:
         raise ValueError(
             f"activation_distance and weight must be finite and >= 0; got {params.tolist()} (eta, weight)"
         )
@@ -129,8 +129,7 @@ def _grad_buffer(work: torch.Tensor, compute_grad: bool, *shape: int) -> torch.T
 # --------------------------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("warpgeo::sphere_mesh_cost", mutates_args=())
-def _cost_op(
+def _cost_impl(
     spheres: torch.Tensor,
     env_index: torch.Tensor | None,
     world_id: int,
@@ -177,13 +176,15 @@ def _cost_op(
     return cost.to(spheres.dtype), grad
 
 
+_cost_op = torch.library.custom_op("warpgeo::sphere_mesh_cost", _cost_impl, mutates_args=())
+
+
 @_cost_op.register_fake
 def _(spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, max_distance, compute_grad):
     return spheres.new_empty(spheres.shape[:-1]), _fake_grad(spheres, compute_grad)
 
 
-@torch.library.custom_op("warpgeo::swept_sphere_mesh_cost", mutates_args=())
-def _swept_op(
+def _swept_impl(
     spheres: torch.Tensor,
     env_index: torch.Tensor | None,
     world_id: int,
@@ -231,13 +232,15 @@ def _swept_op(
     return cost.to(spheres.dtype), grad
 
 
+_swept_op = torch.library.custom_op("warpgeo::swept_sphere_mesh_cost", _swept_impl, mutates_args=())
+
+
 @_swept_op.register_fake
 def _(spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, sweep_steps, compute_grad):
     return spheres.new_empty(spheres.shape[:-1]), _fake_grad(spheres, compute_grad, 2)
 
 
-@torch.library.custom_op("warpgeo::signed_distance", mutates_args=())
-def _distance_op(
+def _distance_impl(
     points: torch.Tensor,
     env_index: torch.Tensor | None,
     world_id: int,
@@ -275,6 +278,9 @@ def _distance_op(
         sign=sign,
     )
     return dist.to(points.dtype), grad
+
+
+_distance_op = torch.library.custom_op("warpgeo::signed_distance", _distance_impl, mutates_args=())
 
 
 @_distance_op.register_fake
@@ -354,13 +360,7 @@ class SdfMesh(torch.autograd.Function):
     weight)`` in the compute dtype (float32, or float64 for float64 spheres).
     """
 
-    @staticmethod
-    def forward(
-        spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, max_distance, compute_grad
-    ):
-        return _cost_op(
-            spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, max_distance, compute_grad
-        )
+    forward = staticmethod(_cost_impl)
 
     setup_context = staticmethod(_setup)
     backward = staticmethod(_backward_cost)
@@ -376,16 +376,18 @@ class SweptSdfMesh(torch.autograd.Function):
     params (2,), sweep_steps: int, compute_grad: bool)`` -> ``(cost (B, H, N), grad (B, H, N, 2, 4))``.
     """
 
-    @staticmethod
-    def forward(
-        spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, sweep_steps, compute_grad
-    ):
-        return _swept_op(
-            spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, sweep_steps, compute_grad
-        )
+    forward = staticmethod(_swept_impl)
 
     setup_context = staticmethod(_setup)
     backward = staticmethod(_backward_swept)
+
+
+class _SignedDistance(torch.autograd.Function):
+    """``torch.ops.warpgeo.signed_distance`` as a Function (the eager path of :func:`signed_distance`)."""
+
+    forward = staticmethod(_distance_impl)
+    setup_context = staticmethod(_setup)
+    backward = staticmethod(_backward_distance)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -457,9 +459,17 @@ def sphere_mesh_cost(
         raise TypeError(f"max_distance must be a float or None; got {type(max_distance).__name__}")
     if not max_distance >= 0.0 or math.isinf(max_distance):
         raise ValueError(f"max_distance must be finite and >= 0; got {max_distance}")
-    args = world.kernel_args(flat.dtype)._asdict()
-    cost, _ = _cost_op(
-        flat, env, **args, params=params, max_distance=float(max_distance), compute_grad=compute_grad
+    cost, _ = _interop.call(
+        _cost_op,
+        SdfMesh,
+        _COST_INPUTS,
+        compute_grad,
+        spheres=flat,
+        env_index=env,
+        **world.kernel_args(flat.dtype)._asdict(),
+        params=params,
+        max_distance=float(max_distance),
+        compute_grad=compute_grad,
     )
     return cost.view(spheres.shape[:-1])
 
@@ -511,8 +521,18 @@ def swept_sphere_mesh_cost(
     traj, env, params, compute_grad = _prepare(
         spheres, world, 4, "spheres", env_index, activation_distance, weight, rank=4
     )
-    args = world.kernel_args(traj.dtype)._asdict()
-    cost, _ = _swept_op(traj, env, **args, params=params, sweep_steps=sweep_steps, compute_grad=compute_grad)
+    cost, _ = _interop.call(
+        _swept_op,
+        SweptSdfMesh,
+        _SWEPT_INPUTS,
+        compute_grad,
+        spheres=traj,
+        env_index=env,
+        **world.kernel_args(traj.dtype)._asdict(),
+        params=params,
+        sweep_steps=sweep_steps,
+        compute_grad=compute_grad,
+    )
     return cost
 
 
@@ -543,8 +563,16 @@ def signed_distance(
         >>> signed_distance(torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]), world)   # about [-1, 1]
     """
     flat, env, _, compute_grad = _prepare(points, world, 3, "points", env_index, None, None)
-    args = world.kernel_args(flat.dtype)._asdict()
-    dist, _ = _distance_op(flat, env, **args, compute_grad=compute_grad)
+    dist, _ = _interop.call(
+        _distance_op,
+        _SignedDistance,
+        _DISTANCE_INPUTS,
+        compute_grad,
+        points=flat,
+        env_index=env,
+        **world.kernel_args(flat.dtype)._asdict(),
+        compute_grad=compute_grad,
+    )
     return dist.view(points.shape[:-1])
 
 
