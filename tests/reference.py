@@ -108,3 +108,52 @@ def gather_backward_reference(grad_out, idx, num_points: int):
                 if n != -1:
                     grad[b, c, n] += g[b, c, l]
     return grad
+
+
+def knn_reference(queries, points, k: int):
+    """k nearest neighbours of one cloud by sorting all distances, in float64.
+
+    ``queries`` (M, 3), ``points`` (N, 3). Returns ``(dists, idx)`` numpy arrays (M, k): Euclidean distances
+    nearest first, ties to the lowest index (a stable sort), then ``inf`` / ``-1`` where N < k.
+    """
+    q = np.asarray(queries, dtype=np.float64)
+    p = np.asarray(points, dtype=np.float64)
+    dists = np.full((len(q), k), np.inf)
+    idx = np.full((len(q), k), -1, dtype=np.int64)
+    for m in range(len(q)):
+        d = np.sqrt(((p - q[m]) ** 2).sum(axis=1))
+        order = np.argsort(d, kind="stable")[:k]
+        dists[m, : len(order)] = d[order]
+        idx[m, : len(order)] = order
+    return dists, idx
+
+
+def ball_query_reference(queries, points, radius: float, k: int, *, inclusive: bool = True):
+    """pointnet2's ball query of one cloud by a loop: the first k indices with distance <= radius (< radius
+    when not ``inclusive``), compared as squared distances in float64; -1 padding. Returns (M, k) int64."""
+    q = np.asarray(queries, dtype=np.float64)
+    p = np.asarray(points, dtype=np.float64)
+    out = np.full((len(q), k), -1, dtype=np.int64)
+    for m in range(len(q)):
+        d2 = ((p - q[m]) ** 2).sum(axis=1)
+        hits = [
+            n for n in range(len(p)) if (d2[n] <= radius * radius if inclusive else d2[n] < radius * radius)
+        ]
+        hits = hits[:k]
+        out[m, : len(hits)] = hits
+    return out
+
+
+def three_interpolate_reference(features, idx, weight):
+    """Weighted gather by loops, in float64: ``out[b, c, m] = sum_k weight[b, m, k] * features[b, c, idx[b, m, k]]``,
+    -1 entries contributing nothing. ``features`` (B, C, N), ``idx`` / ``weight`` (B, M, K)."""
+    f = np.asarray(features, dtype=np.float64)
+    ix = np.asarray(idx)
+    w = np.asarray(weight, dtype=np.float64)
+    out = np.zeros((f.shape[0], f.shape[1], ix.shape[1]))
+    for b in range(ix.shape[0]):
+        for m in range(ix.shape[1]):
+            for j in range(ix.shape[2]):
+                if ix[b, m, j] != -1:
+                    out[b, :, m] += w[b, m, j] * f[b, :, ix[b, m, j]]
+    return out
