@@ -385,7 +385,9 @@ def _array_t(t: torch.Tensor, param: _Param, kernel: Any) -> Any:
     steps = [0, 0, 0, 0]
     for i in range(ndim):
         dims[i] = shape[i]
-        steps[i] = strides[i] * size
+        # a dimension of size 1 is only ever indexed at 0: its stride is never used (so a one-row slice of a
+        # tensor with >= 2 GiB rows, how callers split such tensors into launches, is accepted)
+        steps[i] = strides[i] * size if shape[i] > 1 else 0
         if dims[i] >= INT32_LIMIT or steps[i] >= INT32_LIMIT:
             raise ValueError(
                 f"{param.name}: a tensor of shape {tuple(shape)} has a dimension or a row of >= 2**31 "
