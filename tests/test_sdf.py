@@ -471,9 +471,9 @@ def test_no_gradient_computed_unless_needed(monkeypatch, box_world_cpu):
     calls = []
     real = _interop.call
 
-    def spy(op, function, names, needs_grad, **kwargs):
+    def spy(op, function, impl, names, needs_grad, **kwargs):
         calls.append(kwargs["compute_grad"])
-        return real(op, function, names, needs_grad, **kwargs)
+        return real(op, function, impl, names, needs_grad, **kwargs)
 
     monkeypatch.setattr(_interop, "call", spy)
     spheres = torch.tensor([[0.5, 0.0, 0.0, 0.1]])

@@ -283,21 +283,23 @@ def grads(names: Sequence[str], **given: torch.Tensor | None) -> tuple[torch.Ten
     return tuple(given.get(name) for name in names)
 
 
-def call(op: Any, function: Any, names: Sequence[str], needs_grad: bool, **args: Any) -> Any:
+def call(op: Any, function: Any, impl: Any, names: Sequence[str], needs_grad: bool, **args: Any) -> Any:
     """Run a warpgeo op on ``args`` (given by name; ``names`` is the op's input order) the cheapest way.
 
     Under ``torch.compile`` (and ``torch.export``) this is the registered custom ``op``: one opaque node with
     its fake and autograd registrations. In eager mode the custom-op dispatcher costs more than a small
-    launch, so the same implementation runs directly: through ``function`` (the public autograd Function,
-    whose forward is the op's implementation and whose setup / backward are the op's registered pair) when
-    a gradient may be needed, or bare when not (``needs_grad`` False).
+    launch, so the op's implementation ``impl`` runs directly: through ``function`` (the op's autograd
+    Function, whose forward runs ``impl`` and then the op's registered setup_context, and whose backward is
+    the op's registered backward) when a gradient may be needed, or bare when not (``needs_grad`` False).
+    The Functions are old-style (``forward(ctx, *inputs)``): a new-style one binds its arguments through
+    ``inspect`` on every call, which costs more than a small launch.
     """
     ordered = tuple(args[name] for name in names)
     if torch.compiler.is_compiling():
         return op(*ordered)
     if needs_grad:
         return function.apply(*ordered)
-    return function.forward(*ordered)
+    return impl(*ordered)
 
 
 # --------------------------------------------------------------------------------------------------------

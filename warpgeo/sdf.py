@@ -360,9 +360,12 @@ class SdfMesh(torch.autograd.Function):
     weight)`` in the compute dtype (float32, or float64 for float64 spheres).
     """
 
-    forward = staticmethod(_cost_impl)
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _cost_impl(*inputs)
+        _setup(ctx, inputs, output)
+        return output
 
-    setup_context = staticmethod(_setup)
     backward = staticmethod(_backward_cost)
 
 
@@ -376,17 +379,24 @@ class SweptSdfMesh(torch.autograd.Function):
     params (2,), sweep_steps: int, compute_grad: bool)`` -> ``(cost (B, H, N), grad (B, H, N, 2, 4))``.
     """
 
-    forward = staticmethod(_swept_impl)
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _swept_impl(*inputs)
+        _setup(ctx, inputs, output)
+        return output
 
-    setup_context = staticmethod(_setup)
     backward = staticmethod(_backward_swept)
 
 
 class _SignedDistance(torch.autograd.Function):
     """``torch.ops.warpgeo.signed_distance`` as a Function (the eager path of :func:`signed_distance`)."""
 
-    forward = staticmethod(_distance_impl)
-    setup_context = staticmethod(_setup)
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _distance_impl(*inputs)
+        _setup(ctx, inputs, output)
+        return output
+
     backward = staticmethod(_backward_distance)
 
 
@@ -462,6 +472,7 @@ def sphere_mesh_cost(
     cost, _ = _interop.call(
         _cost_op,
         SdfMesh,
+        _cost_impl,
         _COST_INPUTS,
         compute_grad,
         spheres=flat,
@@ -524,6 +535,7 @@ def swept_sphere_mesh_cost(
     cost, _ = _interop.call(
         _swept_op,
         SweptSdfMesh,
+        _swept_impl,
         _SWEPT_INPUTS,
         compute_grad,
         spheres=traj,
@@ -566,6 +578,7 @@ def signed_distance(
     dist, _ = _interop.call(
         _distance_op,
         _SignedDistance,
+        _distance_impl,
         _DISTANCE_INPUTS,
         compute_grad,
         points=flat,

@@ -1,0 +1,141 @@
+"""Per-call overhead of warpgeo's ops on tiny inputs, beside a tiny torch op, and first-call latency.
+
+A trajectory optimiser or an IK loop calls the collision cost thousands of times a second, and PointNet++
+calls FPS and a gather per layer: on small inputs what counts is the Python / dispatcher / launch cost per
+call, not the kernel. For each op this times forward + backward (FPS: forward; its indices are not
+differentiable) on 64 points or spheres, and a tiny torch op (``(x * 2).sum().backward()`` on a (64, 4)
+tensor) in the same run; the overhead is the difference of the medians. Value checks (one device-to-host
+read per call) are timed on and off. Then, in fresh processes with a warm Warp kernel cache, the latency of
+each op's first call beyond ``import torch`` (``--cold`` also with an empty cache: Warp compiles then).
+
+    python benchmarks/bench_overhead.py                 # CPU
+    python benchmarks/bench_overhead.py --device cuda   # CPU-side cost of a launch on CUDA
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import torch
+import trimesh
+from _common import add_size_arguments, print_header
+
+import warpgeo
+
+#: the goal of the op-template issue: forward + backward overhead beyond a tiny torch op
+GOAL_US = 60.0
+
+
+def _median_us(fn: Callable[[], object], calls: int, device: torch.device) -> float:
+    """Median wall time of one call (CUDA: of a batch of calls, synchronised once, per call)."""
+    for _ in range(max(20, calls // 10)):
+        fn()
+    times = []
+    if device.type == "cuda":
+        batch = 10
+        for _ in range(calls // batch):
+            torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            times.append((time.perf_counter() - start) / batch)
+        torch.cuda.synchronize(device)
+    else:
+        for _ in range(calls):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def _cases(device: torch.device) -> dict[str, Callable[[], object]]:
+    gen = torch.Generator().manual_seed(0)
+    points = torch.rand(1, 64, 3, generator=gen).to(device)
+    features = torch.rand(1, 8, 64, generator=gen).to(device).requires_grad_()
+    idx = torch.randint(0, 64, (1, 16), generator=gen).to(device)
+    world = warpgeo.MeshWorld([trimesh.creation.box((1.0, 1.0, 1.0))], device=device)
+    spheres = torch.rand(1, 64, 4, generator=gen) * torch.tensor([2.0, 2.0, 2.0, 0.1])
+    spheres[..., :3] -= 1.0  # in and around the box: some collide
+    spheres = spheres.to(device).requires_grad_()
+    return {
+        "farthest_point_sampling (fwd)": lambda: warpgeo.farthest_point_sampling(points, 8),
+        "gather_points (fwd+bwd)": lambda: warpgeo.gather_points(features, idx).sum().backward(),
+        "sphere_mesh_cost (fwd+bwd)": lambda: warpgeo.sphere_mesh_cost(spheres, world).sum().backward(),
+    }
+
+
+_FIRST_CALL = {
+    "farthest_point_sampling": "warpgeo.farthest_point_sampling(torch.rand(64, 3, device=d), 8)",
+    "gather_points": (
+        "warpgeo.gather_points(torch.rand(1, 8, 64, device=d, requires_grad=True), "
+        "torch.zeros(1, 16, dtype=torch.long, device=d)).sum().backward()"
+    ),
+    "sphere_mesh_cost": (
+        "import trimesh; w = warpgeo.MeshWorld([trimesh.creation.box((1, 1, 1))], device=d); "
+        "warpgeo.sphere_mesh_cost(torch.rand(64, 4, device=d, requires_grad=True), w).sum().backward()"
+    ),
+}
+
+
+def _first_call_s(op: str, device: torch.device, cache: str | None) -> float:
+    """Seconds from after ``import torch`` to the end of the op's first call, in a fresh process."""
+    code = (
+        "import time, torch; t = time.perf_counter(); import warpgeo; "
+        f"d = torch.device({str(device)!r}); {_FIRST_CALL[op]}; "
+        "torch.cuda.synchronize() if d.type == 'cuda' else None; print(time.perf_counter() - t)"
+    )
+    env = dict(os.environ)
+    if cache is not None:
+        env["WARP_CACHE_PATH"] = cache
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_size_arguments(parser)
+    parser.add_argument(
+        "--calls", type=int, default=None, help="timed calls per case (default 500; quick 100)"
+    )
+    parser.add_argument("--cold", action="store_true", help="also time first calls with an empty Warp cache")
+    args = parser.parse_args(argv)
+    calls = args.calls or (100 if args.quick else 500)
+    device = torch.device(args.device)
+    print_header(device, f"{calls} calls per case, median")
+    x = torch.rand(64, 4, device=device, requires_grad=True)
+    cases = _cases(device)
+    print(
+        f"{'case':34s} {'checks':>7s} {'op µs':>9s} {'torch µs':>9s} {'overhead µs':>12s}  goal ≤ {GOAL_US:.0f}"
+    )
+    for checks in (True, False):
+        with warpgeo.value_checks(checks):
+            for name, fn in cases.items():
+                # the torch op is timed next to each case: the machine's load drifts
+                tiny = _median_us(lambda: (x * 2).sum().backward(), calls, device)
+                op = _median_us(fn, calls, device)
+                over = op - tiny
+                flag = "ok" if over <= GOAL_US else "over"
+                print(
+                    f"{name:34s} {'on' if checks else 'off':>7s} {op:9.1f} {tiny:9.1f} {over:12.1f}  {flag}"
+                )
+    print("first call in a fresh process, beyond `import torch` (warm Warp kernel cache; goal ≤ 0.5 s):")
+    for op in _FIRST_CALL:
+        _first_call_s(op, device, None)  # make sure the cache is warm
+        print(f"  {op:28s} {_first_call_s(op, device, None):6.2f} s")
+    if args.cold:
+        print("first call with an empty Warp kernel cache (compiles the op's kernel module; goal ≤ 3 s):")
+        for op in _FIRST_CALL:
+            with tempfile.TemporaryDirectory() as cache:
+                print(f"  {op:28s} {_first_call_s(op, device, cache):6.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
