@@ -24,6 +24,8 @@ _SIGN_METHODS = {"ray": 0, "winding": 1, "normal": 2, "unsigned": 3}
 #: A quaternion whose norm is within this of 1 is renormalised; farther off, it is refused.
 _QUAT_NORM_TOL = 1.0e-3
 _IDENTITY_POSE = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
+#: Warp meshes are float32: a vertex coordinate beyond this would become inf.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class MeshWorldArgs(NamedTuple):
@@ -82,6 +84,10 @@ class MeshWorld:
     ``R(q) v + t`` in the world. A quaternion whose norm is within 1e-3 of 1 is renormalised; any other
     quaternion is refused (it is almost certainly in the wrong order or not a rotation).
 
+    Threads: queries from several threads at once are safe. :meth:`set_poses` and :meth:`set_enabled`
+    update the world in place (so captured CUDA graphs see the new state): a world is not to be updated
+    while another thread queries it (that query may see half an update); serialise them, e.g. with a lock.
+
     Args:
         meshes: the meshes of a one-environment world; each a ``trimesh.Trimesh``, a file path trimesh
             loads as a single mesh (obj, stl, ply, glb, off; scenes are concatenated), or a
@@ -98,9 +104,11 @@ class MeshWorld:
             with one per mesh.
 
     Raises:
-        TypeError: a mesh of an unsupported type; faces that are not integers.
-        ValueError: an empty mesh or environment list, non-finite vertices, bad shapes, a file trimesh
-            cannot load as a mesh, a bad ``sign_method`` or device, bad poses (see :meth:`set_poses`).
+        TypeError: a mesh of an unsupported type; faces that are not integers; complex vertices.
+        ValueError: an empty mesh or environment list, non-finite vertices or vertices beyond float32's
+            range (Warp meshes are float32), meta tensors, bad shapes, a file trimesh cannot load as a mesh,
+            a bad ``sign_method``, a device that is not ``cpu`` / ``cuda[:N]`` or that this machine lacks,
+            bad poses (see :meth:`set_poses`).
         IndexError: face indices outside ``[0, V)``.
         RuntimeError: ``sign_method="winding"`` and this Warp build does not honour winding numbers.
 
@@ -126,6 +134,7 @@ class MeshWorld:
                 f"got {type(meshes).__name__} (wrap a single mesh in a list)"
             )
         methods = sign_method if isinstance(sign_method, str) else [sign_method]
+        device = _world_device(device)
         self._build([list(meshes)], None if poses is None else [poses], device, methods, single=True)
 
     @classmethod
@@ -155,7 +164,7 @@ class MeshWorld:
                 raise TypeError(f"envs[{e}] must be a list of meshes; got {type(env).__name__}")
             env_lists.append(list(env))
         world = cls.__new__(cls)
-        world._build(env_lists, poses, device, sign_method, single=False)
+        world._build(env_lists, poses, _world_device(device), sign_method, single=False)
         return world
 
     # ----------------------------------------------------------------------------------------------------
@@ -274,7 +283,9 @@ class MeshWorld:
                 Entries in padding slots (``m >= num_meshes[e]``) are ignored. Not differentiable.
 
         Raises:
-            ValueError: wrong shape, non-finite values, or a quaternion whose norm is not within 1e-3 of 1.
+            TypeError: complex or non-numeric poses.
+            ValueError: wrong shape, a meta tensor, non-finite values, or a quaternion whose norm is not
+                within 1e-3 of 1.
 
         With value checks on (the default; see :func:`warpgeo.value_checks`) the poses are validated on
         the host: one device-to-host copy per call. With them off nothing is read back (and a bad pose gives
@@ -309,10 +320,24 @@ class MeshWorld:
                 stay disabled whatever the mask says.
 
         Raises:
-            TypeError: a floating mask.
-            ValueError: wrong shape.
+            TypeError: a floating, complex or non-numeric mask.
+            ValueError: wrong shape, a meta tensor.
+
+        Not to be called while another thread queries this world (the update is in place, see
+        :meth:`set_poses`).
         """
-        value = torch.as_tensor(mask)
+        if isinstance(mask, torch.Tensor):
+            value = _real_tensor(mask, "mask")
+        else:
+            try:
+                array = np.asarray(mask)
+            except Exception as exc:  # ragged lists, objects: all the caller's input
+                raise TypeError(
+                    f"mask must be an array of bools (or 0/1 integers); got {mask!r:.80}"
+                ) from exc
+            if array.dtype.kind not in "biu":
+                raise TypeError(f"mask must be bool (or 0/1 integers); got dtype {array.dtype}")
+            value = torch.as_tensor(array.astype(np.int64) if array.dtype.kind == "u" else array)
         if value.is_floating_point() or value.is_complex():
             raise TypeError(f"mask must be bool (or 0/1 integers); got {value.dtype}")
         if value.dim() == 1 and self.num_envs == 1:
@@ -327,7 +352,12 @@ class MeshWorld:
 
     def kernel_args(self, dtype: torch.dtype = torch.float32) -> MeshWorldArgs:
         """The tensors the SDF kernels read, by kernel parameter name, for queries computed in ``dtype``
-        (float32 or float64: the precision of ``inv_poses``). The live storage, not copies."""
+        (float32 or float64: the precision of ``inv_poses``). The live storage, not copies.
+
+        Raises:
+            TypeError: ``dtype`` is not one of the floating dtypes the ops take."""
+        if dtype not in _interop.FLOAT_DTYPES:
+            raise TypeError(f"dtype must be one of {_interop.FLOAT_DTYPES}; got {dtype!r}")
         inv_poses = self._inv_poses if dtype == torch.float64 else self._inv_poses32
         return MeshWorldArgs(self._id, inv_poses, self._bounds, self._enabled, self._sign)
 
@@ -341,6 +371,26 @@ class MeshWorld:
 # --------------------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------------------
+
+
+def _world_device(device: Any) -> torch.device:
+    """``device`` as a torch device warpgeo runs on here; ValueError naming it otherwise (no CUDA, ...)."""
+    if isinstance(device, bool) or not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str or torch.device ('cpu', 'cuda', 'cuda:1'); got {device!r}")
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"device {device!r} is not a device (try 'cpu', 'cuda', 'cuda:0')") from exc
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(parsed)!r} was asked for, but torch sees no CUDA device")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {str(parsed)!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif parsed.type != "cpu":
+        raise ValueError(f"device must be 'cpu' or 'cuda[:N]' (where Warp runs); got {str(parsed)!r}")
+    return parsed
 
 
 def _sign_methods(sign_method: Any, envs: list[list], single: bool) -> list[list[str]]:
@@ -400,6 +450,12 @@ def _load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"{where}: no such mesh file {path!r}")
         try:
             loaded = trimesh.load(path, force="mesh")
+        except ImportError as exc:
+            # trimesh reaches for an optional text-encoding guesser (charset_normalizer) only when a file is
+            # neither a valid binary file nor UTF-8 text: the file is corrupt, the module is not the problem
+            raise ValueError(
+                f"{where}: {path!r} is not a readable mesh file (neither valid binary nor UTF-8 text)"
+            ) from exc
         except Exception as exc:  # trimesh raises many types for unreadable files
             raise ValueError(f"{where}: trimesh could not load {path!r} as a mesh: {exc}") from exc
         if not isinstance(loaded, trimesh.Trimesh):
@@ -416,8 +472,8 @@ def _load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(
             f"{where} must be a trimesh.Trimesh, a file path or a (vertices, faces) pair; got {type(item).__name__}"
         )
-    vertices = _to_numpy(vertices)
-    faces = _to_numpy(faces)
+    vertices = _to_numpy(vertices, f"{where}: vertices")
+    faces = _to_numpy(faces, f"{where}: faces")
     if vertices.ndim != 2 or vertices.shape[1] != 3 or vertices.shape[0] == 0:
         raise ValueError(f"{where}: vertices must have shape (V, 3) with V >= 1; got {vertices.shape}")
     if faces.ndim != 2 or faces.shape[1] != 3 or faces.shape[0] == 0:
@@ -430,6 +486,12 @@ def _load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(f"{where}: faces must be integers; got dtype {faces.dtype}")
     if not np.isfinite(vertices).all():
         raise ValueError(f"{where}: vertices must be finite; found NaN or inf")
+    largest = float(np.abs(vertices).max())
+    if largest > _FLOAT32_MAX:
+        raise ValueError(
+            f"{where}: vertices must lie within float32's range (|v| <= {_FLOAT32_MAX:.4g}: Warp meshes are "
+            f"float32); got a coordinate of magnitude {largest:.4g}"
+        )
     lo, hi = int(faces.min()), int(faces.max())
     if lo < 0 or hi >= len(vertices):
         raise IndexError(
@@ -438,27 +500,57 @@ def _load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(vertices, dtype=np.float32), np.ascontiguousarray(faces, dtype=np.int32)
 
 
-def _to_numpy(x: Any) -> np.ndarray:
+def _to_numpy(x: Any, name: str) -> np.ndarray:
     if isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
+        if x.device.type == "meta":
+            raise ValueError(f"{name} is a meta tensor (it holds no values)")
+        return x.detach().cpu().resolve_conj().resolve_neg().numpy()
+    try:
+        return np.asarray(x)
+    except Exception as exc:  # ragged lists, objects: the caller's input
+        raise ValueError(f"{name} could not be read as an array: {exc}") from exc
+
+
+def _real_tensor(t: torch.Tensor, name: str) -> torch.Tensor:
+    """``t`` detached; TypeError for complex (never silently cast to real), ValueError for meta tensors."""
+    if t.is_complex():
+        raise TypeError(f"{name} must be real numbers; got {t.dtype}")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is a meta tensor (it holds no values)")
+    return t.detach()
+
+
+def _real_array(x: Any, name: str) -> torch.Tensor | None:
+    """``x`` as a tensor (float64 unless it was one), or None when it is ragged (an object array);
+    TypeError for complex or non-numeric values (never silently cast to real)."""
+    if isinstance(x, torch.Tensor):
+        return _real_tensor(x, name)
+    try:
+        arr = np.asarray(x)
+    except ValueError:  # ragged nested lists (NumPy >= 1.24)
+        return None
+    except Exception as exc:  # e.g. a list of meta tensors
+        raise ValueError(f"{name} could not be read as an array of numbers: {exc}") from exc
+    if arr.dtype == object:
+        return None
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be real numbers; got dtype {arr.dtype}")
+    return torch.as_tensor(arr.astype(np.float64))
 
 
 def _pose_tensor(poses: Any, num_envs: int, max_meshes: int, counts: tuple[int, ...]) -> torch.Tensor:
-    if isinstance(poses, torch.Tensor):
-        return poses.detach()
-    try:
-        return torch.as_tensor(np.asarray(poses, dtype=np.float64))
-    except (ValueError, TypeError):
-        pass
+    value = _real_array(poses, "poses")
+    if value is not None:
+        return value
     # ragged: one list of (x, y, z, qw, qx, qy, qz) per environment
     if not isinstance(poses, Sequence) or len(poses) != num_envs:
         raise ValueError(f"poses must be an array of shape ({num_envs}, {max_meshes}, 7) or one list per env")
     out = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
     for e, env_poses in enumerate(poses):
-        arr = torch.as_tensor(np.asarray(env_poses, dtype=np.float64))
-        if arr.dim() != 2 or arr.shape[1] != 7 or arr.shape[0] != counts[e]:
-            raise ValueError(f"poses[{e}] must have shape ({counts[e]}, 7); got {tuple(arr.shape)}")
+        arr = _real_array(env_poses, f"poses[{e}]")
+        if arr is None or arr.dim() != 2 or arr.shape[1] != 7 or arr.shape[0] != counts[e]:
+            got = "a ragged list" if arr is None else tuple(arr.shape)
+            raise ValueError(f"poses[{e}] must have shape ({counts[e]}, 7); got {got}")
         out[e, : counts[e]] = arr
     return out
 
