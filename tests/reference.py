@@ -136,9 +136,7 @@ def ball_query_reference(queries, points, radius: float, k: int, *, inclusive: b
     out = np.full((len(q), k), -1, dtype=np.int64)
     for m in range(len(q)):
         d2 = ((p - q[m]) ** 2).sum(axis=1)
-        hits = [
-            n for n in range(len(p)) if (d2[n] <= radius * radius if inclusive else d2[n] < radius * radius)
-        ]
+        hits = np.flatnonzero(d2 <= radius * radius if inclusive else d2 < radius * radius)
         hits = hits[:k]
         out[m, : len(hits)] = hits
     return out
