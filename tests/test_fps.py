@@ -243,7 +243,7 @@ def test_cuda_block_kernel_agrees_on_the_cpu(block_dim):
     ``enable_cpu_blocks`` is on), on a cloud full of exact ties: the cross-lane arg-max must pick the same
     (lowest) index as the serial CPU kernel."""
     from warpgeo import _interop
-    from warpgeo._kernels import fps as kernels
+    from warpgeo._kernels import fps_cuda as kernels
 
     wp = _interop.warp()
     points = torch.randint(0, 4, (3, 300, 3)).float()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -11,12 +12,22 @@ from . import _interop
 __all__ = ["FarthestPointSampling", "farthest_point_sampling"]
 
 _SENTINEL_INDEX = -1
-#: Morton cells per axis (10 bits) for the CPU kernel's bucket order.
-_MORTON_CELLS = 1023
-#: Below this N * K the CPU kernel scans every point at every step: the bucket set-up costs more than it saves.
-_MIN_BUCKET_WORK = 1 << 22
-#: The kernels index points with int32.
-_MAX_POINTS = 2**31 - 1
+#: The CPU tree sorts its leaves by grid cell: about this many points per cell, at most 2**24 cells.
+_POINTS_PER_CELL = 4
+_MAX_CELLS = 8**8
+#: Below this N * K the CPU kernel scans every point at every step: the tree costs more than it saves.
+_MIN_TREE_WORK = 1 << 22
+#: Warp arrays have int32 byte strides: every per-cloud row (the points, their distances, the output) must
+#: stay below this many bytes.
+_MAX_ROW_BYTES = 2**31 - 1
+#: Bytes per point of a cloud's widest row: three coordinates in the compute precision.
+_POINT_BYTES = {torch.float64: 24, torch.float32: 12}
+#: Bytes per sample of an output row (int64 indices, float64 distances).
+_SAMPLE_BYTES = 8
+#: float64 clouds are scaled by a power of two (exact) so that their largest |coordinate| lies in
+#: [2**(e - 1), 2**e) for this e: every squared distance and every sum of three then stays below float64's
+#: largest value (3 * (2 * 2**e)**2 < 2**1024) and distances 2**-537 apart still differ when squared.
+_SCALED_EXPONENT = 509
 #: Threads per cloud on CUDA. Each thread owns N / 256 points; one arg-max over the block per sample.
 _GPU_BLOCK_DIM = 256
 #: The op's inputs, in order (its backward returns one entry per name).
@@ -42,50 +53,91 @@ def _fps_op(
     _check_shapes(points, lengths, num_samples, start, max_samples)
     if _interop.checking_values(points.device):
         _check_values(points, lengths, num_samples, start, max_samples)
-    kernels = _interop.kernels("fps")
     batch, n = points.shape[0], points.shape[1]
     device = points.device
-    indices = torch.empty(batch, max_samples, dtype=torch.int64, device=device)
-    distances = torch.empty(batch, max_samples, dtype=torch.float64, device=device)
+    try:
+        indices = torch.empty(batch, max_samples, dtype=torch.int64, device=device)
+        distances = torch.empty(batch, max_samples, dtype=torch.float64, device=device)
+    except RuntimeError as error:  # torch's out-of-memory errors (torch.OutOfMemoryError included)
+        raise ValueError(
+            f"num_samples={max_samples} asks for a ({batch}, {max_samples}) output "
+            f"({2 * _SAMPLE_BYTES * batch * max_samples} bytes), more than {device} can allocate"
+        ) from error
     if n == 0 or max_samples == 0 or batch == 0:
         return indices.fill_(_SENTINEL_INDEX), distances.fill_(float("nan")).to(points.dtype)
     empty = indices.new_empty(0)
+    lengths = None if lengths is None else lengths.to(torch.int64)
+    # half -> float32; float32 is read as it is; float64 is scaled by 2**shift (exact, see _SCALED_EXPONENT)
+    compute, shift = _normalise(_interop.to_compute(points), lengths)
     args = {
-        "points": _interop.to_compute(points),  # half -> float32; float32 and float64 are read as they are
-        "lengths": empty if lengths is None else lengths.to(torch.int64),
+        "points": compute,
+        "lengths": empty if lengths is None else lengths,
         "num_samples": empty if num_samples is None else num_samples.to(torch.int64),
         "start": empty if start is None else start.to(torch.int64),
         "mindist": torch.empty(batch, n, dtype=torch.float64, device=device),
         "out_index": indices,
         "out_dist": distances,
     }
-    precision = args["points"].dtype
+    precision = compute.dtype
     if device.type == "cuda":  # one block per cloud
-        kernel = _interop.overload(kernels.FPS_BLOCK, precision)
+        kernel = _interop.overload(_interop.kernels("fps_cuda").FPS_BLOCK, precision)
         _interop.launch(kernel, batch, device=device, tiled=True, block_dim=_GPU_BLOCK_DIM, **args)
-    elif n * max_samples < _MIN_BUCKET_WORK:  # CPU, small: one thread per cloud, batch split among threads
-        kernel = _interop.overload(kernels.FPS_SERIAL, precision)
+    elif n * max_samples < _MIN_TREE_WORK:  # CPU, small: one thread per cloud, batch split among threads
+        kernel = _interop.overload(_interop.kernels("fps").FPS_SERIAL, precision)
         _interop.launch_rows(kernel, batch, device=device, work_per_row=n * max_samples, **args)
-    else:  # CPU, large: the same, pruned by buckets of nearby points (sorting them costs ~0.5 ms)
-        order = _morton_order(args["points"], lengths)
-        position = torch.empty_like(order).scatter_(1, order, torch.arange(n, device=device).expand(batch, n))
-        buckets = -(-n // kernels.BUCKET)
-        kernel = _interop.overload(kernels.FPS_BUCKETS, precision)
-        args["points"] = torch.gather(args["points"], 1, order[..., None].expand(-1, -1, 3))
+    else:  # CPU, large: the same order from a tree of boxes over Morton-ordered leaves (sorted in-kernel)
+        kernels = _interop.kernels("fps")
+        nodes = 2 * _next_power_of_two(-(-n // kernels.LEAF))
+        cells = min(8 ** max(1, round(math.log2(max(n, 1) / _POINTS_PER_CELL) / 3)), _MAX_CELLS)
         _interop.launch_rows(
-            kernel,
+            _interop.overload(kernels.FPS_TREE, precision),
             batch,
             device=device,
             work_per_row=n * max_samples,
-            order=order.to(torch.int32),
-            position=position.to(torch.int32),
-            bucket_lo=torch.empty(batch, buckets, 3, dtype=torch.float64, device=device),
-            bucket_hi=torch.empty(batch, buckets, 3, dtype=torch.float64, device=device),
-            bucket_max=torch.empty(batch, buckets, dtype=torch.float64, device=device),
-            bucket_arg=torch.empty(batch, buckets, dtype=torch.int32, device=device),
+            cells=torch.empty(batch, cells + 1, dtype=torch.int32, device=device),
+            order=torch.empty(batch, n, dtype=torch.int32, device=device),
+            position=torch.empty(batch, n, dtype=torch.int32, device=device),
+            sorted_points=torch.empty_like(compute),
+            node_lo=torch.empty(batch, nodes, 3, dtype=torch.float64, device=device),
+            node_hi=torch.empty(batch, nodes, 3, dtype=torch.float64, device=device),
+            node_max=torch.empty(batch, nodes, dtype=torch.float64, device=device),
+            node_arg=torch.empty(batch, nodes, dtype=torch.int32, device=device),
             **args,
         )
+    if shift is not None:  # back to the caller's units: exact, a power of two
+        half = shift // 2
+        distances = distances * _power_of_two(-half)[:, None] * _power_of_two(half - shift)[:, None]
     return indices, distances.to(points.dtype)
+
+
+def _next_power_of_two(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def _power_of_two(exponent: torch.Tensor) -> torch.Tensor:
+    """``2.0 ** exponent`` in float64, exact for |exponent| <= 1023."""
+    return torch.ldexp(torch.ones_like(exponent, dtype=torch.float64), exponent)
+
+
+def _normalise(
+    points: torch.Tensor, lengths: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """float64 clouds scaled by ``2**shift[b]`` so that each one's largest |coordinate| lies in
+    ``[2**(e - 1), 2**e)``, e = ``_SCALED_EXPONENT``; ``(points, None)`` for float32, whose squared
+    distances can neither overflow nor underflow in float64.
+
+    Scaling by a power of two is exact (no rounding; the two factors keep every intermediate in range), so
+    every squared distance is the unscaled one times ``4**shift``, exactly, unless the unscaled one would
+    overflow or underflow: the greedy order is the same at any scale, and exact where it was not.
+    """
+    if points.dtype != torch.float64:
+        return points, None
+    low, high = torch.aminmax(_valid_only(points, lengths).reshape(points.shape[0], -1), dim=1)
+    _, exponent = torch.frexp(torch.maximum(-low, high))  # largest |x| = m * 2**exponent, m in [0.5, 1)
+    shift = (_SCALED_EXPONENT - exponent).to(torch.int64)
+    half = shift // 2
+    scaled = points * _power_of_two(half)[:, None, None] * _power_of_two(shift - half)[:, None, None]
+    return scaled, shift
 
 
 @_fps_op.register_fake
@@ -104,9 +156,19 @@ def _check_shapes(points, lengths, num_samples, start, max_samples) -> None:
     if points.dim() != 3 or points.shape[-1] != 3:
         raise ValueError(f"points must have shape (B, N, 3); got {tuple(points.shape)}")
     batch, n = points.shape[0], points.shape[1]
-    if n > _MAX_POINTS:
-        raise ValueError(f"points may hold at most {_MAX_POINTS} points per cloud; got N={n}")
+    point_bytes = _POINT_BYTES[_interop.compute_dtype(points.dtype)]
+    if n > _MAX_ROW_BYTES // point_bytes:
+        raise ValueError(
+            f"points may hold at most {_MAX_ROW_BYTES // point_bytes} points per cloud in "
+            f"{str(points.dtype).removeprefix('torch.')} ({point_bytes} bytes each: Warp addresses a row of "
+            f"at most 2**31 - 1 bytes); got N={n}"
+        )
     _interop.check_int(max_samples, "num_samples", minimum=0)
+    if isinstance(max_samples, int) and max_samples > _MAX_ROW_BYTES // _SAMPLE_BYTES:
+        raise ValueError(
+            f"num_samples may be at most {_MAX_ROW_BYTES // _SAMPLE_BYTES} (an output row of "
+            f"{_SAMPLE_BYTES}-byte entries must stay below 2**31 bytes, Warp's int32 strides); got {max_samples}"
+        )
     for name, t in (("lengths", lengths), ("num_samples", num_samples), ("start_index", start)):
         if t is not None:
             _interop.check_index(t, name)
@@ -119,13 +181,10 @@ def _check_shapes(points, lengths, num_samples, start, max_samples) -> None:
 def _check_values(points, lengths, num_samples, start, max_samples) -> None:
     """The checks that need tensor values: one device-to-host transfer for all of them."""
     n = points.shape[1]
-    finite = torch.isfinite(points).all(dim=-1)
-    if lengths is not None:
-        finite = finite | (torch.arange(n, device=points.device) >= lengths[:, None])
     zero = torch.zeros((), dtype=torch.bool, device=points.device)
     flags = torch.stack(
         [
-            ~finite.all() if finite.numel() else zero,
+            _non_finite(points, lengths) if points.numel() else zero,
             ((lengths < 0) | (lengths > n)).any() if lengths is not None else zero,
             ((num_samples < 0) | (num_samples > max_samples)).any() if num_samples is not None else zero,
             _bad_start(start, lengths, n) if start is not None else zero,
@@ -144,39 +203,24 @@ def _check_values(points, lengths, num_samples, start, max_samples) -> None:
         )
 
 
+def _valid_only(points: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+    """``points`` with every coordinate past a cloud's length replaced by 0 (padding may hold anything)."""
+    if lengths is None:
+        return points
+    valid = torch.arange(points.shape[1], device=points.device) < lengths[:, None]
+    return torch.where(valid[..., None], points, 0.0)
+
+
+def _non_finite(points: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+    """0-d bool: a NaN or an inf among the valid points (one pass, no (B, N, 3) temporary without lengths)."""
+    low, high = torch.aminmax(_valid_only(points, lengths))  # NaN propagates, and fails both tests below
+    return ~((low > -torch.inf) & (high < torch.inf))
+
+
 def _bad_start(start: torch.Tensor, lengths: torch.Tensor | None, n: int) -> torch.Tensor:
     if lengths is None:
         return ((start < 0) | (start >= n)).any() if n > 0 else (start != 0).any()
     return ((lengths > 0) & ((start < 0) | (start >= lengths))).any()
-
-
-def _morton_order(points: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
-    """``(B, N)`` int64: each cloud's valid points sorted along a Morton (Z-order) curve, padding last.
-
-    Consecutive points in this order are close in space, so fixed-size runs of them have small boxes: the
-    buckets the CPU kernel prunes with. Any order gives the same samples; this one makes pruning work.
-    """
-    n = points.shape[1]
-    if lengths is None:
-        lengths = torch.full((points.shape[0],), n, device=points.device)
-    valid = (torch.arange(n, device=points.device) < lengths[:, None])[..., None]
-    lo = torch.where(valid, points, torch.inf).amin(dim=1, keepdim=True)
-    hi = torch.where(valid, points, -torch.inf).amax(dim=1, keepdim=True)
-    unit = (points - lo) / (hi - lo).clamp_min(torch.finfo(points.dtype).tiny)
-    cells = torch.where(valid, unit * _MORTON_CELLS, 0.0).nan_to_num(0.0).clamp(0, _MORTON_CELLS).long()
-    key = (
-        _spread_bits(cells[..., 0]) | (_spread_bits(cells[..., 1]) << 1) | (_spread_bits(cells[..., 2]) << 2)
-    )
-    key = torch.where(valid[..., 0], key, 1 << 40)
-    return torch.argsort(key, dim=1, stable=True)
-
-
-def _spread_bits(x: torch.Tensor) -> torch.Tensor:
-    """Insert two zero bits after each of the 10 low bits of ``x`` (the Morton interleave of one axis)."""
-    x = (x | (x << 16)) & 0x030000FF
-    x = (x | (x << 8)) & 0x0300F00F
-    x = (x | (x << 4)) & 0x030C30C3
-    return (x | (x << 2)) & 0x09249249
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -1,31 +1,35 @@
-"""Farthest point sampling.
+"""Farthest point sampling: the CPU kernels and the routines every FPS kernel shares.
 
 Three kernels, one greedy order (the largest distance to the chosen set, ties to the lowest index):
 
-* :func:`fps_block` (CUDA): one block per cloud, a block-wide arg-max per step;
-* :func:`fps_serial` (CPU, small clouds): one thread per cloud scanning every point per step (Warp runs a
-  CPU block as one thread), so the host can split a batch among threads;
-* :func:`fps_buckets` (CPU, large clouds): the same, skipping buckets of nearby points that a new sample
-  cannot change (~10x fewer distance updates at N = 100k, K = 4096).
+* :func:`fps_serial` (CPU, small clouds): one thread per cloud scanning every point per step, so the host
+  can split a batch among threads;
+* :func:`fps_tree` (CPU, large clouds): the same order, from a binary tree of boxes over small buckets of
+  nearby points, whose subtrees a new sample cannot change are skipped whole;
+* ``fps_cuda.fps_block`` (CUDA, its own module so that a CPU build never compiles it): one block per
+  cloud, a block-wide arg-max per step.
 
 ``points`` are ``vec3f`` or ``vec3d``; either way distances are computed in float64 (the difference of two
-float32 values is exact in float64), so every input dtype orders exactly and the order does not depend on
-the scale of the coordinates.
+float32 values is exact in float64). float64 clouds arrive scaled by a power of two (exact) so that no
+squared distance overflows or underflows (see ``warpgeo/fps.py``). The module is built without
+floating-point contraction (``fuse_fp``): every squared distance is the same sum of three rounded squares,
+bit for bit the reference's, and a box's squared distance is never more than that of a point inside it.
 """
 
 from typing import Any
 
 import warp as wp
 
-# warpgeo writes every backward itself: skip generating Warp's adjoints (halves the compile time).
-wp.set_module_options({"enable_backward": False})
+# warpgeo writes every backward itself: skip generating Warp's adjoints (halves the compile time). No
+# fused multiply-adds: pruning compares a box's distance with its points' (see above).
+wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
 #: Index written where a row has no more valid points.
 SENTINEL_INDEX = wp.constant(wp.int64(-1))
 #: ``mindist`` value of a point that is already in the sample (below every real squared distance).
 CHOSEN = wp.constant(wp.float64(-1.0))
-#: Larger than any squared distance of finite float64 coordinates; the start value of ``mindist``.
-FAR = wp.constant(wp.float64(1.0e308))
+#: The start value of ``mindist``: larger than any squared distance a finite cloud can have.
+FAR = wp.constant(wp.float64(wp.inf))
 #: Larger than any point index; loses every "lowest index" tie-break.
 NO_POINT = wp.constant(wp.int32(2147483647))
 
@@ -80,6 +84,12 @@ def begin_row(
 
 
 @wp.func
+def distance_sq(q: wp.vec3d):
+    """``|q|^2`` as ``(x*x + y*y) + z*z``: the reference's sum, and one expression for points and boxes."""
+    return q[0] * q[0] + q[1] * q[1] + q[2] * q[2]
+
+
+@wp.func
 def fold(
     points: wp.array2d(dtype=Any),
     mindist: wp.array2d(dtype=wp.float64),
@@ -95,11 +105,7 @@ def fold(
     """
     d = mindist[b, i]
     if d > CHOSEN:
-        if i == cur:
-            d = CHOSEN
-        else:
-            q = wp.vec3d(points[b, i]) - p
-            d = wp.min(d, wp.dot(q, q))
+        d = CHOSEN if i == cur else wp.min(d, distance_sq(wp.vec3d(points[b, i]) - p))
         mindist[b, i] = d
     return d
 
@@ -132,38 +138,6 @@ def scan(
 
 
 @wp.kernel
-def fps_block(
-    points: wp.array2d(dtype=Any),
-    lengths: wp.array(dtype=wp.int64),
-    num_samples: wp.array(dtype=wp.int64),
-    start: wp.array(dtype=wp.int64),
-    mindist: wp.array2d(dtype=wp.float64),
-    out_index: wp.array2d(dtype=wp.int64),
-    out_dist: wp.array2d(dtype=wp.float64),
-):
-    """Greedy FPS of cloud ``b`` by the threads of one block (launched tiled, one block per cloud).
-
-    Each step, every lane scans its share of the points; two block reductions (largest distance, then the
-    lowest index holding it) pick the next sample.
-    """
-    b, lane = wp.tid()
-    nthreads = wp.block_dim()
-    n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
-    begin_row(b, lane, nthreads, n, k, mindist, out_index, out_dist)
-    best = wp.float64(wp.inf)
-    for s in range(k):
-        if lane == 0:
-            out_index[b, s] = wp.int64(cur)
-            out_dist[b, s] = wp.sqrt(best)
-        my_best, my_index = scan(points, mindist, b, n, cur, lane, nthreads)
-        best = wp.tile_max(wp.tile(my_best))[0]
-        candidate = NO_POINT
-        if my_best == best:
-            candidate = my_index
-        cur = wp.tile_min(wp.tile(candidate))[0]
-
-
-@wp.kernel
 def fps_serial(
     points: wp.array2d(dtype=Any),
     lengths: wp.array(dtype=wp.int64),
@@ -187,12 +161,11 @@ def fps_serial(
 
 #: one overload per point precision, both built with the module
 _POINTS = {"float32": wp.array2d(dtype=wp.vec3f), "float64": wp.array2d(dtype=wp.vec3d)}
-FPS_BLOCK = {name: wp.overload(fps_block, {"points": arr}) for name, arr in _POINTS.items()}
 FPS_SERIAL = {name: wp.overload(fps_serial, {"points": arr}) for name, arr in _POINTS.items()}
 
 
-#: Points per bucket of the CPU kernel (consecutive points in Morton order: a small, tight box).
-BUCKET = wp.constant(64)
+#: Points per leaf of the CPU tree (consecutive points in Morton order: a small, tight box).
+LEAF = wp.constant(16)
 
 
 @wp.func
@@ -203,77 +176,228 @@ def before(d: wp.float64, i: wp.int32, best: wp.float64, best_i: wp.int32):
 
 @wp.func
 def box_distance_sq(p: wp.vec3d, lo: wp.vec3d, hi: wp.vec3d):
-    """Squared distance from ``p`` to the box ``[lo, hi]``; never more than that of a point inside the box."""
-    q = wp.max(wp.max(lo - p, p - hi), wp.vec3d(0.0, 0.0, 0.0))
-    return wp.dot(q, q)
+    """Squared distance from ``p`` to the box ``[lo, hi]``; never more than that of a point inside the box.
+
+    Per axis ``max(lo - p, p - hi, 0)`` is at most ``|x - p|`` for every ``x`` in ``[lo, hi]``, in rounded
+    arithmetic too (rounding is monotonic), and so is its square and the sum (:func:`distance_sq`, no FMA).
+    """
+    return distance_sq(wp.max(wp.max(lo - p, p - hi), wp.vec3d(0.0, 0.0, 0.0)))
+
+
+@wp.func
+def fold_leaf(
+    points: wp.array2d(dtype=Any),
+    order: wp.array2d(dtype=wp.int32),
+    mindist: wp.array2d(dtype=wp.float64),
+    b: int,
+    n: int,
+    leaf: int,
+    p: wp.vec3d,
+):
+    """Fold sample ``p`` into the points of ``leaf``; return the leaf's new ``(largest distance, its
+    original index)``, ``(CHOSEN, NO_POINT)`` when none is left.
+
+    The sample itself is already ``CHOSEN`` (below every distance, so the ``min`` keeps it): no branch per
+    point but the running arg-max.
+    """
+    top = CHOSEN
+    top_i = NO_POINT
+    first = leaf * LEAF
+    if first < n:
+        for j in range(first, first + wp.min(n - first, LEAF)):
+            d = wp.min(mindist[b, j], distance_sq(wp.vec3d(points[b, j]) - p))
+            mindist[b, j] = d
+            # nested: the index is read only for a candidate
+            if d >= top and d > CHOSEN:  # noqa: SIM102
+                if d > top or order[b, j] < top_i:
+                    top = d
+                    top_i = order[b, j]
+    return top, top_i
+
+
+@wp.func
+def combine(
+    node_max: wp.array2d(dtype=wp.float64),
+    node_arg: wp.array2d(dtype=wp.int32),
+    b: int,
+    node: int,
+):
+    """A node's ``(largest distance, its index)``: the better of its two children's."""
+    left = 2 * node
+    right = left + 1
+    if before(node_max[b, right], node_arg[b, right], node_max[b, left], node_arg[b, left]):
+        node_max[b, node] = node_max[b, right]
+        node_arg[b, node] = node_arg[b, right]
+    else:
+        node_max[b, node] = node_max[b, left]
+        node_arg[b, node] = node_arg[b, left]
+
+
+#: Largest grid side of the leaf sort: 10 bits per axis, a 30-bit Morton code.
+MORTON_SIDE = wp.constant(1024)
+
+
+@wp.func
+def spread_bits(x: int):
+    """Two zero bits after each of the 10 low bits of ``x``: one axis of a Morton (Z-order) code."""
+    x = (x | (x << 16)) & 0x030000FF
+    x = (x | (x << 8)) & 0x0300F00F
+    x = (x | (x << 4)) & 0x030C30C3
+    return (x | (x << 2)) & 0x09249249
+
+
+@wp.func
+def sort_cloud(
+    points: wp.array2d(dtype=Any),
+    b: int,
+    n: int,
+    cells: wp.array2d(dtype=wp.int32),
+    order: wp.array2d(dtype=wp.int32),
+    position: wp.array2d(dtype=wp.int32),
+    sorted_points: wp.array2d(dtype=Any),
+):
+    """Counting-sort cloud ``b``'s ``n`` points by the Morton code of their cell in a grid of ``side**3``
+    cells over the cloud's box, ``side`` the largest power of two with ``side**3 < cells.shape[1]`` (at most
+    2**10): ``sorted_points[b, j] = points[b, order[b, j]]``, ``position`` the inverse.
+
+    Points in consecutive cells of a Z-order curve are close in space, so runs of consecutive sorted points
+    have small boxes. Any order gives the same samples; this one makes pruning work.
+    """
+    grid = cells.shape[1] - 1
+    side = int(1)
+    while 8 * side * side * side <= grid and side < MORTON_SIDE:
+        side = side * 2
+    lo = wp.vec3d(points[b, 0])
+    hi = lo
+    for i in range(1, n):
+        q = wp.vec3d(points[b, i])
+        lo = wp.min(lo, q)
+        hi = wp.max(hi, q)
+    scale = wp.vec3d(0.0, 0.0, 0.0)
+    for axis in range(3):
+        if hi[axis] > lo[axis]:
+            scale[axis] = wp.float64(side) / (hi[axis] - lo[axis])
+    for c in range(grid + 1):
+        cells[b, c] = 0
+    for i in range(n):
+        q = wp.cw_mul(wp.vec3d(points[b, i]) - lo, scale)
+        key = int(0)
+        for axis in range(3):
+            key = key | (spread_bits(wp.clamp(int(q[axis]), 0, side - 1)) << axis)
+        cells[b, key + 1] += 1
+        order[b, i] = key  # the cell, for the pass below
+    for c in range(grid):
+        cells[b, c + 1] += cells[b, c]
+    for i in range(n):
+        key = order[b, i]
+        j = cells[b, key]
+        cells[b, key] = j + 1
+        position[b, i] = j
+    for i in range(n):
+        j = position[b, i]
+        order[b, j] = i
+        sorted_points[b, j] = points[b, i]
 
 
 @wp.kernel
-def fps_buckets(
+def fps_tree(
     points: wp.array2d(dtype=Any),
-    order: wp.array2d(dtype=wp.int32),
-    position: wp.array2d(dtype=wp.int32),
     lengths: wp.array(dtype=wp.int64),
     num_samples: wp.array(dtype=wp.int64),
     start: wp.array(dtype=wp.int64),
     mindist: wp.array2d(dtype=wp.float64),
-    bucket_lo: wp.array2d(dtype=wp.vec3d),
-    bucket_hi: wp.array2d(dtype=wp.vec3d),
-    bucket_max: wp.array2d(dtype=wp.float64),
-    bucket_arg: wp.array2d(dtype=wp.int32),
+    cells: wp.array2d(dtype=wp.int32),
+    order: wp.array2d(dtype=wp.int32),
+    position: wp.array2d(dtype=wp.int32),
+    sorted_points: wp.array2d(dtype=Any),
+    node_lo: wp.array2d(dtype=wp.vec3d),
+    node_hi: wp.array2d(dtype=wp.vec3d),
+    node_max: wp.array2d(dtype=wp.float64),
+    node_arg: wp.array2d(dtype=wp.int32),
     out_index: wp.array2d(dtype=wp.int64),
     out_dist: wp.array2d(dtype=wp.float64),
     row_start: int,
 ):
-    """Greedy FPS of cloud ``row_start + tid`` by one thread, skipping buckets a new sample cannot change.
+    """Greedy FPS of cloud ``row_start + tid`` by one thread, skipping subtrees a new sample cannot change.
 
     ``points[b]`` is the cloud in Morton order (``order[b, j]`` is the original index of sorted point ``j``,
-    ``position`` the inverse), cut into buckets of ``BUCKET`` consecutive points. A bucket keeps its box and
-    the largest distance to the chosen set among its points. When sample ``p`` is added, a bucket whose box
-    is at least that far from ``p`` cannot change (every point in it is at least as far from ``p`` as the box,
-    in float64 rounding too) and is skipped. The result is exactly the brute-force order: the largest
-    distance, ties to the lowest original index. (The QuickFPS idea, with Morton-order buckets.)
+    ``position`` the inverse), cut into leaves of ``LEAF`` consecutive points. The leaves are those of an
+    implicit complete binary tree (node ``v`` has children ``2v`` and ``2v + 1``, leaf ``l`` is node
+    ``L + l`` for ``L = node_max.shape[1] / 2`` leaves, a power of two). Every node keeps its box and the
+    largest distance to the chosen set among its points with that point's index. When sample ``p`` is
+    added, a subtree whose box is at least that far from ``p`` cannot change (every point in it is at least
+    as far from ``p`` as the box, in float64 rounding too) and is skipped; the root then names the next
+    sample. The result is exactly the brute-force order: the largest distance, ties to the lowest original
+    index. (The QuickFPS idea, with Morton-order leaves.)
     """
     b = wp.tid() + row_start
     n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
+    # the scratch arrays come from the op, sized for the cloud; smaller ones would only shorten it
+    nodes = wp.min(wp.min(node_lo.shape[1], node_hi.shape[1]), wp.min(node_max.shape[1], node_arg.shape[1]))
+    leaves = nodes // 2
+    room = wp.min(wp.min(order.shape[1], position.shape[1]), wp.min(sorted_points.shape[1], mindist.shape[1]))
+    if cells.shape[1] < 2:
+        room = 0
+    if n > wp.min(room, leaves * LEAF):
+        n = wp.min(room, leaves * LEAF)
+        k = wp.min(k, n)
+        if cur >= n:
+            cur = 0
     begin_row(b, 0, 1, n, k, mindist, out_index, out_dist)
-    nb = (n + BUCKET - 1) // BUCKET
-    for kb in range(nb):
-        lo = wp.vec3d(points[b, kb * BUCKET])
-        hi = lo
-        for j in range(kb * BUCKET + 1, wp.min(n, kb * BUCKET + BUCKET)):
-            q = wp.vec3d(points[b, j])
-            lo = wp.min(lo, q)
-            hi = wp.max(hi, q)
-        bucket_lo[b, kb] = lo
-        bucket_hi[b, kb] = hi
-        bucket_max[b, kb] = FAR
+    if k == 0:
+        return
+    sort_cloud(points, b, n, cells, order, position, sorted_points)
+    inside = wp.vec3d(wp.float64(wp.inf), wp.float64(wp.inf), wp.float64(wp.inf))
+    for leaf in range(leaves):
+        lo = inside
+        hi = -inside
+        top = CHOSEN
+        first = leaf * LEAF
+        if first < n:
+            top = FAR
+            for j in range(first, first + wp.min(n - first, LEAF)):
+                q = wp.vec3d(sorted_points[b, j])
+                lo = wp.min(lo, q)
+                hi = wp.max(hi, q)
+        node_lo[b, leaves + leaf] = lo
+        node_hi[b, leaves + leaf] = hi
+        node_max[b, leaves + leaf] = top
+        node_arg[b, leaves + leaf] = NO_POINT
+    for node in range(leaves - 1, 0, -1):
+        node_lo[b, node] = wp.min(node_lo[b, 2 * node], node_lo[b, 2 * node + 1])
+        node_hi[b, node] = wp.max(node_hi[b, 2 * node], node_hi[b, 2 * node + 1])
+        combine(node_max, node_arg, b, node)
     best = wp.float64(wp.inf)
     for s in range(k):
         out_index[b, s] = wp.int64(cur)
         out_dist[b, s] = wp.sqrt(best)
+        if s + 1 == k:
+            break
         cur_pos = position[b, cur]
-        p = wp.vec3d(points[b, cur_pos])
-        best = CHOSEN
-        best_i = NO_POINT
-        for kb in range(nb):
-            if (
-                kb == cur_pos // BUCKET
-                or box_distance_sq(p, bucket_lo[b, kb], bucket_hi[b, kb]) < bucket_max[b, kb]
-            ):
-                top = CHOSEN
-                top_i = NO_POINT
-                for j in range(kb * BUCKET, wp.min(n, kb * BUCKET + BUCKET)):
-                    d = fold(points, mindist, b, j, cur_pos, p)
-                    if d > CHOSEN and before(d, order[b, j], top, top_i):
-                        top = d
-                        top_i = order[b, j]
-                bucket_max[b, kb] = top
-                bucket_arg[b, kb] = top_i
-            if before(bucket_max[b, kb], bucket_arg[b, kb], best, best_i):
-                best = bucket_max[b, kb]
-                best_i = bucket_arg[b, kb]
-        cur = best_i
+        p = wp.vec3d(sorted_points[b, cur_pos])
+        mindist[b, cur_pos] = CHOSEN
+        # depth first from the root without a stack: down to the left child, on to the right sibling, and
+        # up (recomputing the parent) after a right child
+        node = int(1)
+        while node > 0:
+            m = node_max[b, node]
+            gap = box_distance_sq(p, node_lo[b, node], node_hi[b, node])
+            # a node holding p whose points are all at distance 0 is visited too: p must become CHOSEN
+            if gap < m or (gap == wp.float64(0.0) and m == wp.float64(0.0)):
+                if node < leaves:
+                    node = 2 * node
+                    continue
+                top, top_i = fold_leaf(sorted_points, order, mindist, b, n, node - leaves, p)
+                node_max[b, node] = top
+                node_arg[b, node] = top_i
+            while node > 1 and node % 2 == 1:
+                node = node // 2
+                combine(node_max, node_arg, b, node)
+            node = 0 if node == 1 else node + 1
+        best = node_max[b, 1]
+        cur = int(node_arg[b, 1])
 
 
-FPS_BUCKETS = {name: wp.overload(fps_buckets, {"points": arr}) for name, arr in _POINTS.items()}
+FPS_TREE = {
+    name: wp.overload(fps_tree, {"points": arr, "sorted_points": arr}) for name, arr in _POINTS.items()
+}

@@ -1,0 +1,48 @@
+"""Farthest point sampling on CUDA: one block per cloud (its own module: a CPU build never compiles it)."""
+
+from typing import Any
+
+import warp as wp
+
+from warpgeo._kernels.fps import NO_POINT, begin_row, cloud, scan
+
+# warpgeo writes every backward itself: skip generating Warp's adjoints. No fused multiply-adds: the same
+# squared distances as the CPU kernels, bit for bit.
+wp.set_module_options({"enable_backward": False, "fuse_fp": False})
+
+
+@wp.kernel
+def fps_block(
+    points: wp.array2d(dtype=Any),
+    lengths: wp.array(dtype=wp.int64),
+    num_samples: wp.array(dtype=wp.int64),
+    start: wp.array(dtype=wp.int64),
+    mindist: wp.array2d(dtype=wp.float64),
+    out_index: wp.array2d(dtype=wp.int64),
+    out_dist: wp.array2d(dtype=wp.float64),
+):
+    """Greedy FPS of cloud ``b`` by the threads of one block (launched tiled, one block per cloud).
+
+    Each step, every lane scans its share of the points; two block reductions (largest distance, then the
+    lowest index holding it) pick the next sample.
+    """
+    b, lane = wp.tid()
+    nthreads = wp.block_dim()
+    n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
+    begin_row(b, lane, nthreads, n, k, mindist, out_index, out_dist)
+    best = wp.float64(wp.inf)
+    for s in range(k):
+        if lane == 0:
+            out_index[b, s] = wp.int64(cur)
+            out_dist[b, s] = wp.sqrt(best)
+        my_best, my_index = scan(points, mindist, b, n, cur, lane, nthreads)
+        best = wp.tile_max(wp.tile(my_best))[0]
+        candidate = NO_POINT
+        if my_best == best:
+            candidate = my_index
+        cur = wp.tile_min(wp.tile(candidate))[0]
+
+
+_POINTS = {"float32": wp.array2d(dtype=wp.vec3f), "float64": wp.array2d(dtype=wp.vec3d)}
+#: one overload per point precision, both built with the module
+FPS_BLOCK = {name: wp.overload(fps_block, {"points": arr}) for name, arr in _POINTS.items()}
