@@ -28,6 +28,12 @@ _SURFACE_EPS = {torch.float32: 1.0e-5, torch.float64: 1.0e-9}
 _QUERY_WORK = 256
 #: What signed_distance returns for a point with no enabled mesh in its environment.
 _NO_MESH_DISTANCE = float("inf")
+#: The most interpolated spheres per interval of the swept cost: ``t = j / (S + 1)`` stays exact in float32
+#: and the kernel's int32 step counter cannot overflow.
+_MAX_SWEEP_STEPS = 2**24
+#: Rows of one launch when a query too large for one Warp launch (int32 thread ids, int32 byte strides) is
+#: split into several.
+_MAX_LAUNCH_ROWS = 2**30
 
 #: The ops' inputs, in order (each backward returns one entry per name).
 _WORLD = ("world_id", "inv_poses", "bounds", "enabled", "sign")
@@ -110,6 +116,85 @@ def _check_values(x, name: str, env_index, num_envs: int, params) -> None:
         )
 
 
+def _check_sweep_steps(sweep_steps) -> int:
+    sweep_steps = _interop.check_int(sweep_steps, "sweep_steps", minimum=0)
+    if not isinstance(sweep_steps, torch.SymInt) and sweep_steps > _MAX_SWEEP_STEPS:
+        raise ValueError(f"sweep_steps must be at most 2**24 = {_MAX_SWEEP_STEPS}; got {sweep_steps}")
+    return sweep_steps
+
+
+def _work(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in its compute dtype with a dense last dimension (the kernels read it as vectors)."""
+    work = _interop.to_compute(x)
+    return work if work.stride(-1) == 1 or work.shape[-1] <= 1 else work.contiguous()
+
+
+def _launch_blocks(
+    kernel,
+    name: str,
+    grid: tuple[int, ...],
+    *,
+    device: torch.device,
+    work_per_row: int,
+    env_index: torch.Tensor,
+    blocked: dict[str, torch.Tensor],
+    **whole,
+) -> None:
+    """Launch a row kernel over ``grid = (B, *inner)`` (thread ``t`` handles row ``t`` of the flattened grid).
+
+    One launch when it fits Warp's int32 thread ids and byte strides (the usual case); otherwise blocks of
+    the grid, each launched on slices (views) of the ``blocked`` tensors (whose leading dimensions are
+    ``grid``; ``env_index`` is sliced along B): ranges of B where one B entry's rows fit, else one B entry
+    at a time (its size-1 dimension's stride is not used, see ``_interop``) in chunks of the last grid
+    dimension. A tensor whose stride along a middle dimension (a swept trajectory's time step) reaches 2**31
+    bytes cannot be split so: ValueError naming ``name``.
+    """
+    limit = _interop.INT32_LIMIT
+    rows = math.prod(grid)
+
+    def too_big(dim: int) -> bool:
+        return any(
+            t.shape[dim] > 1 and (t.shape[dim] >= limit or t.stride(dim) * t.element_size() >= limit)
+            for t in blocked.values()
+            if t.numel() > 0
+        )
+
+    def run(b: slice, last: slice, count: int) -> None:
+        index = (b, *[slice(None)] * (len(grid) - 2), last)
+        sliced = {k: t[index] if t.numel() > 0 else t for k, t in blocked.items()}
+        env = env_index[b] if env_index.shape[0] > 0 else env_index
+        _interop.launch_rows(
+            kernel, count, device=device, work_per_row=work_per_row, env_index=env, **sliced, **whole
+        )
+
+    if rows < limit and rows <= _MAX_LAUNCH_ROWS and not any(too_big(d) for d in range(len(grid))):
+        _interop.launch_rows(
+            kernel, rows, device=device, work_per_row=work_per_row, env_index=env_index, **blocked, **whole
+        )
+        return
+    for d in range(1, len(grid) - 1):
+        if too_big(d):
+            raise ValueError(
+                f"{name} of shape {tuple(grid)} + (...): one entry of dimension {d} spans >= 2**31 bytes (with "
+                "its gradient), beyond what a Warp launch addresses (int32 byte strides); split the last "
+                "dimension into smaller calls"
+            )
+    batch, last = grid[0], grid[-1]
+    per_b = rows // batch if batch else 0
+    if not too_big(0) and not too_big(len(grid) - 1) and 0 < per_b <= _MAX_LAUNCH_ROWS:
+        step = _MAX_LAUNCH_ROWS // per_b
+        for b0 in range(0, batch, step):
+            b1 = min(b0 + step, batch)
+            run(slice(b0, b1), slice(None), (b1 - b0) * per_b)
+        return
+    inner = per_b // last if last else 0
+    step = max(1, _MAX_LAUNCH_ROWS // max(inner, 1))
+    for b in range(batch):
+        for n0 in range(0, last, step):
+            n1 = min(n0 + step, last)
+            run(slice(b, b + 1), slice(n0, n1), inner * (n1 - n0))
+
+
 def _env(env_index: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     """The kernels' ``env_index``: int64, empty for "environment 0 everywhere"."""
     if env_index is None:
@@ -151,22 +236,21 @@ def _cost_impl(
         raise ValueError(f"max_distance must be finite and >= 0; got {max_distance}")
     if _interop.checking_values(spheres.device):
         _check_values(spheres, "spheres", env_index, mesh_ids.shape[0], params)
-    work = _interop.to_compute(spheres)
+    work = _work(spheres)
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
-    _interop.launch_rows(
+    _launch_blocks(
         _interop.overload(_interop.kernels("sdf").SPHERE_MESH_COST, work.dtype),
-        work.shape[0] * work.shape[1],
+        "spheres",
+        work.shape[:-1],
         device=work.device,
         work_per_row=_QUERY_WORK * mesh_ids.shape[1],
-        spheres=work,
         env_index=_env(env_index, work),
+        blocked={"spheres": work, "cost": cost, "grad": grad},
         params=params,
         extra_search=float(max_distance),
         surface_eps=_SURFACE_EPS[work.dtype],
         compute_grad=int(compute_grad),
-        cost=cost,
-        grad=grad,
         mesh_ids=mesh_ids,
         inv_poses=inv_poses,
         bounds=bounds,
@@ -202,27 +286,24 @@ def _swept_impl(
     world = {"world_id": world_id, "inv_poses": inv_poses, "bounds": bounds, "enabled": enabled, "sign": sign}
     mesh_ids = _check_query(spheres, "spheres", 4, env_index, world, rank=4)
     _check_params(params, spheres)
-    _interop.check_int(sweep_steps, "sweep_steps", minimum=0)
+    _check_sweep_steps(sweep_steps)
     if _interop.checking_values(spheres.device):
         _check_values(spheres, "spheres", env_index, mesh_ids.shape[0], params)
-    work = _interop.to_compute(spheres)
-    batch, horizon, count, _ = work.shape
+    work = _work(spheres)
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad, 2)
-    _interop.launch_rows(
+    _launch_blocks(
         _interop.overload(_interop.kernels("sdf").SWEPT_SPHERE_MESH_COST, work.dtype),
-        batch * horizon * count,
+        "spheres",
+        work.shape[:-1],
         device=work.device,
         work_per_row=_QUERY_WORK * mesh_ids.shape[1] * (sweep_steps + 1),
-        spheres=work,
         env_index=_env(env_index, work),
+        blocked={"spheres": work, "cost": cost, "grad_here": grad[..., 0, :], "grad_next": grad[..., 1, :]},
         params=params,
         sweep_steps=sweep_steps,
         surface_eps=_SURFACE_EPS[work.dtype],
         compute_grad=int(compute_grad),
-        cost=cost,
-        grad_here=grad[..., 0, :],
-        grad_next=grad[..., 1, :],
         mesh_ids=mesh_ids,
         inv_poses=inv_poses,
         bounds=bounds,
@@ -256,21 +337,20 @@ def _distance_impl(
     mesh_ids = _check_query(points, "points", 3, env_index, world)
     if _interop.checking_values(points.device):
         _check_values(points, "points", env_index, mesh_ids.shape[0], None)
-    work = _interop.to_compute(points)
+    work = _work(points)
     dist = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
-    _interop.launch_rows(
+    _launch_blocks(
         _interop.overload(_interop.kernels("sdf").SIGNED_DISTANCE, work.dtype),
-        work.shape[0] * work.shape[1],
+        "points",
+        work.shape[:-1],
         device=work.device,
         work_per_row=_QUERY_WORK * mesh_ids.shape[1],
-        points=work,
         env_index=_env(env_index, work),
+        blocked={"points": work, "dist": dist, "grad": grad},
         surface_eps=_SURFACE_EPS[work.dtype],
         far=_NO_MESH_DISTANCE,
         compute_grad=int(compute_grad),
-        dist=dist,
-        grad=grad,
         mesh_ids=mesh_ids,
         inv_poses=inv_poses,
         bounds=bounds,
@@ -528,7 +608,7 @@ def swept_sphere_mesh_cost(
     """
     if isinstance(spheres, torch.Tensor) and spheres.dim() != 4:
         raise ValueError(f"spheres must have shape (B, H, N, 4); got {tuple(spheres.shape)}")
-    sweep_steps = _interop.check_int(sweep_steps, "sweep_steps", minimum=0)
+    sweep_steps = _check_sweep_steps(sweep_steps)
     traj, env, params, compute_grad = _prepare(
         spheres, world, 4, "spheres", env_index, activation_distance, weight, rank=4
     )
@@ -645,6 +725,10 @@ def _params(activation_distance, weight, like: torch.Tensor) -> torch.Tensor:
             raise TypeError(f"{name} must be a float or a tensor; got {type(value).__name__}")
         elif not (value >= 0.0 and math.isfinite(value)):
             raise ValueError(f"{name} must be finite and >= 0; got {value}")
+        elif value > torch.finfo(dtype).max:
+            raise ValueError(
+                f"{name} must be at most {torch.finfo(dtype).max:.4g} (the {dtype} range); got {value}"
+            )
         else:
             values.append(float(value))
     if not any(isinstance(v, torch.Tensor) for v in values):
