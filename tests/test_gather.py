@@ -205,13 +205,14 @@ def test_cpu_rows_are_split_among_threads_consistently(monkeypatch):
 @pytest.fixture
 def backward_calls(monkeypatch):
     calls = []
-    original = gather_module._scatter_op
+    for name in ("_scatter_op", "_scatter_impl"):  # the registered op, or its implementation in eager mode
+        original = getattr(gather_module, name)
 
-    def counting(*args):
-        calls.append(args)
-        return original(*args)
+        def counting(*args, _original=original):
+            calls.append(args)
+            return _original(*args)
 
-    monkeypatch.setattr(gather_module, "_scatter_op", counting)
+        monkeypatch.setattr(gather_module, name, counting)
     return calls
 
 
@@ -379,3 +380,103 @@ def test_value_errors():
         gather_points(features, idx.reshape(1, 8))
     with pytest.raises(ValueError, match="idx must be on the same device as features"):
         gather_points(features, idx.to("meta"))
+
+
+# --------------------------------------------------------------------------------------------------------
+# weighted gather (three_interpolate for any K)
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("b", "c", "n", "m", "k"), [(2, 3, 11, 5, 3), (1, 1, 1, 1, 1), (2, 4, 30, 7, 9)])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_weighted_matches_reference(device, b, c, n, m, k, dtype):
+    from reference import three_interpolate_reference
+
+    features, idx = _inputs(b, c, n, m, k, dtype=dtype, device=device, pad=0.2)
+    weight = torch.rand(b, m, k, dtype=torch.float64, device=device)
+    out = gather_points(features, idx, weight=weight)
+    assert out.shape == (b, c, m) and out.dtype == dtype
+    ref = three_interpolate_reference(features.double().cpu(), idx.cpu(), weight.to(dtype).double().cpu())
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(dtype, 1e-6)
+    np.testing.assert_allclose(out.double().cpu().numpy(), ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_weighted_gradcheck(device, deterministic):
+    features, idx = _inputs(2, 3, 12, 5, 4, dtype=torch.float64, device=device, pad=0.2)
+    features.requires_grad_()
+    weight = torch.rand(2, 5, 4, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda f, w: gather_points(f, idx, weight=w, deterministic=deterministic), (features, weight)
+    )
+
+
+def test_weighted_backward_matches_unfused_torch(device):
+    features, idx = _inputs(2, 6, 50, 20, 3, device=device)
+    features.requires_grad_()
+    weight = torch.rand(2, 20, 3, device=device, requires_grad=True)
+    grad = torch.randn(2, 6, 20, device=device)
+    gather_points(features, idx, weight=weight).backward(grad)
+    f2, w2 = features.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    (_torch_gather(f2, idx) * w2[:, None]).sum(-1).backward(grad)
+    torch.testing.assert_close(features.grad, f2.grad)
+    torch.testing.assert_close(weight.grad, w2.grad)
+
+
+def test_weighted_only_what_is_needed():
+    features, idx = _inputs(1, 2, 10, 4, 3)
+    weight = torch.rand(1, 4, 3, requires_grad=True)
+    gather_points(features, idx, weight=weight).sum().backward()
+    assert features.grad is None and weight.grad is not None
+    features.requires_grad_()
+    gather_points(features, idx, weight=weight.detach()).sum().backward()
+    assert features.grad is not None
+
+
+def test_weighted_opcheck():
+    features, idx = _inputs(2, 3, 9, 4, 3, dtype=torch.float64, pad=0.2)
+    weight = torch.rand(2, 4, 3, dtype=torch.float64)
+    grad = torch.randn(2, 3, 4, dtype=torch.float64)
+    for det in (False, True):
+        torch.library.opcheck(
+            torch.ops.warpgeo.gather_points_weighted,
+            (features.requires_grad_(), idx, weight.requires_grad_(), det),
+        )
+        torch.library.opcheck(
+            torch.ops.warpgeo.gather_points_weighted_backward,
+            (grad, features.detach(), idx, weight.detach(), True, True, det),
+        )
+
+
+def test_weighted_errors():
+    features, idx = _inputs(2, 3, 9, 4, 3)
+    with pytest.raises(TypeError, match="weight must be a floating-point tensor"):
+        gather_points(features, idx, weight=torch.ones(2, 4, 3, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"weight must have the shape of idx \(2, 4, 3\)"):
+        gather_points(features, idx, weight=torch.ones(2, 4, 2))
+    with pytest.raises(ValueError, match=r"with weight, idx must have shape \(B, M, K\)"):
+        gather_points(features, idx[..., 0], weight=torch.ones(2, 4))
+    with pytest.raises(IndexError):
+        gather_points(features, torch.full((2, 4, 3), 9), weight=torch.ones(2, 4, 3))
+    with pytest.raises(ValueError, match="weight must have the shape"):
+        torch.ops.warpgeo.gather_points_weighted(features, idx, torch.ones(2, 4, 2), False)
+
+
+def test_weighted_hostile_indices_with_checks_off():
+    features, _ = _inputs(1, 2, 10, 4, 3)
+    idx = torch.tensor([[[2**31 - 1, -(2**31), 10], [-2, 3, 9], [0, 0, 0], [11, -1, 5]]])
+    with warpgeo.value_checks(False):
+        out = gather_points(features, idx, weight=torch.ones(1, 4, 3))
+    torch.testing.assert_close(out[0, :, 1], features[0, :, 3] + features[0, :, 9])
+
+
+def test_output_is_fresh_for_in_place_edits_with_grad():
+    """QueryAndGroup's ``grouped_xyz -= centres`` on the output while the points require grad."""
+    xyz = torch.rand(2, 30, 3, requires_grad=True)
+    idx = torch.randint(0, 30, (2, 5, 4))
+    grouped = gather_points(xyz.transpose(1, 2), idx)
+    grouped -= xyz[:, :5].transpose(1, 2).unsqueeze(-1)
+    grouped.sum().backward()
+    expected = torch.zeros(2, 30).scatter_add_(1, idx.reshape(2, -1), torch.ones(2, 20))
+    expected[:, :5] -= 4
+    torch.testing.assert_close(xyz.grad, expected[..., None].expand(-1, -1, 3))

@@ -295,11 +295,27 @@ def call(op: Any, function: Any, impl: Any, names: Sequence[str], needs_grad: bo
     ``inspect`` on every call, which costs more than a small launch.
     """
     ordered = tuple(args[name] for name in names)
-    if torch.compiler.is_compiling():
+    if not _plain_eager(ordered):
         return op(*ordered)
     if needs_grad:
         return function.apply(*ordered)
     return impl(*ordered)
+
+
+def pick(op: Any, impl: Any, *tensors: Any) -> Any:
+    """For a backward that calls another op: the registered ``op`` when a graph of the backward is being
+    built (double backward, ``torch.compile``), else its bare implementation ``impl`` (the eager fast path)."""
+    if torch.is_grad_enabled() or not _plain_eager(tensors):
+        return op
+    return impl
+
+
+def _plain_eager(values: Sequence[Any]) -> bool:
+    """True unless something traces these values: torch.compile / export, or tensor subclasses (fake or
+    functional tensors under AOT autograd, ...), which must see the registered custom op."""
+    if torch.compiler.is_compiling():
+        return False
+    return all(type(v) is torch.Tensor for v in values if isinstance(v, torch.Tensor))
 
 
 # --------------------------------------------------------------------------------------------------------

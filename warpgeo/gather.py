@@ -60,8 +60,7 @@ def _check_index_range(idx: torch.Tensor, num_points: int) -> None:
 # --------------------------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("warpgeo::gather_points", mutates_args=())
-def _gather_op(features: torch.Tensor, idx: torch.Tensor, deterministic: bool) -> torch.Tensor:
+def _gather_impl(features: torch.Tensor, idx: torch.Tensor, deterministic: bool) -> torch.Tensor:
     """features (B, C, N), idx (B, M[, K]) int -> (B, C, M[, K]). ``deterministic`` only matters to autograd."""
     _check_shapes(features, idx)
     batch, channels, num_points = features.shape
@@ -72,6 +71,9 @@ def _gather_op(features: torch.Tensor, idx: torch.Tensor, deterministic: bool) -
     method = "rows" if features.device.type == "cpu" else "elements"
     _gather(features, _flat_index(idx), out.view(batch, channels, -1), method)
     return out
+
+
+_gather_op = torch.library.custom_op("warpgeo::gather_points", _gather_impl, mutates_args=())
 
 
 @_gather_op.register_fake
@@ -104,8 +106,7 @@ def _gather(features: torch.Tensor, flat_idx: torch.Tensor, out: torch.Tensor, m
         raise ValueError(f"internal error: unknown gather method {method!r}")
 
 
-@torch.library.custom_op("warpgeo::gather_points_backward", mutates_args=())
-def _scatter_op(
+def _scatter_impl(
     grad_out: torch.Tensor, idx: torch.Tensor, num_points: int, deterministic: bool
 ) -> torch.Tensor:
     """grad_out (B, C, M[, K]), idx (B, M[, K]) -> grad_features (B, C, num_points), dtype of grad_out.
@@ -118,6 +119,9 @@ def _scatter_op(
     grad = _interop.to_compute(grad_out).reshape(batch, channels, flat_idx.shape[1])
     method = _scatter_method(grad_out.device, deterministic)
     return _scatter_add(grad, flat_idx, num_points, method).to(grad_out.dtype)
+
+
+_scatter_op = torch.library.custom_op("warpgeo::gather_points_backward", _scatter_impl, mutates_args=())
 
 
 @_scatter_op.register_fake
@@ -235,9 +239,8 @@ def _backward_gather(ctx, grad_out):
     if grad_out is None or not ctx.needs_input_grad[0]:
         return _interop.grads(_GATHER_INPUTS)
     (idx,) = ctx.saved_tensors
-    return _interop.grads(
-        _GATHER_INPUTS, features=_scatter_op(grad_out, idx, ctx.num_points, ctx.deterministic)
-    )
+    scatter = _interop.pick(_scatter_op, _scatter_impl, grad_out, idx)
+    return _interop.grads(_GATHER_INPUTS, features=scatter(grad_out, idx, ctx.num_points, ctx.deterministic))
 
 
 def _setup_scatter(ctx, inputs, output) -> None:
@@ -252,7 +255,8 @@ def _backward_scatter(ctx, grad_grad_features):
     if grad_grad_features is None or not ctx.needs_input_grad[0]:
         return _interop.grads(_SCATTER_INPUTS)
     (idx,) = ctx.saved_tensors
-    return _interop.grads(_SCATTER_INPUTS, grad_out=_gather_op(grad_grad_features, idx, ctx.deterministic))
+    gather = _interop.pick(_gather_op, _gather_impl, grad_grad_features, idx)
+    return _interop.grads(_SCATTER_INPUTS, grad_out=gather(grad_grad_features, idx, ctx.deterministic))
 
 
 _gather_op.register_autograd(_backward_gather, setup_context=_setup_gather)
@@ -276,8 +280,7 @@ def _check_weighted_shapes(features: torch.Tensor, idx: torch.Tensor, weight: to
     _interop.check_device("features", features=features, weight=weight)
 
 
-@torch.library.custom_op("warpgeo::gather_points_weighted", mutates_args=())
-def _weighted_op(
+def _weighted_impl(
     features: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor, deterministic: bool
 ) -> torch.Tensor:
     """features (B, C, N), idx (B, M, K) int, weight (B, M, K) float -> (B, C, M) in features' dtype:
@@ -314,14 +317,16 @@ def _weighted_op(
     return out.to(features.dtype)
 
 
+_weighted_op = torch.library.custom_op("warpgeo::gather_points_weighted", _weighted_impl, mutates_args=())
+
+
 @_weighted_op.register_fake
 def _(features, idx, weight, deterministic):
     _check_weighted_shapes(features, idx, weight)
     return features.new_empty(features.shape[0], features.shape[1], idx.shape[1])
 
 
-@torch.library.custom_op("warpgeo::gather_points_weighted_backward", mutates_args=())
-def _weighted_backward_op(
+def _weighted_backward_impl(
     grad_out: torch.Tensor,
     features: torch.Tensor,
     idx: torch.Tensor,
@@ -394,6 +399,11 @@ def _weighted_backward_op(
     return grad_features, grad_weight
 
 
+_weighted_backward_op = torch.library.custom_op(
+    "warpgeo::gather_points_weighted_backward", _weighted_backward_impl, mutates_args=()
+)
+
+
 @_weighted_backward_op.register_fake
 def _(grad_out, features, idx, weight, needs_features, needs_weight, deterministic):
     _check_weighted_backward_shapes(grad_out, features, idx, weight)
@@ -425,9 +435,8 @@ def _backward_weighted(ctx, grad_out):
     if grad_out is None or not (needs_features or needs_weight):
         return _interop.grads(_WEIGHTED_INPUTS)
     features, idx, weight = ctx.saved_tensors
-    gf, gw = _weighted_backward_op(
-        grad_out, features, idx, weight, needs_features, needs_weight, ctx.deterministic
-    )
+    backward = _interop.pick(_weighted_backward_op, _weighted_backward_impl, grad_out, features)
+    gf, gw = backward(grad_out, features, idx, weight, needs_features, needs_weight, ctx.deterministic)
     return _interop.grads(
         _WEIGHTED_INPUTS, features=gf if needs_features else None, weight=gw if needs_weight else None
     )
@@ -437,7 +446,8 @@ _weighted_op.register_autograd(_backward_weighted, setup_context=_setup_weighted
 
 
 class GatherPoints(torch.autograd.Function):
-    """Gather as an autograd Function; prefer :func:`gather_points`, which validates its input.
+    """Gather as an autograd Function: ``torch.ops.warpgeo.gather_points`` with the same backward. Prefer
+    :func:`gather_points`.
 
     ``apply(features (B, C, N), idx (B, M) or (B, M, K) int32/int64, deterministic: bool)``
     -> ``(B, C, M)`` or ``(B, C, M, K)``. Only ``idx`` is saved; the backward runs only when ``features``
@@ -445,11 +455,24 @@ class GatherPoints(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(features, idx, deterministic):
-        return _gather_op(features, idx, deterministic)
+    def forward(ctx, *inputs):
+        output = _gather_impl(*inputs)
+        _setup_gather(ctx, inputs, output)
+        return output
 
-    setup_context = staticmethod(_setup_gather)
     backward = staticmethod(_backward_gather)
+
+
+class _GatherWeighted(torch.autograd.Function):
+    """``torch.ops.warpgeo.gather_points_weighted`` as a Function (the eager path of weighted gathers)."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _weighted_impl(*inputs)
+        _setup_weighted(ctx, inputs, output)
+        return output
+
+    backward = staticmethod(_backward_weighted)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -514,6 +537,26 @@ def gather_points(
         raise TypeError(f"deterministic must be a bool; got {type(deterministic).__name__}")
     if weight is not None:
         _check_weighted_shapes(features, idx, weight)
-        return _weighted_op(features, idx, weight, deterministic)
+        needs_grad = (features.requires_grad or weight.requires_grad) and torch.is_grad_enabled()
+        return _interop.call(
+            _weighted_op,
+            _GatherWeighted,
+            _weighted_impl,
+            _WEIGHTED_INPUTS,
+            needs_grad,
+            features=features,
+            idx=idx,
+            weight=weight,
+            deterministic=deterministic,
+        )
     _check_shapes(features, idx)
-    return _gather_op(features, idx, deterministic)
+    return _interop.call(
+        _gather_op,
+        GatherPoints,
+        _gather_impl,
+        _GATHER_INPUTS,
+        features.requires_grad and torch.is_grad_enabled(),
+        features=features,
+        idx=idx,
+        deterministic=deterministic,
+    )
