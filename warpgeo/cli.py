@@ -40,6 +40,8 @@ _MESH_SUFFIXES = (".ply", ".obj", ".stl", ".off", ".glb", ".gltf")
 _POINT_OUT_SUFFIXES = (".ply", ".npy", ".xyz", ".txt")
 _INDEX_OUT_SUFFIXES = (".npy", ".txt")
 # torch's device types other than the two Warp runs on: named as such, not as "not a device"
+#: The most surface samples ``sample`` draws from a mesh (trimesh holds them in float64: 1.5 GiB at this size).
+MAX_SURFACE_SAMPLES = 2**26
 _OTHER_DEVICE_TYPES = ("mps", "meta", "xpu", "xla", "hip", "ipu", "hpu", "mtia", "lazy", "vulkan", "ve")
 
 
@@ -167,6 +169,12 @@ def read_points_or_mesh(path: str):
 
         try:
             loaded = trimesh.load(p, force="mesh") if suffix != ".ply" else trimesh.load(p)
+        except ImportError as exc:
+            # trimesh reaches for an optional text-encoding guesser (charset_normalizer) only when a file is
+            # neither valid binary nor UTF-8 text: the file is corrupt, the missing module is not the problem
+            raise CliError(
+                f"cannot read {p}: not a valid {suffix} file (neither valid binary nor UTF-8 text)"
+            ) from exc
         except Exception as exc:
             raise CliError(f"cannot read {p}: {_reason(exc)}") from exc
         if isinstance(loaded, trimesh.PointCloud):
@@ -383,6 +391,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_sample(args: argparse.Namespace) -> int:
     _positive(args.k, "-k")
     _positive(args.surface_samples, "--surface-samples")
+    if args.surface_samples is not None and args.surface_samples > MAX_SURFACE_SAMPLES:
+        raise CliError(
+            f"--surface-samples must be at most 2**26 = {MAX_SURFACE_SAMPLES}; got {args.surface_samples}"
+        )
     _check_device_name(args.device)
     output = _check_output(args.output, _POINT_OUT_SUFFIXES)
     indices_out = _check_output(args.indices, _INDEX_OUT_SUFFIXES, "--indices") if args.indices else None
@@ -409,6 +421,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
             if indices_out is not None:
                 raise CliError("--indices needs a point-cloud input (a mesh's surface samples are not saved)")
             count = args.surface_samples or max(20 * args.k, 50_000)
+            if count > MAX_SURFACE_SAMPLES:
+                raise CliError(
+                    f"-k {args.k}: a mesh surface is sampled with 20 K = {count} points, more than the "
+                    f"{MAX_SURFACE_SAMPLES} (2**26) allowed; use a smaller -k or --surface-samples"
+                )
             bar.set_description("surface sampling")
             samples, _ = trimesh.sample.sample_surface(loaded, count, seed=args.seed)
             cloud = Cloud(samples.astype(np.float32))  # float32: what FPS runs on for a mesh
