@@ -3,8 +3,8 @@
 Shows how to push a trajectory out of collision with gradients from ``warpgeo.swept_sphere_mesh_cost``.
 A sphere's trajectory (H waypoints, cuRobo's (B, H, N, 4) sphere layout with B = N = 1) starts as the
 straight line through three obstacles built from trimesh primitives (a cylinder, a box posed with a
-quaternion, a sphere) — plus any mesh file given with ``--mesh``. Adam moves the waypoints' centres to
-minimise
+quaternion, a sphere) — plus any mesh file given with ``--mesh``. Adam moves the waypoints' centres (in
+the plane z = 0) to minimise
 
     swept_sphere_mesh_cost(spheres, world).sum() + smoothness * sum ||x[h+1] - x[h]||^2
 
@@ -74,13 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     line = start + torch.linspace(0.0, 1.0, H, device=device)[:, None] * (goal - start)  # (H, 3)
     segment = float(torch.linalg.norm(goal - start)) / (H - 1)
     # Optimise the centres only (radius fixed): a free radius would shrink below 0, which disables a sphere.
-    centres = line[1:-1].clone().requires_grad_()  # (H - 2, 3)
-    radii = torch.full((H, 1), args.radius, device=device)  # (H, 1)
-    optimiser = torch.optim.Adam([centres], lr=lr)
+    # They move in the plane z = 0, which the picture shows; all three coordinates would do as well.
+    centres_xy = line[1:-1, :2].clone().requires_grad_()  # (H - 2, 2)
+    z = line[1:-1, 2:]  # (H - 2, 1), fixed
+    radii = torch.full((H, 1), args.radius, device=device)  # (H, 1), fixed
+    optimiser = torch.optim.Adam([centres_xy], lr=lr)
 
     costs, losses, clearances = [], [], []
     for it in range(args.iterations + 1):
-        xyz = torch.cat([line[:1], centres, line[-1:]])  # (H, 3)
+        xyz = torch.cat([line[:1], torch.cat([centres_xy, z], dim=1), line[-1:]])  # (H, 3)
         spheres = torch.cat([xyz, radii], dim=1).reshape(1, H, 1, 4)  # (B=1, H, N=1, 4) = x, y, z, r
         cost = warpgeo.swept_sphere_mesh_cost(
             spheres, world, sweep_steps=args.sweep_steps, activation_distance=activation_distance

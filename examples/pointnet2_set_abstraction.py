@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="pointnet2_set_abstraction.png", help="output picture")
     args = parser.parse_args(argv)
     if args.quick:  # smaller sizes; flags given explicitly still win
-        parser.set_defaults(steps=60, num_points=128, num_train=240, num_test=40)
+        parser.set_defaults(steps=100, lr=2e-3, num_points=128, num_train=240, num_test=40)
         args = parser.parse_args(argv)
     demos.require_matplotlib("pointnet2_set_abstraction.py")
 

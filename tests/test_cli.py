@@ -93,11 +93,15 @@ def test_sample_mesh_surface(files, capsys, suffix):
 
 @pytest.mark.parametrize("name", ["cloud.npy", "cloud.xyz", "cloud.ply"])
 def test_sample_cloud_matches_fps(files, capsys, name):
+    """A cloud's chosen rows are copied as they are: float64 from .npy / text, float32 from this .ply."""
     out = files / "picked.npy"
     assert main(["sample", str(files / name), "-k", "50", "-o", str(out), "-q", "--device", "cpu"]) == 0
-    cloud = np.load(files / "cloud.npy")
-    expected = warpgeo.farthest_point_sampling(torch.tensor(cloud, dtype=torch.float32), 50).numpy()
-    np.testing.assert_allclose(np.load(out), cloud[expected], rtol=1e-6, atol=1e-6)
+    dtype = np.float32 if name.endswith(".ply") else np.float64
+    cloud = np.load(files / "cloud.npy").astype(dtype)
+    expected = warpgeo.farthest_point_sampling(torch.tensor(cloud), 50).numpy()
+    picked = np.load(out)
+    assert picked.dtype == dtype
+    np.testing.assert_array_equal(picked, cloud[expected])
 
 
 def test_sample_more_than_available(files, capsys):
@@ -105,6 +109,70 @@ def test_sample_more_than_available(files, capsys):
     assert main(["sample", str(files / "cloud.npy"), "-k", "5000", "-o", str(out), "-q"]) == 0
     assert "only 2000 points" in capsys.readouterr().out
     assert np.load(out).shape == (2000, 3)
+
+
+def test_one_point_is_singular(files, capsys):
+    np.save(files / "one.npy", np.array([[0.5, 0.5, 0.5]]))
+    out = files / "one_out.npy"
+    assert main(["sample", str(files / "one.npy"), "-k", "3", "-o", str(out), "-q", "--device", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "(1 point) -> 1 farthest point (only 1 point in the input)" in text, text
+    assert "1 points" not in text
+
+
+def test_sample_keeps_extra_columns_and_writes_indices(files, capsys):
+    """(N, 5) .npy and (N, 6) .xyz: the columns after x, y, z ride along; --indices names the rows."""
+    rng = np.random.default_rng(3)
+    table = np.concatenate([rng.random((300, 3)), rng.integers(0, 255, (300, 3))], axis=1)
+    np.save(files / "table.npy", table[:, :5])
+    np.savetxt(files / "table.xyz", table)
+    for name, columns in (("table.npy", 5), ("table.xyz", 6)):
+        out, idx_out = files / f"picked_{columns}.npy", files / f"idx_{columns}.txt"
+        argv = ["sample", str(files / name), "-k", "20", "-o", str(out), "--indices", str(idx_out), "-q"]
+        assert main([*argv, "--device", "cpu"]) == 0
+        assert f"{columns - 3} attributes" in capsys.readouterr().out
+        idx = np.loadtxt(idx_out, dtype=np.int64)
+        expected = warpgeo.farthest_point_sampling(torch.tensor(table[:, :3]), 20).numpy()
+        np.testing.assert_array_equal(idx, expected)
+        np.testing.assert_array_equal(np.load(out), table[idx, :columns])
+    out = files / "xyz_only.xyz"
+    assert main(["sample", str(files / "table.xyz"), "-k", "20", "-o", str(out), "--xyz-only", "-q"]) == 0
+    np.testing.assert_array_equal(np.loadtxt(out), table[expected, :3])  # text round-trips exactly
+
+
+def test_sample_keeps_ply_attributes(files, capsys):
+    """A .ply cloud's normals and colours stay with their points, in their own dtypes."""
+    rng = np.random.default_rng(4)
+    points = rng.random((200, 3)).astype(np.float32)
+    normals = rng.normal(size=(200, 3)).astype(np.float32)
+    red = rng.integers(0, 256, 200).astype(np.uint8)
+    header = "ply\nformat ascii 1.0\nelement vertex 200\n" + "".join(
+        f"property {t} {n}\n"
+        for t, n in [("float", c) for c in ("x", "y", "z", "nx", "ny", "nz")] + [("uchar", "red")]
+    )
+    rows = "".join(
+        " ".join([*(str(v) for v in p), *(str(v) for v in q), str(r)]) + "\n"
+        for p, q, r in zip(points, normals, red, strict=True)
+    )
+    (files / "attrs.ply").write_text(header + "end_header\n" + rows)
+    out, idx_out = files / "attrs_out.ply", files / "attrs_idx.npy"
+    argv = ["sample", str(files / "attrs.ply"), "-k", "16", "-o", str(out), "--indices", str(idx_out), "-q"]
+    assert main(argv) == 0
+    assert "4 attributes (nx, ny, nz, red)" in capsys.readouterr().out
+    idx = np.load(idx_out)
+    assert idx.dtype == np.int64 and idx.shape == (16,)
+    raw = trimesh.load(out).metadata["_ply_raw"]["vertex"]["data"]
+    column = {name: np.asarray(raw[name]).reshape(-1) for name in ("x", "nx", "nz", "red")}
+    np.testing.assert_array_equal(column["x"], points[idx, 0])
+    np.testing.assert_array_equal(column["nx"], normals[idx, 0])
+    np.testing.assert_array_equal(column["nz"], normals[idx, 2])
+    assert column["red"].dtype == np.uint8
+    np.testing.assert_array_equal(column["red"], red[idx])
+    run_error(
+        capsys,
+        ["sample", str(files / "sphere.stl"), "-o", str(out), "--indices", str(idx_out)],
+        "--indices needs a point-cloud input",
+    )
 
 
 def test_sample_errors(files, capsys):
@@ -120,6 +188,17 @@ def test_sample_errors(files, capsys):
         capsys, ["sample", str(files / "cloud.npy"), "-o", str(files / "no" / "x.ply")], "does not exist"
     )
     run_error(capsys, ["sample", str(files / "cloud.npy"), "-k", "0", "-o", out], "-k must be positive")
+    run_error(
+        capsys,
+        ["sample", str(files / "sphere.stl"), "--surface-samples", "0", "-o", out],
+        "--surface-samples must be positive; got 0",
+    )
+    run_error(
+        capsys,
+        ["sample", str(files / "cloud.npy"), "-o", out, "--indices", str(files / "idx.ply")],
+        "cannot write --indices",
+    )
+    run_error(capsys, ["sample", str(files / "cloud.npy"), "-o", str(files)], "unknown file type")
     run_error(capsys, ["sample", str(files), "-o", out], "not a file")
     (files / "cloud.abc").write_text("1 2 3")
     run_error(capsys, ["sample", str(files / "cloud.abc"), "-o", out], "unknown file type")
@@ -151,6 +230,31 @@ def test_sdf_npy_keeps_shape_and_sign(files, capsys):
     np.testing.assert_allclose(sd, radii[..., 0] - 1.0, atol=0.01)  # negative inside
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sdf_keeps_float64(files, capsys, dtype):
+    points = (np.random.default_rng(2).random((50, 3)) * 3 - 1.5).astype(dtype)
+    np.save(files / "q.npy", points)
+    out = files / "sd.npy"
+    assert main(["sdf", str(files / "sphere.obj"), str(files / "q.npy"), "-o", str(out), "-q"]) == 0
+    sd = np.load(out)
+    assert sd.dtype == dtype
+    np.testing.assert_allclose(sd, np.linalg.norm(points, axis=1) - 1.0, atol=0.01)
+
+
+def test_sdf_ignores_extra_columns(files, capsys):
+    """(N, 4) .npy and (N, 6) .xyz alike: x, y, z are the first three columns; the rest are ignored."""
+    rng = np.random.default_rng(5)
+    table = np.concatenate([rng.random((40, 3)) * 2 - 1, rng.random((40, 3))], axis=1)
+    np.save(files / "q4.npy", table[:, :4])
+    np.savetxt(files / "q6.xyz", table)
+    expected = np.linalg.norm(table[:, :3], axis=1) - 1.0
+    for name, ignored in (("q4.npy", "1 attribute column"), ("q6.xyz", "3 attribute columns")):
+        out = files / f"sd_{name}.npy"
+        assert main(["sdf", str(files / "sphere.obj"), str(files / name), "-o", str(out), "-q"]) == 0
+        assert f"40 points (ignored {ignored})" in capsys.readouterr().out
+        np.testing.assert_allclose(np.load(out), expected, atol=0.01)
+
+
 def test_sdf_text_io_and_winding(files, capsys):
     out = files / "sd.txt"
     argv = [
@@ -178,6 +282,20 @@ def test_sdf_errors(files, capsys):
     run_error(capsys, ["sdf", mesh, points, "-o", out, "--chunk", "0"], "--chunk must be positive")
 
 
+def test_unwritable_output_is_one_line_before_any_work(files, capsys):
+    """An output that cannot be created (/proc refuses new files) fails at once, and leaves nothing behind."""
+    points = str(files / "cloud.npy")
+    for argv in (
+        ["sample", points, "-o", "/proc/warpgeo-test.ply"],
+        ["sdf", str(files / "sphere.stl"), points, "-o", "/proc/warpgeo-test.npy"],
+    ):
+        line = run_error(capsys, argv, "cannot write /proc/warpgeo-test.")
+        assert "Errno" not in line and "FileNotFoundError" not in line
+    assert main(["sample", points, "-k", "4", "-o", str(files / "new.npy"), "-q"]) == 0
+    run_error(capsys, ["sample", points, "-o", str(files / "ro" / "x.npy")], "does not exist")
+    assert not (files / "ro").exists()
+
+
 # --------------------------------------------------------------------------------------------------------
 # arguments, devices, entry points
 # --------------------------------------------------------------------------------------------------------
@@ -187,16 +305,39 @@ def test_bad_device(files, capsys):
     argv = ["sample", str(files / "cloud.npy"), "-o", str(files / "o.npy")]
     run_error(capsys, [*argv, "--device", "banana"], "is not a device")
     run_error(capsys, [*argv, "--device", "meta"], "cpu and cuda only")
+    run_error(capsys, [*argv, "--device", "cuda:x"], "is not a device")
     if not torch.cuda.is_available():
         run_error(capsys, [*argv, "--device", "cuda"], "CUDA is not available")
 
 
-def test_usage_errors_exit_2(capsys):
-    for argv in ([], ["sample"], ["frobnicate"], ["sdf", "mesh.obj"]):
-        with pytest.raises(SystemExit) as info:
-            main(argv)
-        assert info.value.code == 2
-    capsys.readouterr()
+def test_bad_arguments_are_refused_before_torch_is_imported(files):
+    """A typo costs no torch import (seconds): device names, counts and outputs are checked first."""
+    cloud, out = str(files / "cloud.npy"), str(files / "o.npy")
+    code = (
+        "import sys\nfrom warpgeo.cli import main\n"
+        f"codes = [main(['sample', {cloud!r}, '-o', {out!r}, '--device', 'banana']),\n"
+        f"         main(['sample', {cloud!r}, '-o', {out!r}, '-k', '0']),\n"
+        f"         main(['sdf', {cloud!r}, {cloud!r}, '-o', '/proc/x.npy']),\n"
+        "         main(['sample'])]\n"
+        "print(codes, 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "[2, 2, 2, 2] False", proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 4, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        ([], "the following arguments are required: COMMAND"),
+        (["sample"], "required: MESH_OR_CLOUD, -o/--output (see warpgeo sample --help)"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["sdf", "mesh.obj"], "(see warpgeo sdf --help)"),
+        (["sample", "x.npy", "-o", "y.npy", "-k", "many"], "argument -k: invalid int value: 'many'"),
+    ],
+)
+def test_usage_errors_are_one_line(capsys, argv, fragment):
+    run_error(capsys, argv, fragment)
 
 
 def test_version_and_help(capsys):
@@ -239,3 +380,32 @@ def test_python_dash_m(files):
     assert bad.returncode == 2
     assert "warpgeo: error: cannot read" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_ops_work_and_demo_names_the_extra_without_matplotlib(tmp_path):
+    """With matplotlib missing, the ops run, and `warpgeo demo` says in one line what to install.
+
+    Also: a fresh process's first op is quiet on stderr (no Warp "CUDA driver" notice on CPU machines).
+    """
+    code = f"""
+import sys
+sys.modules["matplotlib"] = None  # imports of it now fail, as when it is not installed
+import torch, trimesh, warpgeo
+idx = warpgeo.farthest_point_sampling(torch.rand(50, 3), 4)
+features = torch.randn(1, 2, 50, requires_grad=True)
+warpgeo.gather_points(features, idx[None]).sum().backward()
+world = warpgeo.MeshWorld([trimesh.creation.box()])
+spheres = torch.tensor([[0.1, 0.0, 0.0, 0.2]], requires_grad=True)
+warpgeo.sphere_mesh_cost(spheres, world).sum().backward()
+print("ops ok", float(warpgeo.signed_distance(torch.zeros(1, 3), world)[0]))
+from warpgeo.cli import main
+print("demo exit", main(["demo", "--quick", "-o", {str(tmp_path / "demo")!r}]))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "ops ok -0.5" in proc.stdout, proc.stdout + proc.stderr
+    assert "demo exit 2" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [
+        "warpgeo: error: warpgeo demo draws its pictures with matplotlib, which is not installed; "
+        'run: python3 -m pip install "warpgeo[demo]"'
+    ], proc.stderr
+    assert not (tmp_path / "demo").exists()

@@ -23,6 +23,9 @@ def run_example(script: str, tmp_path: Path, *args: str, timeout: float = 300) -
         timeout=timeout,
     )
     assert proc.returncode == 0, f"{script} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    # No stray warnings: neither Python's (e.g. float() of a tensor that requires grad) nor Warp's notice
+    # that there is no CUDA driver.
+    assert "Warning" not in proc.stderr and "warning" not in proc.stderr, proc.stderr
     check_png(png)
     return proc.stdout
 
@@ -113,12 +116,17 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def test_readme_commands_and_snippets():
     """README keeps the two set-up commands CI and users run, and its Python snippets run as written."""
     text = README.read_text()
-    assert "\npip install -e . && warpgeo demo\n" in text
+    assert '\npython3 -m pip install -e ".[demo]" && warpgeo demo\n' in text
     assert '\npython3 -m pip install -q -e ".[test]" && python3 -m pytest -q\n' in text
     assert (
-        "docs/collision_avoidance.png" in text
+        "https://raw.githubusercontent.com/warpgeo/warpgeo/main/docs/collision_avoidance.png" in text
         and (README.parent / "docs" / "collision_avoidance.png").is_file()
     )
+    # PyPI renders README without the repository: links to its files must be absolute.
+    relative = re.findall(r"\]\((?!https?://|#)([^)]+)\)", text)
+    assert not relative, relative
+    assert "bunny.obj" not in text and (README.parent / "examples" / "data" / "torus.obj").is_file()
+    assert re.search(r"^pip install", text, flags=re.M) is None  # python3 -m pip throughout
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert len(blocks) >= 3
     namespace: dict = {}
@@ -127,3 +135,34 @@ def test_readme_commands_and_snippets():
     assert namespace["idx"].dtype.is_floating_point is False
     sd = namespace["sd"]
     assert abs(float(sd[0]) + 0.5) < 1e-4 and abs(float(sd[1]) - 1.0) < 1e-4
+
+
+def test_readme_tour_optimises_centres_only():
+    """The tour's gradient goes to the centres, the radii stay fixed (a free radius disables spheres)."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    namespace: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    assert namespace["centres"].grad is not None and namespace["centres"].grad.shape == (1, 1, 2, 3)
+    assert not namespace["spheres"].requires_grad
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["collision_avoidance.py", "point_sampling.py", "pointnet2_set_abstraction.py", "ddp_training.py"],
+)
+def test_example_names_the_demo_extra_without_matplotlib(tmp_path, script):
+    code = (
+        "import runpy, sys\n"
+        "sys.modules['matplotlib'] = None\n"
+        f"sys.argv = [{script!r}, '--quick', '--device', 'cpu']\n"
+        f"runpy.run_path({str(EXAMPLES / script)!r}, run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"{script}: error: {script} draws its pictures with matplotlib, which is not installed; "
+        'run: python3 -m pip install "warpgeo[demo]"'
+    ], proc.stderr
+    assert not list(tmp_path.iterdir())  # stopped before any work

@@ -143,7 +143,7 @@ def run_collision_avoidance(
 
     The trajectory is ``horizon`` waypoints on the straight line from :data:`START` to :data:`GOAL`, which
     crosses every obstacle of :func:`collision_scene`. The ends stay fixed; Adam moves the inner waypoints'
-    centres (never the radius) to minimise
+    centres in the plane z = 0 (never the radius) to minimise
 
         ``swept_sphere_mesh_cost(spheres).sum() + smoothness * sum ||x[h+1] - x[h]||^2 / segment^2``
 
@@ -177,9 +177,11 @@ def run_collision_avoidance(
     line = start + t * (goal - start)  # (H, 3)
     segment = float(torch.linalg.norm(goal - start)) / (horizon - 1)
     # Centres only: with the radius in the optimiser, shrinking a sphere below 0 (disabled: cost 0) wins.
-    centres = line[1:-1].clone().requires_grad_()
+    # They move in the plane z = 0, the plane the picture shows.
+    centres_xy = line[1:-1, :2].clone().requires_grad_()
+    z = line[1:-1, 2:]
     radii = torch.full((horizon, 1), radius, device=device)
-    optimiser = torch.optim.Adam([centres], lr=lr)
+    optimiser = torch.optim.Adam([centres_xy], lr=lr)
 
     result = CollisionAvoidanceResult(
         world=world,
@@ -190,7 +192,7 @@ def run_collision_avoidance(
     )
     bar = _progress(iterations, "collision avoidance", enabled=progress)
     for it in range(iterations + 1):
-        xyz = torch.cat([line[:1], centres, line[-1:]])  # (H, 3)
+        xyz = torch.cat([line[:1], torch.cat([centres_xy, z], dim=1), line[-1:]])  # (H, 3)
         spheres = torch.cat([xyz, radii], dim=1).reshape(1, horizon, 1, 4)  # (B=1, H, N=1, 4)
         cost = warpgeo.swept_sphere_mesh_cost(
             spheres, world, sweep_steps=sweep_steps, activation_distance=activation_distance
