@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import importlib.util
 import platform
 import statistics
 import time
@@ -21,12 +22,24 @@ def device_name(device: torch.device | str) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads)"
 
 
+#: import names of the distributions whose versions are printed, where they differ
+_MODULE_NAMES = {"warp-lang": "warp", "torch-fps": "torch_fps"}
+
+
 def version(distribution: str) -> str | None:
-    """The installed version of a PyPI distribution (``"torch-fps"``), or None when it is not installed."""
+    """The version of a PyPI distribution (``"torch-fps"``), or None when it is not there.
+
+    Falls back to the module's ``__version__`` for packages that are importable without being installed
+    (a GPU machine that puts them on ``PYTHONPATH``, as ``../shared/gpu/unpack`` does, warpgeo itself).
+    """
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
+        pass
+    module = _MODULE_NAMES.get(distribution, distribution.replace("-", "_"))
+    if importlib.util.find_spec(module) is None:
         return None
+    return getattr(importlib.import_module(module), "__version__", "(version unknown)")
 
 
 def import_peer(module: str, distribution: str, note: str = "") -> Any:

@@ -1,0 +1,333 @@
+"""One command for a GPU machine: tests on CUDA, every benchmark, one results file.
+
+    python benchmarks/gpu_check.py                         # CUDA, full: tests, then benchmarks
+    python benchmarks/gpu_check.py --quick                 # small sizes, CUDA-parametrised tests only
+    python benchmarks/gpu_check.py --only tests --out $OUT/tests.md     # one command of <= 10 minutes
+    python benchmarks/gpu_check.py --only bench --out $OUT/bench.md     # and the other
+    python benchmarks/gpu_check.py --only tests --shard 1/2 --out $OUT/tests1.md   # a suite too long for one
+    python benchmarks/gpu_check.py --merge tests.md bench.md --out benchmarks/results/<date>-<gpu>.md
+    python benchmarks/gpu_check.py --device cpu --quick --out /tmp/cpu-check.md   # the flow, on the CPU
+
+Steps, each a subprocess whose output is kept:
+
+* tests: the graph-replay check (``tests/test_cuda_graphs.py``), the sync check
+  (``tests/test_sync_free.py``, with ``torch.cuda.set_sync_debug_mode("error")`` on CUDA) and the rest of
+  the suite. On a machine with CUDA the suite's ``device`` fixture runs every device test on the CPU and on
+  CUDA; ``--quick`` keeps only the CUDA-parametrised ones (``-k cuda``) and, on the CPU, only the codegen
+  test (CUDA code generation through NVRTC).
+* bench: every ``benchmarks/bench_*.py`` (found by name) with ``--device`` (and ``--quick``).
+
+The results file (default ``benchmarks/results/<date>-<device slug>.md``) gets the device, versions, each
+pytest summary line and every benchmark's output. It is rewritten after each step, so a command stopped
+at its time limit leaves what it finished; ``--budget`` (seconds, default 540) stops starting steps that
+would not finish in time and gives each step only the time left. ``--only`` writes its own section of the
+file, so ``--only tests`` and ``--only bench`` into the same path (or ``--merge`` of two files) make one
+file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import torch
+from _common import device_name, version
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = ROOT / "benchmarks"
+TESTS = ROOT / "tests"
+GRAPH_TESTS = "tests/test_cuda_graphs.py"
+SYNC_TESTS = "tests/test_sync_free.py"
+CODEGEN_TESTS = "tests/test_codegen.py"
+#: extra arguments of a benchmark in full mode on CUDA (the GPU figures worth a GPU's time)
+FULL_CUDA_ARGS = {"bench_fps": ["--batch", "1", "8"]}
+_SECTION = re.compile(r"<!-- gpu_check:(\w+) -->\n(.*?)<!-- /gpu_check:\1 -->\n", re.S)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def benchmarks() -> list[Path]:
+    return sorted(BENCH_DIR.glob("bench_*.py"))
+
+
+class Budget:
+    def __init__(self, seconds: float):
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+
+def run_step(cmd: list[str], budget: Budget, *, env: dict | None = None) -> tuple[int | str, str, float]:
+    """Run ``cmd`` from the project root with the budget left as its timeout: (rc or "timeout", output, s)."""
+    start = time.monotonic()
+    timeout = max(1.0, budget.left())
+    print(f"\n$ {' '.join(cmd)}   (time left {timeout:.0f} s)", flush=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        rc: int | str = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+        rc = "timeout"
+    seconds = time.monotonic() - start
+    print(output, end="" if output.endswith("\n") else "\n", flush=True)
+    print(f"-> exit {rc} after {seconds:.1f} s", flush=True)
+    return rc, output, seconds
+
+
+def pytest_summary(output: str) -> str:
+    """pytest's final summary line (``5 passed, 2 skipped in 3.1s``), or a note that there was none."""
+    for line in reversed(output.splitlines()):
+        match = re.fullmatch(r"=*\s*(.*? in [\d.]+s(?: \([\d:]+\))?)\s*=*", line.strip())
+        if match and re.search(r"\b(passed|failed|skipped|error|errors|deselected|no tests ran)\b", line):
+            return match.group(1)
+    return "no pytest summary line (see the output)"
+
+
+def junit_counts(path: Path) -> dict[str, int]:
+    counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
+    if not path.exists():
+        return counts
+    for case in ET.parse(path).getroot().iter("testcase"):
+        kinds = {child.tag for child in case}
+        if "failure" in kinds:
+            counts["failed"] += 1
+        elif "error" in kinds:
+            counts["error"] += 1
+        elif "skipped" in kinds:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    return counts
+
+
+def failures(output: str, limit: int = 40) -> list[str]:
+    lines = [line for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    return lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
+
+
+def suite_files(shard: tuple[int, int] | None) -> list[str]:
+    """The suite's test files other than the graph and sync checks; with ``shard=(k, n)`` the k-th of n."""
+    files = sorted(
+        str(path.relative_to(ROOT))
+        for path in TESTS.glob("test_*.py")
+        if str(path.relative_to(ROOT)) not in (GRAPH_TESTS, SYNC_TESTS)
+    )
+    if shard is None:
+        return files
+    k, n = shard
+    return files[k - 1 :: n]
+
+
+def tests_section(args: argparse.Namespace, device: torch.device, budget: Budget, report) -> str:
+    steps = []
+    if args.shard is None or args.shard[0] == 1:
+        steps += [("graph-replay check", [GRAPH_TESTS]), ("sync check", [SYNC_TESTS])]
+    if args.quick and device.type == "cpu":
+        steps.append(("codegen (CUDA through NVRTC)", [CODEGEN_TESTS]))
+    else:
+        rest = suite_files(args.shard)
+        if args.quick:
+            rest += ["-k", "cuda or codegen"]
+        name = "test suite" + (" (CUDA-parametrised tests and codegen)" if args.quick else "")
+        if args.shard is not None:
+            name += f", part {args.shard[0]} of {args.shard[1]}"
+        steps.append((name, rest))
+    lines = ["## Tests" + ("" if args.shard is None else f" (part {args.shard[0]} of {args.shard[1]})"), ""]
+    totals = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
+    for name, selection in steps:
+        if budget.left() < 20:
+            lines.append(f"- **{name}**: not run (out of time: --budget)")
+            continue
+        xml = Path(args.scratch) / f"junit-{slug(name)}.xml"
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rfEs",
+            f"--junitxml={xml}",
+            *selection,
+            *args.pytest_args,
+        ]
+        rc, output, seconds = run_step(cmd, budget)
+        counts = junit_counts(xml)
+        for key in totals:
+            totals[key] += counts[key]
+        summary = pytest_summary(output) if rc != "timeout" else f"timed out after {seconds:.0f} s"
+        shown = (
+            " ".join(["pytest", *selection]) if len(selection) <= 4 else f"pytest <{len(selection)} files>"
+        )
+        lines.append(f"- **{name}** (`{shown}`, {seconds:.0f} s): {summary}")
+        for failure in failures(output):
+            lines.append(f"    - {failure}")
+        report([*lines, ""])
+    lines.append("")
+    lines.append(
+        "Total: "
+        + ", ".join(f"{n} {kind}" for kind, n in totals.items())
+        + " (skipped tests are not passes: the skip reasons are in each step's output)"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def bench_section(args: argparse.Namespace, device: torch.device, budget: Budget, report) -> str:
+    lines = ["## Benchmarks", ""]
+    for script in benchmarks():
+        cmd = [sys.executable, str(script.relative_to(ROOT)), "--device", str(device)]
+        if args.quick:
+            cmd.append("--quick")
+        elif device.type == "cuda":
+            cmd += FULL_CUDA_ARGS.get(script.stem, [])
+        shown = " ".join(["python", *cmd[1:]])
+        if budget.left() < 20:
+            lines += [f"### `{shown}`", "", "not run (out of time: --budget)", ""]
+            continue
+        rc, output, seconds = run_step(cmd, budget)
+        status = "" if rc == 0 else f" — **exit {rc}**"
+        lines += [f"### `{shown}`", "", f"{seconds:.0f} s{status}", "", "```", output.rstrip(), "```", ""]
+        report(lines)
+    return "\n".join(lines) + "\n"
+
+
+def header(device: torch.device, args: argparse.Namespace) -> str:
+    now = datetime.datetime.now().astimezone()
+    name = device_name(device)
+    cuda = f", CUDA {torch.version.cuda}" if device.type == "cuda" else ""
+    names = ("torch", "warp-lang", "warpgeo", "torch-fps", "trimesh", "triton")
+    versions = ", ".join(f"{n} {version(n)}" for n in names if version(n) is not None)
+    mode = "quick" if args.quick else "full"
+    return (
+        f"# warpgeo GPU check, {now:%Y-%m-%d}: {name}\n\n"
+        f"- device: {name}{cuda}\n"
+        f"- host: {os.cpu_count()} CPU cores; Python {sys.version.split()[0]}\n"
+        f"- versions: {versions}\n"
+        f"- command: `python benchmarks/gpu_check.py {' '.join(args.argv)}` ({mode} mode), {now:%Y-%m-%d %H:%M %Z}\n"
+        f"- commit: {git_commit()}\n"
+    )
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git here)"
+
+
+def read_sections(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    return {m.group(1): m.group(2) for m in _SECTION.finditer(path.read_text())}
+
+
+def write_sections(path: Path, sections: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    order = sorted(sections, key=lambda key: (key != "header", key.startswith("bench"), key))
+    parts = [f"<!-- gpu_check:{key} -->\n{sections[key]}<!-- /gpu_check:{key} -->\n" for key in order]
+    path.write_text("\n".join(parts))
+
+
+def default_out(device: torch.device) -> Path:
+    today = datetime.date.today().isoformat()
+    name = slug(device_name(device)) if device.type == "cuda" else "cpu-check"
+    return BENCH_DIR / "results" / f"{today}-{name}.md"
+
+
+def _shard(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)/(\d+)", text)
+    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
+        raise argparse.ArgumentTypeError(f"expected K/N with 1 <= K <= N, e.g. 1/2; got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    parser.add_argument(
+        "--quick", action="store_true", help="small benchmark sizes, CUDA-parametrised tests only"
+    )
+    parser.add_argument("--only", choices=["tests", "bench"], help="run one half (each fits in one command)")
+    parser.add_argument("--out", type=Path, help="results file (default benchmarks/results/<date>-<gpu>.md)")
+    parser.add_argument(
+        "--budget", type=float, default=540.0, help="seconds this command may take (default 540)"
+    )
+    parser.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="K/N",
+        help="with --only tests: the K-th of N parts of the suite (1/2, 2/2)",
+    )
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", help="combine results files from --only runs into --out"
+    )
+    parser.add_argument("--scratch", default=None, help="where pytest's junit files go (default: a temp dir)")
+    parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments (e.g. -x, -k expr)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    args.argv = argv
+
+    if args.merge:
+        sections: dict[str, str] = {}
+        for path in args.merge:
+            sections.update(read_sections(path))
+        if args.out is None:
+            parser.error("--merge needs --out (e.g. benchmarks/results/<date>-<gpu>.md)")
+        out = args.out
+        write_sections(out, sections)
+        print(f"merged {len(args.merge)} files into {out}")
+        return 0
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("--device cuda, but torch sees no CUDA device here (use --device cpu to try the flow)")
+        return 2
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    print(f"device: {device_name(device)}", flush=True)
+    budget = Budget(args.budget)
+    if args.scratch is None:
+        import tempfile
+
+        args.scratch = tempfile.mkdtemp(prefix="gpu_check-")
+    out = args.out or default_out(device)
+    sections = read_sections(out)
+    sections["header"] = header(device, args)
+
+    def report(partial_lines: list[str], key: str) -> None:
+        sections[key] = "\n".join(partial_lines) + "\n\n(incomplete: the command stopped here)\n"
+        write_sections(out, sections)
+
+    write_sections(out, sections)
+    if args.only in (None, "tests"):
+        key = "tests" if args.shard is None else f"tests{args.shard[0]}of{args.shard[1]}"
+        sections[key] = tests_section(args, device, budget, lambda lines: report(lines, key))
+        write_sections(out, sections)
+    if args.only in (None, "bench"):
+        sections["bench"] = bench_section(args, device, budget, lambda lines: report(lines, "bench"))
+        write_sections(out, sections)
+    print(f"\nresults: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
