@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -72,6 +75,121 @@ def test_distances_match_reference(device, dtype):
     torch.testing.assert_close(dist[:, 1:].double().cpu(), expected_dist[:, 1:], rtol=tol, atol=0)
     # the coverage radius never grows
     assert (dist[:, 2:] <= dist[:, 1:-1]).all()
+
+
+@pytest.fixture
+def tree_always(monkeypatch):
+    """Every CPU call takes the tree kernel (normally only N * K >= 2**22 does), so small clouds test it."""
+    import warpgeo.fps
+
+    monkeypatch.setattr(warpgeo.fps, "_MIN_TREE_WORK", 0)
+
+
+def _shaped_cloud(shape, n, generator):
+    """Clouds on which pruning fails or ties abound: every point on a sphere, on a line, on a coarse grid."""
+    if shape == "sphere":
+        p = torch.randn(n, 3, generator=generator, dtype=torch.float64)
+        return p / p.norm(dim=1, keepdim=True)
+    if shape == "line":
+        p = torch.zeros(n, 3, dtype=torch.float64)
+        p[:, 0] = torch.rand(n, generator=generator, dtype=torch.float64)
+        return p
+    if shape == "grid":  # duplicates and exact distance ties everywhere
+        return torch.randint(-3, 4, (n, 3), generator=generator).double()
+    if shape == "clusters":  # two tight clusters far apart
+        p = torch.rand(n, 3, generator=generator, dtype=torch.float64) * 1e-3
+        p[n // 2 :] += 100.0
+        return p
+    return torch.rand(n, 3, generator=generator, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("shape", ["uniform", "sphere", "line", "grid", "clusters"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tree_kernel_matches_reference(tree_always, shape, dtype):
+    gen = torch.Generator().manual_seed(hash(shape) % 1000)
+    n = 700
+    points = torch.stack([_shaped_cloud(shape, n, gen) for _ in range(3)]).to(dtype)
+    lengths = torch.tensor([700, 333, 17])
+    num_samples = torch.tensor([700, 200, 40])  # every point of cloud 0; cloud 2 asks for more than it has
+    starts = torch.tensor([5, 332, 0])
+    got, dist = farthest_point_sampling(
+        points, num_samples, lengths=lengths, start_index=starts, return_distances=True
+    )
+    expected, expected_dist = _reference_rows(points, num_samples, starts=starts, lengths=lengths)
+    assert torch.equal(got, expected)
+    assert got[2, 17:].eq(-1).all()
+    torch.testing.assert_close(dist.double(), expected_dist.to(dist.dtype).double(), equal_nan=True)
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 33, 1000])
+def test_tree_kernel_sizes_around_the_leaf(tree_always, n):
+    points = _cloud(2, n, torch.float64)
+    for k in sorted({1, max(1, n // 3), n, n + 5}):
+        expected, _ = _reference_rows(points, k)
+        assert torch.equal(farthest_point_sampling(points, k), expected), f"n={n} k={k}"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    cloud=st.lists(
+        st.tuples(st.integers(-2, 2), st.integers(-2, 2), st.integers(-2, 2)), min_size=1, max_size=60
+    ),
+    k=st.integers(min_value=1, max_value=70),
+)
+def test_tree_kernel_on_tiny_grids(cloud, k):
+    import warpgeo.fps
+
+    points = torch.tensor(cloud, dtype=torch.float64)
+    previous = warpgeo.fps._MIN_TREE_WORK
+    warpgeo.fps._MIN_TREE_WORK = 0  # hypothesis and function-scoped fixtures do not mix
+    try:
+        got = farthest_point_sampling(points, k)
+    finally:
+        warpgeo.fps._MIN_TREE_WORK = previous
+    expected, _ = fps_reference(points.numpy(), k)
+    assert got.tolist() == expected
+
+
+# ---------------------------------------------------------------------------------------------------------
+# any finite float64 scale (squared distances would overflow past ~1e154 and underflow for subnormal clouds)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["serial", "tree"])
+def test_float64_beyond_the_square_root_of_its_range(device, path, monkeypatch):
+    import warpgeo.fps
+
+    monkeypatch.setattr(warpgeo.fps, "_MIN_TREE_WORK", 0 if path == "tree" else 1 << 62)
+    points = torch.tensor([[0.0, 0, 0], [1.1e154, 0, 0], [1.3e154, 0, 0]], dtype=torch.float64, device=device)
+    idx, dist = farthest_point_sampling(points, 3, return_distances=True)
+    assert idx.tolist() == [0, 2, 1]
+    assert dist[1].item() == 1.3e154 and dist[2].item() == pytest.approx(0.2e154, rel=1e-12)
+
+
+@pytest.mark.parametrize("exponent", [-1070, -1040, -600, 0, 500, 1000])
+@pytest.mark.parametrize("path", ["serial", "tree"])
+def test_float64_order_is_the_same_at_every_scale(device, path, exponent, monkeypatch):
+    import warpgeo.fps
+
+    monkeypatch.setattr(warpgeo.fps, "_MIN_TREE_WORK", 0 if path == "tree" else 1 << 62)
+    # small integers: exact at every scale, even as subnormals (2**-1070 * 15 is a subnormal float64)
+    unit = torch.randint(0, 16, (2, 300, 3), generator=torch.Generator().manual_seed(3)).double()
+    scale = 2.0 ** (exponent // 2) * 2.0 ** (exponent - exponent // 2)
+    scaled = (unit * scale).to(device)
+    assert torch.equal(scaled.cpu() / scale, unit), "the test cloud itself must be exact"
+    idx, dist = farthest_point_sampling(scaled, 150, return_distances=True)
+    expected, expected_dist = _reference_rows(unit, 150)
+    assert torch.equal(idx.cpu(), expected)
+    # distances come back in the caller's units (where they are representable)
+    if exponent >= -1000:
+        torch.testing.assert_close(dist.cpu() / scale, expected_dist, rtol=1e-12, atol=0)
+
+
+def test_float32_extremes(device):
+    big = torch.tensor([[-3.0e38, 0, 0], [0, 0, 0], [3.0e38, 0, 0], [1.0e38, 0, 0]], device=device)
+    assert farthest_point_sampling(big, 4).tolist() == [0, 2, 1, 3]
+    tiny = torch.tensor([[0.0, 0, 0], [3e-45, 0, 0], [1e-45, 0, 0]], device=device)  # float32 subnormals
+    assert farthest_point_sampling(tiny, 3).tolist() == [0, 1, 2]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -356,6 +474,89 @@ def test_bad_input_raises(kwargs, error, match):
     points, k = args.pop("points"), args.pop("num_samples")
     with pytest.raises(error, match=match):
         farthest_point_sampling(points, k, **args)
+
+
+# Inputs that crashed the process before (or would, were a check lost) run in a child process: the test
+# asserts a clean exit and the documented error, so a crash fails one test instead of the whole run.
+_HOSTILE = {
+    "num_samples beyond a row (issue 9)": (
+        "farthest_point_sampling(torch.rand(2, 5, 3, dtype=torch.float64), 2**28)",
+        "ValueError: num_samples may be at most 268435455",
+    ),
+    "num_samples beyond memory": (
+        "farthest_point_sampling(torch.rand(2**20, 5, 3), 2**27)",
+        "ValueError: num_samples=134217728 asks for",
+    ),
+    "a cloud beyond a row": (
+        "farthest_point_sampling(torch.zeros(1, 1, 3, dtype=torch.float64).expand(1, 2**27, 3), 2)",
+        "ValueError: points may hold at most 89478485 points per cloud",
+    ),
+    "max_samples below the per-cloud K (issue 9)": (
+        "n = torch.full((4,), 1000)\n"
+        "with warpgeo.value_checks(False):\n"
+        "    idx, _ = FarthestPointSampling.apply(torch.rand(4, 1000, 3), n, n, torch.zeros(4, dtype=torch.long), 1)\n"
+        "assert idx.shape == (4, 1) and idx.eq(0).all(), idx\n"
+        "FarthestPointSampling.apply(torch.rand(4, 1000, 3), n, n, torch.zeros(4, dtype=torch.long), 1)",
+        "ValueError: num_samples must lie in [0, 1]",
+    ),
+    "per-cloud inputs of shape (1,) for B = 64 (issue 9)": (
+        "one = torch.tensor([5])\n"
+        "for args in [(one, None, None), (None, one, None), (None, None, one)]:\n"
+        "    try:\n"
+        "        torch.ops.warpgeo.farthest_point_sampling(torch.rand(64, 100, 3), *args, 3)\n"
+        "    except ValueError as e:\n"
+        "        assert 'must have shape (64,)' in str(e), e\n"
+        "    else:\n"
+        "        raise AssertionError(args)\n"
+        "FarthestPointSampling.apply(torch.rand(64, 100, 3), one, None, None, 3)",
+        "ValueError: lengths must have shape (64,); got (1,)",
+    ),
+    "values out of range with value checks off, both CPU kernels": (
+        "import warpgeo.fps\n"
+        "B = 6\n"
+        "lengths = torch.tensor([-5, 10**9, 0, 700, 3, 2**40])\n"
+        "ks = torch.tensor([-1, 10**9, 5, 2**40, -2**40, 7])\n"
+        "starts = torch.tensor([-3, 10**12, 0, 699, 5, -1])\n"
+        "points = torch.rand(B, 700, 3, dtype=torch.float64)\n"
+        "points[0, 0, 0] = float('nan'); points[3, 1, 1] = float('inf')\n"
+        "for work in (0, 1 << 62):\n"
+        "    warpgeo.fps._MIN_TREE_WORK = work\n"
+        "    with warpgeo.value_checks(False):\n"
+        "        idx, dist = torch.ops.warpgeo.farthest_point_sampling(points, lengths, ks, starts, 9)\n"
+        "    assert idx.shape == (B, 9) and ((idx >= -1) & (idx < 700)).all(), idx",
+        "returned",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_run():
+    """Every ``_HOSTILE`` case, in order, in one child process (one interpreter start, not six): each prints
+    a line ``<case>: <outcome>``; a crash ends the child and fails the case it was in and every later one."""
+    code = ["import torch, warpgeo", "from warpgeo import FarthestPointSampling, farthest_point_sampling"]
+    for case, (body, _) in _HOSTILE.items():
+        code += [
+            "try:",
+            textwrap.indent(body, "    "),
+            "    outcome = 'returned'",
+            "except (ValueError, TypeError, IndexError) as e:",
+            "    outcome = f'{type(e).__name__}: {e}'",
+            f"print({case!r} + ': ' + outcome.replace(chr(10), ' '), flush=True)",
+        ]
+    run = subprocess.run([sys.executable, "-c", "\n".join(code)], capture_output=True, text=True, timeout=600)
+    lines = dict(line.split(": ", 1) for line in run.stdout.splitlines() if ": " in line)
+    return run, lines
+
+
+@pytest.mark.parametrize("case", list(_HOSTILE))
+def test_hostile_input_exits_cleanly(hostile_run, case):
+    run, lines = hostile_run
+    _, expected = _HOSTILE[case]
+    assert case in lines, (
+        f"the child died before or in this case (exit {run.returncode}): {run.stderr[-2000:]}"
+    )
+    assert lines[case].startswith(expected), lines[case]
+    assert run.returncode == 0, run.stderr[-2000:]
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
