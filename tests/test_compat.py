@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 import torch
 from reference import fps_reference
@@ -240,7 +241,12 @@ class PointnetSAModule(nn.Module):
 
 @pytest.fixture
 def installed(monkeypatch):
-    for name in ("pointnet2_ops", "pointnet2_ops.pointnet2_utils", "pointops"):
+    for name in (
+        "pointnet2_ops",
+        "pointnet2_ops.pointnet2_utils",
+        "pointnet2_ops.pointnet2_modules",
+        "pointops",
+    ):
         monkeypatch.delitem(sys.modules, name, raising=False)
     registered = install()
     yield registered
@@ -249,9 +255,18 @@ def installed(monkeypatch):
 
 
 def test_install_registers_the_original_names(installed):
-    assert set(installed) == {"pointnet2_ops", "pointnet2_ops.pointnet2_utils", "pointops"}
+    assert set(installed) == {
+        "pointnet2_ops",
+        "pointnet2_ops.pointnet2_utils",
+        "pointnet2_ops.pointnet2_modules",
+        "pointops",
+    }
     import pointops as po
     from pointnet2_ops import pointnet2_utils
+    from pointnet2_ops.pointnet2_modules import PointnetFPModule, PointnetSAModule, PointnetSAModuleMSG
+
+    assert PointnetSAModule.__module__ == "warpgeo.compat.pointnet2_ops.pointnet2_modules"
+    assert PointnetSAModuleMSG and PointnetFPModule
 
     assert pointnet2_utils.gather_operation is pointnet2_ops.gather_operation
     assert po.furthestsampling is pointops.furthestsampling
@@ -310,3 +325,318 @@ def test_pointnet2_snippet_backward_into_an_mlp(installed):
     _, out = sa(xyz, embed(xyz.transpose(1, 2)))
     out.sum().backward()
     assert embed.weight.grad is not None and embed.weight.grad.abs().sum() > 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# three_nn / three_interpolate / the .apply classes
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_three_nn_and_interpolate(device):
+    from reference import knn_reference, three_interpolate_reference
+
+    unknown, known = torch.rand(2, 40, 3, device=device), torch.rand(2, 25, 3, device=device)
+    dist, idx = pointnet2_ops.three_nn(unknown, known)
+    assert idx.dtype == torch.int32 and dist.shape == idx.shape == (2, 40, 3)
+    for b in range(2):
+        ref_d, ref_i = knn_reference(unknown[b].cpu(), known[b].cpu(), 3)
+        assert idx[b].tolist() == ref_i.tolist()
+        torch.testing.assert_close(dist[b].cpu().double(), torch.from_numpy(ref_d), rtol=1e-6, atol=0)
+    feats = torch.randn(2, 5, 25, device=device, dtype=torch.float64, requires_grad=True)
+    weight = torch.rand(2, 40, 3, device=device, dtype=torch.float64)
+    out = pointnet2_ops.ThreeInterpolate.apply(feats, idx, weight)
+    ref = three_interpolate_reference(feats.detach().cpu(), idx.cpu(), weight.cpu())
+    torch.testing.assert_close(out.detach().cpu(), torch.from_numpy(ref))
+    assert torch.autograd.gradcheck(lambda f: pointnet2_ops.three_interpolate(f, idx, weight), (feats,))
+
+
+def test_three_nn_with_fewer_than_three_known():
+    dist, idx = pointnet2_ops.three_nn(torch.rand(1, 4, 3), torch.rand(1, 2, 3))
+    assert (idx[..., 2] == idx[..., 0]).all() and torch.isinf(dist[..., 2]).all()
+
+
+def test_apply_classes_are_the_functions():
+    xyz = torch.rand(2, 64, 3)
+    assert torch.equal(
+        pointnet2_ops.FurthestPointSampling.apply(xyz, 8), pointnet2_ops.furthest_point_sample(xyz, 8)
+    )
+    idx = pointnet2_ops.BallQuery.apply(0.3, 6, xyz, xyz[:, :8])
+    assert torch.equal(idx, pointnet2_ops.ball_query(0.3, 6, xyz, xyz[:, :8]))
+    feats = torch.randn(2, 4, 64)
+    assert torch.equal(pointnet2_ops.GroupingOperation.apply(feats, idx), torch_gather(feats, idx))
+    assert torch.equal(
+        pointnet2_ops.GatherOperation.apply(feats, idx[..., 0]), torch_gather(feats, idx[..., 0])
+    )
+    _, i = pointnet2_ops.ThreeNN.apply(xyz, xyz[:, :10])
+    assert torch.equal(i, pointnet2_ops.three_nn(xyz, xyz[:, :10])[1])
+
+
+# --------------------------------------------------------------------------------------------------------
+# PointNet++ models built from compat pointnet2_modules, against the same models on plain-torch ops
+# --------------------------------------------------------------------------------------------------------
+
+
+class _TorchUtils:
+    """pointnet2_utils written with brute-force torch (the reference the compat modules must match)."""
+
+    furthest_point_sample = staticmethod(pointnet2_ops.furthest_point_sample)  # tested against fps_reference
+    gather_operation = staticmethod(torch_gather)
+    grouping_operation = staticmethod(torch_gather)
+
+    @staticmethod
+    def ball_query(radius, nsample, xyz, new_xyz):
+        d2 = (new_xyz[:, :, None] - xyz[:, None]).square().sum(-1)
+        n = xyz.shape[1]
+        key = torch.where(d2 < radius * radius, torch.arange(n), n).sort(dim=-1).values[..., :nsample]
+        first = torch.where(key[..., :1] < n, key[..., :1], 0)
+        return torch.where(key < n, key, first)
+
+    @staticmethod
+    def three_nn(unknown, known):
+        d = torch.cdist(unknown.double(), known.double(), compute_mode="donot_use_mm_for_euclid_dist")
+        dist, idx = torch.sort(d, dim=-1, stable=True)
+        # the extension's ThreeNN is not differentiable: the weights are constants to autograd
+        return dist[..., :3].to(unknown.dtype).detach(), idx[..., :3]
+
+    @staticmethod
+    def three_interpolate(features, idx, weight):
+        return (torch_gather(features, idx) * weight[:, None]).sum(-1)
+
+
+def _utils_namespace(utils):
+    import types
+
+    from warpgeo.compat.pointnet2_ops import pointnet2_utils
+
+    ns = types.SimpleNamespace(**{name: getattr(pointnet2_utils, name) for name in pointnet2_utils.__all__})
+    for name in ("furthest_point_sample", "gather_operation", "grouping_operation", "ball_query", "three_nn"):
+        setattr(ns, name, getattr(utils, name))
+    ns.three_interpolate = utils.three_interpolate
+
+    class QueryAndGroup(pointnet2_utils.QueryAndGroup):
+        def forward(self, xyz, new_xyz, features=None):
+            idx = utils.ball_query(self.radius, self.nsample, xyz, new_xyz)
+            grouped_xyz = (
+                utils.grouping_operation(xyz.transpose(1, 2), idx) - new_xyz.transpose(1, 2)[..., None]
+            )
+            if features is None:
+                return grouped_xyz
+            grouped = utils.grouping_operation(features, idx)
+            return torch.cat([grouped_xyz, grouped], dim=1) if self.use_xyz else grouped
+
+    ns.QueryAndGroup = QueryAndGroup
+    return ns
+
+
+def _pointnet2(kind: str):
+    """PointNet++ SSG / MSG, classification / segmentation, as Pointnet2_PyTorch builds them (smaller)."""
+    from warpgeo.compat.pointnet2_ops.pointnet2_modules import (
+        PointnetFPModule,
+        PointnetSAModule,
+        PointnetSAModuleMSG,
+    )
+
+    if kind.startswith("ssg"):
+        sa = [
+            PointnetSAModule(npoint=64, radius=0.2, nsample=16, mlp=[3, 16, 32]),
+            PointnetSAModule(npoint=16, radius=0.4, nsample=8, mlp=[32, 32, 64]),
+        ]
+    else:
+        sa = [
+            PointnetSAModuleMSG(npoint=64, radii=[0.1, 0.3], nsamples=[8, 16], mlps=[[3, 16], [3, 16, 16]]),
+            PointnetSAModuleMSG(npoint=16, radii=[0.3, 0.5], nsamples=[8, 8], mlps=[[32, 32], [32, 32]]),
+        ]
+    sa.append(PointnetSAModule(mlp=[64, 64]))  # group all
+    fp = [PointnetFPModule(mlp=[64 + 32, 32]), PointnetFPModule(mlp=[32 + 3, 16])]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.sa, self.fp = nn.ModuleList(sa), nn.ModuleList(fp)
+
+        def forward(self, pointcloud):
+            xyz, features = pointcloud[..., :3].contiguous(), pointcloud[..., 3:].transpose(1, 2).contiguous()
+            l_xyz, l_feats = [xyz], [features]
+            for module in self.sa:
+                new_xyz, new_feats = module(l_xyz[-1], l_feats[-1])
+                l_xyz.append(new_xyz)
+                l_feats.append(new_feats)
+            if kind.endswith("cls"):
+                return l_feats[-1].squeeze(-1)
+            feats = self.fp[0](l_xyz[1], l_xyz[2], l_feats[1], l_feats[2])
+            return self.fp[1](l_xyz[0], l_xyz[1], l_feats[0], feats)
+
+    return Net()
+
+
+@pytest.mark.parametrize("kind", ["ssg_cls", "ssg_seg", "msg_cls", "msg_seg"])
+def test_pointnet2_models_match_torch_reference(kind, monkeypatch):
+    from warpgeo.compat.pointnet2_ops import pointnet2_modules
+
+    torch.manual_seed(0)
+    net = _pointnet2(kind).double()
+    cloud = torch.rand(2, 256, 6, dtype=torch.float64)
+    results = []
+    for utils in (None, _TorchUtils):
+        if utils is not None:
+            monkeypatch.setattr(pointnet2_modules, "pointnet2_utils", _utils_namespace(utils))
+        points = cloud.clone().requires_grad_()
+        net.zero_grad()
+        out = net(points)
+        out.square().mean().backward()
+        results.append(
+            (
+                out.detach(),
+                points.grad,
+                [None if p.grad is None else p.grad.clone() for p in net.parameters()],
+            )
+        )
+    (out, grad, params), (ref_out, ref_grad, ref_params) = results
+    assert out.shape == ((2, 64) if kind.endswith("cls") else (2, 16, 256))
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(grad, ref_grad)
+    assert grad.abs().sum() > 0
+    for a, b in zip(params, ref_params, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b)
+
+
+def test_sa_module_arguments_are_the_originals():
+    from warpgeo.compat.pointnet2_ops.pointnet2_modules import PointnetSAModule, PointnetSAModuleMSG
+
+    mlp = [3, 8]
+    sa = PointnetSAModule(mlp, npoint=4, radius=0.2, nsample=4, bn=False, use_xyz=True)
+    assert mlp == [3, 8]  # copied, not edited in place
+    conv = sa.mlps[0][0]
+    assert conv.in_channels == 6 and conv.bias is not None
+    assert isinstance(PointnetSAModuleMSG(None, [None], [None], [[3, 4]]).groupers[0], pointnet2_ops.GroupAll)
+    with pytest.raises(ValueError, match="same length"):
+        PointnetSAModuleMSG(4, [0.1, 0.2], [4], [[3, 4]])
+    _, f = PointnetSAModule([0, 8], npoint=4, radius=0.3, nsample=4)(torch.rand(1, 32, 3), None)
+    assert f.shape == (1, 8, 4)
+
+
+# --------------------------------------------------------------------------------------------------------
+# pointops neighbours, grouping, interpolation, and a Point-Transformer-style block
+# --------------------------------------------------------------------------------------------------------
+
+
+def _packed_clouds(sizes, device="cpu", dtype=torch.float32):
+    xyz = torch.rand(sum(sizes), 3, device=device, dtype=dtype)
+    return xyz, torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
+
+
+def test_knnquery_packed_matches_reference(device):
+    from reference import knn_reference
+
+    sizes, new_sizes = [60, 3, 90], [10, 4, 20]
+    xyz, offset = _packed_clouds(sizes, device)
+    new_xyz, new_offset = _packed_clouds(new_sizes, device)
+    idx, _ = pointops.knnquery(5, xyz, new_xyz, offset, new_offset)
+    idx_pc, dist_pc = pointops.knn_query(5, xyz, offset, new_xyz, new_offset)
+    assert idx.dtype == idx_pc.dtype == torch.int32 and idx.shape == (34, 5)
+    start, new_start = 0, 0
+    for n, m in zip(sizes, new_sizes, strict=True):
+        ref_d, ref_i = knn_reference(
+            new_xyz[new_start : new_start + m].cpu(), xyz[start : start + n].cpu(), 5
+        )
+        glob = np.where(ref_i >= 0, ref_i + start, -1)
+        assert idx_pc[new_start : new_start + m].tolist() == glob.tolist()
+        assert idx[new_start : new_start + m].tolist() == np.where(glob >= 0, glob, start).tolist()
+        torch.testing.assert_close(dist_pc[new_start : new_start + m].cpu().double(), torch.from_numpy(ref_d))
+        start, new_start = start + n, new_start + m
+
+
+def test_pointcept_ball_query_and_grouping(device):
+    xyz, offset = _packed_clouds([80, 50], device)
+    feat = torch.randn(130, 4, device=device, requires_grad=True)
+    idx, _ = pointops.ball_query(6, 0.3, 0.05, xyz, offset)
+    assert idx.dtype == torch.int32 and idx.shape == (130, 6)
+    for row in range(0, 130, 13):
+        lo = 0 if row < 80 else 80
+        d = (xyz[lo : lo + (80 if lo == 0 else 50)] - xyz[row]).norm(dim=-1)
+        ok = ((d >= 0.05) & (d < 0.3)).nonzero()[:, 0]
+        expected = ok[torch.sort(d[ok], stable=True).indices][:6] + lo
+        assert idx[row, : len(expected)].tolist() == expected.tolist()
+        assert (idx[row, len(expected) :] == -1).all()
+    grouped, gidx = pointops.ball_query_and_group(
+        feat, xyz, offset, max_radio=0.3, min_radio=0.05, nsample=6, with_xyz=True
+    )
+    assert torch.equal(gidx, idx) and grouped.shape == (130, 6, 7)
+    pad = idx < 0
+    assert (grouped[pad] == 0).all()
+    valid = ~pad
+    torch.testing.assert_close(grouped[..., 3:][valid], feat[idx.long()][valid])
+    torch.testing.assert_close(grouped[..., :3][valid], (xyz[idx.long()] - xyz[:, None])[valid])
+
+
+def test_queryandgroup_and_interpolation_match_torch(device):
+    xyz, offset = _packed_clouds([70, 40], device, torch.float64)
+    new_offset = torch.tensor([20, 30], dtype=torch.int32, device=device)
+    sub = pointops.furthestsampling(xyz, offset, new_offset)
+    new_xyz = xyz[sub.long()]
+    feat = torch.randn(110, 5, device=device, dtype=torch.float64, requires_grad=True)
+    grouped = pointops.queryandgroup(8, xyz, new_xyz, feat, None, offset, new_offset, use_xyz=True)
+    idx, _ = pointops.knnquery(8, xyz, new_xyz, offset, new_offset)
+    ref = torch.cat([xyz[idx.long()] - new_xyz[:, None], feat[idx.long()]], dim=-1)
+    torch.testing.assert_close(grouped, ref)
+    assert torch.equal(pointops.grouping(feat, idx), feat[idx.long()])
+    # interpolation back to every point: inverse-distance weights over 3 neighbours
+    up = pointops.interpolation(new_xyz, xyz, feat[sub.long()], new_offset, offset)
+    i3, d3 = pointops.knnquery(3, new_xyz, xyz, new_offset, offset)
+    w = 1.0 / (d3 + 1e-8)
+    w = w / w.sum(1, keepdim=True)
+    ref_up = (feat[sub.long()][i3.long()] * w[..., None]).sum(1)
+    torch.testing.assert_close(up, ref_up)
+    assert torch.autograd.gradcheck(
+        lambda f: pointops.interpolation(new_xyz, xyz, f, new_offset, offset),
+        (feat[:30].detach().requires_grad_(),),
+    )
+
+
+class _PointTransformerLayer(nn.Module):
+    """Point Transformer's vector-attention layer, as the POSTECH code writes it against pointops."""
+
+    def __init__(self, planes, nsample=8):
+        super().__init__()
+        self.nsample = nsample
+        self.linear_q, self.linear_k, self.linear_v = (nn.Linear(planes, planes) for _ in range(3))
+        self.linear_p = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True), nn.Linear(3, planes))
+        self.linear_w = nn.Sequential(
+            nn.Linear(planes, planes), nn.ReLU(inplace=True), nn.Linear(planes, planes)
+        )
+        self.softmax = nn.Softmax(dim=1)
+
+    def forward(self, pxo):
+        p, x, o = pxo
+        x_q, x_k, x_v = self.linear_q(x), self.linear_k(x), self.linear_v(x)
+        x_k = pointops.queryandgroup(self.nsample, p, p, x_k, None, o, o, use_xyz=True)
+        x_v = pointops.queryandgroup(self.nsample, p, p, x_v, None, o, o, use_xyz=False)
+        p_r, x_k = x_k[:, :, 0:3], x_k[:, :, 3:]
+        p_r = self.linear_p(p_r)
+        w = x_k - x_q.unsqueeze(1) + p_r
+        w = self.softmax(self.linear_w(w))
+        return ((x_v + p_r) * w).sum(1)
+
+
+def test_point_transformer_block_runs(device):
+    """A PT layer, a transition down (FPS + kNN grouping + max) and up (interpolation), forward + backward."""
+    torch.manual_seed(0)
+    sizes = [120, 80]
+    p, o = _packed_clouds(sizes, device)
+    p.requires_grad_()
+    x = torch.randn(200, 8, device=device, requires_grad=True)
+    layer, down = _PointTransformerLayer(8).to(device), nn.Linear(3 + 8, 8).to(device)
+    h = layer((p, x, o))
+    n_o = torch.tensor([30, 50], dtype=torch.int32, device=device)
+    idx = pointops.furthestsampling(p, o, n_o)
+    n_p = p[idx.long()]
+    pooled = down(pointops.queryandgroup(8, p, n_p, h, None, o, n_o, use_xyz=True)).amax(dim=1)  # (50, 8)
+    up = pointops.interpolation(n_p, p, pooled, n_o, o)  # (200, 8)
+    pc_grouped, _ = pointops.knn_query_and_group(up, p, o, nsample=4, with_xyz=True)
+    loss = (h + up).square().mean() + pc_grouped.square().mean()
+    loss.backward()
+    assert h.shape == (200, 8) and pooled.shape == (50, 8)
+    for t in (p.grad, x.grad, layer.linear_q.weight.grad):
+        assert t is not None and torch.isfinite(t).all() and t.abs().sum() > 0
