@@ -2,8 +2,9 @@
 
 Every kernel is generic over the precision ``T`` of its inputs and outputs (float32 or float64; the torch
 glue widens half types to float32). Warp's BVH query is float32: it picks the closest face. The distance to
-that face, its direction and the activation are then recomputed in ``T`` from the face's vertices, so
-float64 inputs get float64-smooth distances (what gradcheck needs) wherever the face choice is stable.
+that face and its direction are then recomputed in float64 from the face's vertices (no overflow for any
+coordinate the query path admits) and returned in ``T``, so float64 inputs get float64-smooth distances
+(what gradcheck needs) wherever the face choice is stable.
 
 A signed distance is negative inside. The sign comes from the mesh's sign method (``sign[e, m]``): Warp's
 3-ray vote, the winding number (meshes built with ``support_winding_number=True``), the closest feature's
@@ -12,9 +13,32 @@ only bounds the closest-point search. A query that finds no face within its radi
 sign, so a centre with no face near it and inside the mesh's box is queried again without a bound: a centre
 deep inside a mesh is a collision, never "not found".
 
-The world arrays (``mesh_ids``, ``inv_poses``, ``bounds``, ``enabled``, ``sign``; all ``(E, M, ...)``) are the
-fields of ``MeshWorld``'s kernel record, named as here. Kernels trust no index: an ``env_index`` outside
-``[0, E)`` is an environment without meshes, and a slot whose mesh id is 0 (padding) is never queried.
+Two exact shortcuts, both prepared by ``MeshWorld`` when it builds a mesh (``grid_dims[e, m]``, ``grid_cells``,
+``grid_flags[e, m]``):
+
+* **Closed meshes** (``FLAG_CLOSED``: every edge in exactly two faces with opposite orientations and no two
+  faces without a shared vertex intersecting): inside is well defined and the ray vote, the winding number
+  and the pseudo-normal all compute it, so the cheapest (the pseudo-normal) is used whatever the method.
+* **A coarse distance grid** over the mesh's box: ``grid_cells[offset + cell]`` is the distance of the cell's
+  centre (signed on closed meshes, unsigned for ``"unsigned"`` meshes). With ``h`` the cell's
+  half-diagonal (plus a rounding margin), every point of the cell has ``|d| >= |s| - h`` and
+  ``|d| <= |s| + h``, and where ``|s| > h`` the cell does not touch the surface, so its sign is the
+  centre's. A point in such a cell farther than the search radius is skipped without a query, and a point
+  in an inside cell is found with a closest-point query bounded by ``|s| + h`` and no sign test (instead
+  of the unbounded query and the sign vote). Both give the same face as the full query: the bound only
+  prunes faces that cannot be the closest.
+
+Far points. A point farther from a mesh's box than ``FAR_RATIO`` times the box's diagonal (or than
+``FAR_ABS``, where Warp's float32 squared distances would overflow) is outside, and its distance is the
+distance to the nearest vertex of the mesh, scanned in ``T`` with scaled lengths (no overflow): with ``D``
+the distance and ``L`` the mesh's extent, the nearest vertex of the closest face is within ``L**2 / (2 D)``
+of the closest point's distance, a relative error below ``2**-41`` (finer than the float32 face choice of
+the near path). Distances beyond the output dtype's range round to inf, as any float operation does.
+
+The world arrays (``mesh_ids``, ``inv_poses``, ``bounds``, ``enabled``, ``sign``, ``grid_dims``,
+``grid_flags``; all ``(E, M, ...)``, and the flat ``grid_cells``) are named as here. Kernels trust no index: an
+``env_index`` outside ``[0, E)`` is an environment without meshes, a slot whose mesh id is 0 (padding) is
+never queried, and a grid cell outside ``grid_cells`` is treated as touching the surface.
 """
 
 from typing import Any
@@ -38,6 +62,14 @@ SIGN_NORMAL = wp.constant(2)
 SIGN_UNSIGNED = wp.constant(3)
 #: Mesh id of an empty slot.
 NO_MESH = wp.constant(wp.int64(0))
+#: ``grid_flags`` bit: the mesh is closed (see the module docstring); its grid is signed.
+FLAG_CLOSED = wp.constant(1)
+#: A point farther from a mesh's box than this many box diagonals takes the far path (nearest vertex).
+FAR_RATIO = wp.constant(1048576.0)
+#: ... or farther than this (mesh units): Warp's float32 BVH squares distances, and 2**60 squared is safe.
+FAR_ABS = wp.constant(1.152921504606846976e18)
+#: Relative rounding margin of a grid cell's bounds (float32 centre distances and cell geometry).
+GRID_MARGIN = wp.constant(1.0e-5)
 
 
 @wp.func
@@ -86,14 +118,89 @@ def query_point(mesh: wp.uint64, p: wp.vec3, max_dist: float, sign: int):
 
 
 @wp.func
-def box_distance(p: wp.vec3, lower: wp.vec3, upper: wp.vec3):
-    """Distance from ``p`` to the axis-aligned box (0 inside it)."""
-    q = wp.max(wp.max(lower - p, p - upper), wp.vec3(0.0))
-    return wp.length(q)
+def scaled_length(v: Any):
+    """``|v|`` without overflow or underflow of the squares (components up to the dtype's largest)."""
+    m = wp.max(wp.max(wp.abs(v[0]), wp.abs(v[1])), wp.abs(v[2]))
+    if m == type(m)(0.0) or not wp.isfinite(m):
+        return m
+    return m * wp.length(v / m)
 
 
 @wp.func
-def signed_distance_local(mesh: wp.uint64, p: Any, search: float, sign: int, surface_eps: Any):
+def box_distance(p: Any, lower: wp.vec3, upper: wp.vec3):
+    """Distance from ``p`` (precision ``T``) to the axis-aligned box (0 inside it), in ``T``."""
+    lo = type(p)(lower)
+    hi = type(p)(upper)
+    q = wp.max(wp.max(lo - p, p - hi), type(p)())
+    return scaled_length(q)
+
+
+@wp.func
+def padded(radius: float):
+    """A float32 search radius padded so that a face the float32 BVH rounds just outside is still found."""
+    return radius * (1.0 + SEARCH_PAD_REL) + SEARCH_PAD_ABS
+
+
+@wp.func
+def cell_bounds(
+    p: wp.vec3, lower: wp.vec3, upper: wp.vec3, dims: wp.vec4i, grid_cells: wp.array(dtype=float)
+):
+    """``(s, r)`` for ``p``: the distance ``s`` of the centre ``c`` of the grid cell nearest ``p`` and
+    ``r = |p - c|`` plus a rounding margin, so that ``|s| - r <= |d(p)| <= |s| + r`` (distance is
+    1-Lipschitz) and, where ``|s| > r``, ``p`` is on the centre's side. ``(0, inf)`` without a grid."""
+    nx = dims[0]
+    ny = dims[1]
+    nz = dims[2]
+    if nx <= 0 or ny <= 0 or nz <= 0:
+        return 0.0, UNBOUNDED
+    size = wp.cw_div(upper - lower, wp.vec3(float(nx), float(ny), float(nz)))
+    rel = wp.cw_div(p - lower, size)
+    ix = wp.clamp(int(wp.floor(wp.clamp(rel[0], 0.0, float(nx)))), 0, nx - 1)
+    iy = wp.clamp(int(wp.floor(wp.clamp(rel[1], 0.0, float(ny)))), 0, ny - 1)
+    iz = wp.clamp(int(wp.floor(wp.clamp(rel[2], 0.0, float(nz)))), 0, nz - 1)
+    cell = wp.int64(dims[3]) + (wp.int64(ix) * wp.int64(ny) + wp.int64(iy)) * wp.int64(nz) + wp.int64(iz)
+    if cell < wp.int64(0) or cell >= wp.int64(grid_cells.shape[0]):
+        return 0.0, UNBOUNDED
+    centre = lower + wp.cw_mul(size, wp.vec3(float(ix) + 0.5, float(iy) + 0.5, float(iz) + 0.5))
+    scale = wp.max(wp.max(wp.abs(lower), wp.abs(upper))) + wp.length(upper - lower)
+    return grid_cells[int(cell)], wp.length(p - centre) + GRID_MARGIN * scale
+
+
+@wp.func
+def far_distance(mesh: wp.uint64, p: Any):
+    """Distance and unit direction from the nearest vertex (of a face) of the mesh to a far point ``p``."""
+    m = wp.mesh_get(mesh)
+    best = type(p[0])(-1.0)
+    best_diff = type(p)()
+    for c in range(m.indices.shape[0]):
+        i = m.indices[c]
+        if i >= 0 and i < m.points.shape[0]:
+            diff = p - type(p)(m.points[i])
+            dist = scaled_length(diff)
+            if best < type(dist)(0.0) or dist < best:
+                best = dist
+                best_diff = diff
+    if best < type(best)(0.0):
+        return False, best, best_diff
+    if not wp.isfinite(best):  # a point beyond the dtype's range (its distance rounds to inf)
+        return True, best, best_diff
+    scale = wp.max(wp.max(wp.abs(best_diff[0]), wp.abs(best_diff[1])), wp.abs(best_diff[2]))
+    return True, best, wp.normalize(best_diff / scale)
+
+
+@wp.func
+def mesh_distance(
+    mesh: wp.uint64,
+    p: Any,
+    search: Any,
+    sign: int,
+    flags: int,
+    lower: wp.vec3,
+    upper: wp.vec3,
+    dims: wp.vec4i,
+    grid_cells: wp.array(dtype=float),
+    surface_eps: Any,
+):
     """Signed distance of ``p`` (mesh frame, precision ``T``) and its gradient, if it is below ``search``.
 
     Returns ``(hit, d, n)``: ``hit`` is False when ``p`` is outside the mesh and at least ``search`` from it
@@ -101,29 +208,64 @@ def signed_distance_local(mesh: wp.uint64, p: Any, search: float, sign: int, sur
     direction from the closest point, or the outward face normal when ``p`` lies within ``surface_eps`` of
     the surface (there the direction is undefined; the face normal keeps the gradient finite and nonzero).
     """
+    zero = type(surface_eps)(0.0)
+    box = box_distance(p, lower, upper)
+    if box > search:
+        return False, zero, type(p)()
+    extent = type(box)(wp.length(upper - lower))
+    if box > extent * type(box)(FAR_RATIO) or box > type(box)(FAR_ABS):
+        found, far, direction = far_distance(mesh, p)
+        if not found:
+            return False, zero, type(p)()
+        return far < search, type(surface_eps)(far), direction
     p32 = wp.vec3(p)
-    q = query_point(mesh, p32, search * (1.0 + SEARCH_PAD_REL) + SEARCH_PAD_ABS, sign)
+    closed = (flags & FLAG_CLOSED) != 0
+    method = sign
+    if closed and sign != SIGN_UNSIGNED:
+        method = SIGN_NORMAL  # every method computes the same inside on a closed mesh: take the cheapest
+    search32 = float(search)
+    face = int(-1)
     inside = False
-    if q.result:
-        inside = sign != SIGN_UNSIGNED and q.sign < 0.0
-    else:
-        if sign == SIGN_UNSIGNED:  # nothing within reach, and no inside to be deep in
-            return False, type(surface_eps)(0.0), type(p)()
-        q = query_point(mesh, p32, UNBOUNDED, sign)
-        if (not q.result) or q.sign >= 0.0:
-            return False, type(surface_eps)(0.0), type(p)()
-        inside = True
-    a = type(p)(wp.mesh_get_point(mesh, q.face * 3 + 0))
-    b = type(p)(wp.mesh_get_point(mesh, q.face * 3 + 1))
-    c = type(p)(wp.mesh_get_point(mesh, q.face * 3 + 2))
-    diff = p - closest_point_on_triangle(p, a, b, c)
-    dist = wp.length(diff)
-    d = dist
+    s, slack = cell_bounds(p32, lower, upper, dims, grid_cells)
+    if wp.abs(s) > slack and (closed or sign == SIGN_UNSIGNED):
+        # p's cell does not touch the surface, and its side is known
+        if s > 0.0 or sign == SIGN_UNSIGNED:
+            if type(search)(wp.abs(s) - slack) >= search:
+                return False, zero, type(p)()
+            q = wp.mesh_query_point_no_sign(mesh, p32, padded(wp.min(search32, wp.abs(s) + slack)))
+            if not q.result:
+                return False, zero, type(p)()
+            face = q.face
+        else:
+            q = wp.mesh_query_point_no_sign(mesh, p32, padded(wp.abs(s) + slack))
+            inside = True
+            face = q.face
+            if not q.result:  # cannot happen (the bound holds); the full query below settles it
+                face = -1
+    if face < 0:
+        q = query_point(mesh, p32, padded(search32), method)
+        if q.result:
+            inside = sign != SIGN_UNSIGNED and q.sign < 0.0
+            face = q.face
+        else:
+            if sign == SIGN_UNSIGNED:  # nothing within reach, and no inside to be deep in
+                return False, zero, type(p)()
+            q = query_point(mesh, p32, UNBOUNDED, method)
+            if (not q.result) or q.sign >= 0.0:
+                return False, zero, type(p)()
+            inside = True
+            face = q.face
+    a = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 0))
+    b = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 1))
+    c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
+    pd = wp.vec3d(p)
+    diff = pd - closest_point_on_triangle(pd, a, b, c)
+    d = type(surface_eps)(wp.length(diff))
     if inside:
-        d = -dist
-    n = wp.normalize(wp.cross(b - a, c - a))
-    if dist > surface_eps:
-        n = diff / d
+        d = -d
+    n = type(p)(wp.normalize(wp.cross(b - a, c - a)))
+    if d > surface_eps or d < -surface_eps:
+        n = type(p)(diff / wp.float64(d))
     return True, d, n
 
 
@@ -149,6 +291,9 @@ def sphere_cost(
     bounds: wp.array3d(dtype=wp.vec3),
     enabled: wp.array2d(dtype=wp.int32),
     sign: wp.array2d(dtype=wp.int32),
+    grid_dims: wp.array2d(dtype=wp.vec4i),
+    grid_flags: wp.array2d(dtype=wp.int32),
+    grid_cells: wp.array(dtype=float),
     eta: Any,
     extra_search: float,
     surface_eps: Any,
@@ -161,15 +306,24 @@ def sphere_cost(
     r = sphere[3]
     if r >= zero and e >= 0:
         centre = wp.vector(sphere[0], sphere[1], sphere[2])
-        search = float(r + eta) + extra_search
+        search = r + eta + type(r)(extra_search)
         for m in range(mesh_ids.shape[1]):
             if enabled[e, m] == 0 or mesh_ids[e, m] == NO_MESH:
                 continue
             xf = inv_poses[e, m]
             p = wp.transform_point(xf, centre)
-            if box_distance(wp.vec3(p), bounds[e, m, 0], bounds[e, m, 1]) > search:
-                continue
-            hit, d, n = signed_distance_local(wp.uint64(mesh_ids[e, m]), p, search, sign[e, m], surface_eps)
+            hit, d, n = mesh_distance(
+                wp.uint64(mesh_ids[e, m]),
+                p,
+                search,
+                sign[e, m],
+                grid_flags[e, m],
+                bounds[e, m, 0],
+                bounds[e, m, 1],
+                grid_dims[e, m],
+                grid_cells,
+                surface_eps,
+            )
             if not hit:
                 continue
             phi = r + eta - d
@@ -196,6 +350,9 @@ def sphere_mesh_cost(
     bounds: wp.array3d(dtype=wp.vec3),
     enabled: wp.array2d(dtype=wp.int32),
     sign: wp.array2d(dtype=wp.int32),
+    grid_dims: wp.array2d(dtype=wp.vec4i),
+    grid_flags: wp.array2d(dtype=wp.int32),
+    grid_cells: wp.array(dtype=float),
     params: wp.array(dtype=Any),
     extra_search: float,
     surface_eps: Any,
@@ -218,7 +375,19 @@ def sphere_mesh_cost(
     weight = params[1]
     e = environment(bi, env_index, mesh_ids.shape[0])
     c, g = sphere_cost(
-        spheres[bi, si], e, mesh_ids, inv_poses, bounds, enabled, sign, params[0], extra_search, surface_eps
+        spheres[bi, si],
+        e,
+        mesh_ids,
+        inv_poses,
+        bounds,
+        enabled,
+        sign,
+        grid_dims,
+        grid_flags,
+        grid_cells,
+        params[0],
+        extra_search,
+        surface_eps,
     )
     cost[bi, si] = c * weight
     if compute_grad != 0:
@@ -234,6 +403,9 @@ def swept_sphere_mesh_cost(
     bounds: wp.array3d(dtype=wp.vec3),
     enabled: wp.array2d(dtype=wp.int32),
     sign: wp.array2d(dtype=wp.int32),
+    grid_dims: wp.array2d(dtype=wp.vec4i),
+    grid_flags: wp.array2d(dtype=wp.int32),
+    grid_cells: wp.array(dtype=float),
     params: wp.array(dtype=Any),
     sweep_steps: int,
     surface_eps: Any,
@@ -275,8 +447,21 @@ def swept_sphere_mesh_cost(
     scale = type(zero)(1.0) / type(zero)(steps + 1)
     for j in range(steps + 1):
         t = type(zero)(j) * scale
+        # (1 - t) here + t next, not here + (next - here) t: the difference overflows for far-apart steps
         c, g = sphere_cost(
-            here + (nxt - here) * t, e, mesh_ids, inv_poses, bounds, enabled, sign, eta, 0.0, surface_eps
+            here * (type(zero)(1.0) - t) + nxt * t,
+            e,
+            mesh_ids,
+            inv_poses,
+            bounds,
+            enabled,
+            sign,
+            grid_dims,
+            grid_flags,
+            grid_cells,
+            eta,
+            0.0,
+            surface_eps,
         )
         total += c
         g_here += g * (type(zero)(1.0) - t)
@@ -296,6 +481,9 @@ def signed_distance(
     bounds: wp.array3d(dtype=wp.vec3),
     enabled: wp.array2d(dtype=wp.int32),
     sign: wp.array2d(dtype=wp.int32),
+    grid_dims: wp.array2d(dtype=wp.vec4i),
+    grid_flags: wp.array2d(dtype=wp.int32),
+    grid_cells: wp.array(dtype=float),
     surface_eps: Any,
     far: Any,
     compute_grad: int,
@@ -305,8 +493,9 @@ def signed_distance(
 ):
     """Union signed distance of point ``(b, s)``: the minimum over the enabled meshes of its environment.
 
-    ``far`` is written where no mesh is enabled (gradient 0). A mesh whose box is farther than the best
-    distance so far cannot hold the minimum (outside its box is outside the mesh) and is skipped. Thread
+    ``far`` is written where no mesh is enabled (gradient 0). Each mesh is searched only within the best
+    distance so far (outside its box is outside the mesh; inside, at any depth), so a mesh whose box is
+    farther is skipped and the others are bounded queries. Thread
     ``t`` handles point ``row_start + t`` of the flattened ``(B, S)`` grid.
     """
     flat = wp.tid() + row_start
@@ -317,16 +506,32 @@ def signed_distance(
     best_n = type(p_world)()
     e = environment(bi, env_index, mesh_ids.shape[0])
     if e >= 0:
+        # the grids bound every mesh's distance from above: the union's is below the smallest bound
+        bound = far
+        for m in range(mesh_ids.shape[1]):
+            if enabled[e, m] != 0 and mesh_ids[e, m] != NO_MESH:
+                p = wp.transform_point(inv_poses[e, m], p_world)
+                s, r = cell_bounds(wp.vec3(p), bounds[e, m, 0], bounds[e, m, 1], grid_dims[e, m], grid_cells)
+                upper = type(far)(padded(wp.abs(s) + r))
+                if wp.isfinite(upper) and upper < bound:
+                    bound = upper
         for m in range(mesh_ids.shape[1]):
             if enabled[e, m] == 0 or mesh_ids[e, m] == NO_MESH:
                 continue
             xf = inv_poses[e, m]
             p = wp.transform_point(xf, p_world)
-            box = box_distance(wp.vec3(p), bounds[e, m, 0], bounds[e, m, 1])
-            if type(far)(box) > best:
-                continue
-            hit, d, n = signed_distance_local(
-                wp.uint64(mesh_ids[e, m]), p, UNBOUNDED, sign[e, m], surface_eps
+            # only a distance below the best so far matters: outside, within it; inside, at any depth
+            hit, d, n = mesh_distance(
+                wp.uint64(mesh_ids[e, m]),
+                p,
+                wp.max(wp.min(best, bound), type(far)(0.0)),
+                sign[e, m],
+                grid_flags[e, m],
+                bounds[e, m, 0],
+                bounds[e, m, 1],
+                grid_dims[e, m],
+                grid_cells,
+                surface_eps,
             )
             if hit and d < best:
                 best = d
@@ -334,6 +539,80 @@ def signed_distance(
     dist[bi, si] = best
     if compute_grad != 0:
         grad[bi, si] = best_n
+
+
+@wp.kernel
+def grid_centres(
+    mesh: wp.uint64,
+    lower: wp.vec3,
+    size: wp.vec3,
+    ny: int,
+    nz: int,
+    with_sign: int,
+    out: wp.array(dtype=float),
+):
+    """Distance of the centre of grid cell ``tid`` (row-major ``(nx, ny, nz)`` cells of ``size`` from
+    ``lower``), for a MeshWorld's grid. ``with_sign``: negative inside, and 0 (a cell of unknown side) where
+    the pseudo-normal and the ray vote disagree."""
+    i = wp.tid()
+    ix = i // (ny * nz)
+    iy = (i // nz) % ny
+    iz = i % nz
+    p = lower + wp.cw_mul(size, wp.vec3(float(ix) + 0.5, float(iy) + 0.5, float(iz) + 0.5))
+    q = wp.mesh_query_point_sign_normal(mesh, p, UNBOUNDED)
+    d = float(0.0)
+    if q.result:
+        d = wp.length(p - wp.mesh_eval_position(mesh, q.face, q.u, q.v))
+        if with_sign != 0:
+            ray = wp.mesh_query_point(mesh, p, UNBOUNDED)
+            if (not ray.result) or ray.sign != q.sign:
+                d = 0.0
+            elif q.sign < 0.0:
+                d = -d
+    out[i] = d
+
+
+@wp.func
+def is_corner(j: wp.int32, i0: wp.int32, i1: wp.int32, i2: wp.int32):
+    if j == i0:
+        return True
+    if j == i1:
+        return True
+    return j == i2
+
+
+@wp.kernel
+def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp.int32)):
+    """Count the pairs of faces (``tid`` and a later one) that share no vertex and intersect."""
+    f = wp.tid()
+    m = wp.mesh_get(mesh)
+    if (f + 1) * 3 > m.indices.shape[0] or num_faces * 3 > m.indices.shape[0]:
+        return
+    i0 = m.indices[f * 3 + 0]
+    i1 = m.indices[f * 3 + 1]
+    i2 = m.indices[f * 3 + 2]
+    a = m.points[i0]
+    b = m.points[i1]
+    c = m.points[i2]
+    query = wp.mesh_query_aabb(mesh, wp.min(wp.min(a, b), c), wp.max(wp.max(a, b), c))
+    g = int(0)
+    while wp.mesh_query_aabb_next(query, g):
+        if g > f and g < num_faces:
+            j0 = m.indices[g * 3 + 0]
+            j1 = m.indices[g * 3 + 1]
+            j2 = m.indices[g * 3 + 2]
+            shared = is_corner(j0, i0, i1, i2) or is_corner(j1, i0, i1, i2) or is_corner(j2, i0, i1, i2)
+            if not shared:
+                hit = wp.intersect_tri_tri(
+                    wp.vec3d(a),
+                    wp.vec3d(b),
+                    wp.vec3d(c),
+                    wp.vec3d(m.points[j0]),
+                    wp.vec3d(m.points[j1]),
+                    wp.vec3d(m.points[j2]),
+                )
+                if hit != 0:
+                    wp.atomic_add(found, 0, 1)
 
 
 @wp.kernel
