@@ -16,7 +16,7 @@ import math
 import torch
 
 from . import _interop
-from .world import MeshWorld, mesh_ids_of
+from .world import MeshWorld, grid_tables_of, mesh_ids_of
 
 __all__ = ["SdfMesh", "SweptSdfMesh", "signed_distance", "sphere_mesh_cost", "swept_sphere_mesh_cost"]
 
@@ -255,6 +255,7 @@ def _cost_impl(
         inv_poses=inv_poses,
         bounds=bounds,
         enabled=enabled,
+        **grid_tables_of(world_id),
         sign=sign,
     )
     return cost.to(spheres.dtype), grad
@@ -308,6 +309,7 @@ def _swept_impl(
         inv_poses=inv_poses,
         bounds=bounds,
         enabled=enabled,
+        **grid_tables_of(world_id),
         sign=sign,
     )
     return cost.to(spheres.dtype), grad
@@ -355,6 +357,7 @@ def _distance_impl(
         inv_poses=inv_poses,
         bounds=bounds,
         enabled=enabled,
+        **grid_tables_of(world_id),
         sign=sign,
     )
     return dist.to(points.dtype), grad

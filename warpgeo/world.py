@@ -14,7 +14,7 @@ import torch
 
 from . import _interop
 
-__all__ = ["MeshWorld", "MeshWorldArgs", "mesh_ids_of"]
+__all__ = ["MeshWorld", "MeshWorldArgs", "grid_tables_of", "mesh_ids_of"]
 
 #: A mesh: a ``trimesh.Trimesh``, a path trimesh can load, or a ``(vertices (V, 3), faces (F, 3))`` pair.
 MeshLike = Any
@@ -66,6 +66,19 @@ def mesh_ids_of(world_id: int) -> torch.Tensor:
     if world is None:
         raise ValueError(f"world_id {world_id!r} names no live MeshWorld (use MeshWorld.kernel_args())")
     return world._mesh_ids
+
+
+def grid_tables_of(world_id: int) -> dict[str, torch.Tensor]:
+    """The SDF kernels' shortcut tables of the live world ``world_id``, by kernel parameter name:
+    ``grid_dims`` ``(E, M, 4)`` int32 (cells along x, y, z and the first cell's offset in ``grid_cells``; 0 cells:
+    no grid), ``grid_flags`` ``(E, M)`` int32 (``FLAG_CLOSED``) and ``grid_cells`` ``(G,)`` float32 (cell-centre
+    distances). See ``warpgeo._kernels.sdf``.
+
+    Raises:
+        ValueError: no live :class:`MeshWorld` has this id.
+    """
+    mesh_ids_of(world_id)  # the same check and message
+    return _LIVE_WORLDS[world_id]()._grid_tables
 
 
 class MeshWorld:
@@ -194,11 +207,15 @@ class MeshWorld:
         ids = np.zeros((num_envs, max_meshes), dtype=np.uint64)
         signs = np.zeros((num_envs, max_meshes), dtype=np.int32)
         bounds = np.zeros((num_envs, max_meshes, 2, 3), dtype=np.float32)
+        flags = np.zeros((num_envs, max_meshes), dtype=np.int32)
+        grid_dims = np.zeros((num_envs, max_meshes, 4), dtype=np.int32)
+        grid_values: list[np.ndarray] = [np.zeros(0, dtype=np.float32)]
         for e, env in enumerate(envs):
             row = []
             for m, item in enumerate(env):
                 where = f"meshes[{m}]" if single else f"envs[{e}][{m}]"
                 vertices, faces = _load_mesh(item, where)
+                _check_queryable(vertices, faces, where)
                 winding = methods[e][m] == "winding"
                 signs[e, m] = _SIGN_METHODS[methods[e][m]]
                 mesh = wp.Mesh(
@@ -212,6 +229,11 @@ class MeshWorld:
                 ids[e, m] = mesh.id
                 bounds[e, m, 0] = vertices.min(axis=0)
                 bounds[e, m, 1] = vertices.max(axis=0)
+                flags[e, m], dims, values = _surface_tables(
+                    mesh, vertices, faces, methods[e][m], bounds[e, m], self._device
+                )
+                grid_dims[e, m] = (*dims, sum(len(v) for v in grid_values))
+                grid_values.append(values)
             self._wp_meshes.append(row)
         if self._device.type == "cuda":
             # BVHs are built on Warp's stream; kernels run on torch's. Wait once, here, not per query.
@@ -223,6 +245,12 @@ class MeshWorld:
         self._present = self._present.to(self._device)
         self._mesh_ids = torch.from_numpy(ids.view(np.int64)).to(self._device)
         self._bounds = torch.from_numpy(bounds).to(self._device)
+        # the exact shortcuts of the SDF kernels (closed meshes, coarse distance grids): built once, read-only
+        self._grid_tables = {
+            "grid_dims": torch.from_numpy(grid_dims).to(self._device),
+            "grid_flags": torch.from_numpy(flags).to(self._device),
+            "grid_cells": torch.from_numpy(np.concatenate(grid_values)).to(self._device),
+        }
         self._enabled = self._present.to(torch.int32)
         self._poses = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
         self._poses = self._poses.to(self._device)
@@ -568,6 +596,95 @@ def _inverse_warp_transform(poses: torch.Tensor) -> torch.Tensor:
     q_inv = torch.cat([q[..., :1], -q[..., 1:]], dim=-1)
     t_inv = -_quat_rotate(q_inv, t)
     return torch.cat([t_inv, q_inv[..., 1:], q_inv[..., :1]], dim=-1).contiguous()
+
+
+#: Warp's mesh queries skip a face whose |e0 x e1| / (|e0|^2 + |e1|^2 + |e2|^2) is below this (a sliver).
+_SLIVER_RATIO = 1.0e-6
+#: Mesh coordinates (mesh units) up to which Warp's float32 squared distances cannot overflow.
+_COORDINATE_LIMIT = 2.0**60
+#: Cells of a mesh's distance grid (about; at most _GRID_MAX_AXIS along an axis).
+_GRID_CELLS = 8192
+_GRID_MAX_AXIS = 64
+_FLAG_CLOSED = 1  # warpgeo._kernels.sdf.FLAG_CLOSED
+
+
+def _slivers(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
+    """Which faces Warp's queries skip as slivers (its own test, in float32)."""
+    tri = vertices[faces]
+    e0, e1, e2 = tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0], tri[:, 2] - tri[:, 1]
+    area2 = np.linalg.norm(np.cross(e0, e1), axis=1)
+    scale = (e0 * e0).sum(1) + (e1 * e1).sum(1) + (e2 * e2).sum(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return ~(area2 / scale >= _SLIVER_RATIO)
+
+
+def _check_queryable(vertices: np.ndarray, faces: np.ndarray, where: str) -> None:
+    """Refuse a mesh the float32 queries cannot answer: only zero-area (sliver) faces, which every Warp
+    query skips (the mesh would read as absent), or coordinates whose squares overflow float32."""
+    largest = float(np.abs(vertices).max())
+    if largest > _COORDINATE_LIMIT:
+        raise ValueError(
+            f"{where}: vertex coordinates must stay within 2**60 (~1.15e18) of the mesh origin, where Warp's "
+            f"float32 queries can square distances; got {largest:.3g} (scale the mesh, or pose it instead)"
+        )
+    if _slivers(vertices, faces).all():
+        raise ValueError(
+            f"{where}: every face has zero area (or is a sliver Warp's queries skip), so the mesh has no "
+            f"surface to measure; got {len(faces)} degenerate faces"
+        )
+
+
+def _surface_tables(mesh: Any, vertices: np.ndarray, faces: np.ndarray, method: str, box: np.ndarray, device):
+    """``(flags, (nx, ny, nz), cell-centre distances (nx * ny * nz,) float32)`` of one mesh: the exact
+    shortcuts of the SDF kernels (see ``warpgeo._kernels.sdf``). A closed mesh gets a signed grid, an
+    ``"unsigned"`` one an unsigned grid, any other none (its sign may change away from its surface)."""
+    closed = _is_closed(mesh, vertices, faces, device)
+    extent = (box[1] - box[0]).astype(np.float64)
+    if not (closed or method == "unsigned") or not (extent > 0).all():
+        return (_FLAG_CLOSED if closed else 0), (0, 0, 0), np.zeros(0, dtype=np.float32)
+    cell = float(np.prod(extent) / _GRID_CELLS) ** (1.0 / 3.0)
+    dims = np.clip(np.round(extent / cell), 1, _GRID_MAX_AXIS).astype(int)
+    size = (extent / dims).astype(np.float32)
+    wp = _interop.warp()
+    values = torch.empty(int(dims.prod()), dtype=torch.float32, device=device)
+    _interop.launch(
+        _interop.kernels("sdf").grid_centres,
+        values.shape[0],
+        device=device,
+        mesh=mesh.id,
+        lower=wp.vec3(*box[0].tolist()),
+        size=wp.vec3(*size.tolist()),
+        ny=int(dims[1]),
+        nz=int(dims[2]),
+        with_sign=int(closed and method != "unsigned"),
+        out=values,
+    )
+    return (_FLAG_CLOSED if closed else 0), tuple(int(n) for n in dims), values.cpu().numpy()
+
+
+def _is_closed(mesh: Any, vertices: np.ndarray, faces: np.ndarray, device) -> bool:
+    """Closed: every edge in exactly two faces, with opposite orientations (watertight, consistently
+    wound), no sliver face, and no two faces without a shared vertex intersecting. Inside is then well
+    defined, and the ray vote, the winding number and the pseudo-normal all compute it."""
+    edges = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
+    key = np.sort(edges, axis=1)
+    _, index, count = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+    if not (count == 2).all() or _slivers(vertices, faces).any():
+        return False
+    # each undirected edge twice, once in each direction
+    forward = edges[:, 0] < edges[:, 1]
+    if not (np.bincount(index.reshape(-1), weights=forward, minlength=len(count)) == 1).all():
+        return False
+    found = torch.zeros(1, dtype=torch.int32, device=device)
+    _interop.launch(
+        _interop.kernels("sdf").face_intersections,
+        len(faces),
+        device=device,
+        mesh=mesh.id,
+        num_faces=len(faces),
+        found=found,
+    )
+    return int(found.item()) == 0
 
 
 # the probe: a unit cube without its +x and +y faces. Seen from its centre the four remaining faces make a
