@@ -8,12 +8,17 @@ way a tensor's values can reach Python:
   ``aten._local_scalar_dense`` (what ``.item()``, ``bool()``, ``float()``, ``int()``, ``operator.index``
   dispatch to), every op tagged ``data_dependent_output`` (``torch.equal``, ``allclose``, ...), every op
   tagged ``dynamic_output_shape`` (``nonzero``, ``unique``, boolean-mask indexing: their output size is
-  read on the host), and copies from a CUDA tensor to the CPU. The mode also runs the Python bodies of
+  read on the host), and copies between a CUDA tensor and the CPU (either way: a host-to-device copy from
+  pageable memory synchronises too). The mode also runs the Python bodies of
   custom ops (``torch.library.custom_op``) under itself, so it sees inside warpgeo's own ops;
 * patched ``Tensor`` methods that read values without going through the dispatcher (checked in
   ``test_harness_catches``): ``tolist``, ``numpy``, ``__array__``, ``cpu``, ``__repr__``, and ``item`` /
   ``__bool__`` / ``__float__`` / ``__int__`` / ``__index__`` / ``__complex__`` as well (they dispatch,
   but a patch also catches them in threads the mode does not reach);
+* patched ``torch.tensor``, ``torch.as_tensor`` / ``torch.asarray`` (of non-tensor data, with a
+  ``device``) and ``Tensor.new_tensor`` (of non-tensor data): building a tensor from host data on a device
+  is, on CUDA, a synchronous copy (``aten.lift_fresh`` cannot tell it from a harmless ``x[i] = 2.0``, so
+  the dispatch layer does not use it);
 * patched Warp host reads and waits: ``wp.array.numpy`` / ``list`` / ``__array__`` and
   ``wp.synchronize*``;
 * on CUDA, ``torch.cuda.set_sync_debug_mode("error")`` on top (every synchronising CUDA call raises).
@@ -95,6 +100,10 @@ def _reads_host(func, args, kwargs) -> str | None:
         )
         if isinstance(src, torch.Tensor) and src.device.type == "cuda" and dst_device.type == "cpu":
             return "a copy from the device to the host"
+        if isinstance(src, torch.Tensor) and src.device.type == "cpu" and dst_device.type == "cuda":
+            non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+            if not (non_blocking and src.is_pinned()):
+                return "a blocking host-to-device copy (it synchronises; an error during graph capture)"
     return None
 
 
@@ -155,6 +164,24 @@ def _patch(stack: contextlib.ExitStack, owner, name: str, replacement) -> None:
     stack.callback(restore)
 
 
+#: torch functions that build a tensor from host data (Python or numpy values). Given a device, they copy
+#: the data there, which from pageable memory synchronises the stream (``memcpy_and_sync``) and fails under
+#: graph capture; ``Tensor.new_tensor`` always targets its tensor's device. Without a device they make a CPU
+#: tensor, which is fine: moving it to CUDA afterwards is a copy the dispatch layer checks (allowed only
+#: ``non_blocking`` from pinned memory). ``as_tensor`` / ``asarray`` of a tensor copy nothing.
+_HOST_DATA_FACTORIES = ("tensor", "as_tensor", "asarray")
+
+
+def _refusing_host_data(harness: _Harness, name: str, original, *, method: bool = False):
+    def factory(*args, **kwargs):
+        data = args[1] if method else (args[0] if args else kwargs.get("data", kwargs.get("obj")))
+        if not isinstance(data, torch.Tensor) and (method or kwargs.get("device") is not None):
+            harness.fail(f"torch.{name} of host data onto a device (on CUDA: a synchronous copy)")
+        return original(*args, **kwargs)
+
+    return factory
+
+
 def _refusing(harness: _Harness, what: str):
     def refuse(*args, **kwargs):
         harness.fail(what)
@@ -176,6 +203,14 @@ def no_host_reads(*, dispatch: bool = True, patches: bool = True, cuda_sync_debu
         if patches:
             for name in _TENSOR_READS:
                 _patch(stack, torch.Tensor, name, _refusing(harness, f"torch.Tensor.{name}"))
+            for name in _HOST_DATA_FACTORIES:
+                _patch(stack, torch, name, _refusing_host_data(harness, name, getattr(torch, name)))
+            _patch(
+                stack,
+                torch.Tensor,
+                "new_tensor",
+                _refusing_host_data(harness, "Tensor.new_tensor", torch.Tensor.new_tensor, method=True),
+            )
             for name in _WARP_ARRAY_READS:
                 _patch(stack, wp.array, name, _refusing(harness, f"warp.array.{name}"))
             for name in _WARP_WAITS:
@@ -228,11 +263,17 @@ _READS = {
     "nonzero": lambda: _T.nonzero(),
     "boolean mask": lambda: _T[_T > 0],
     "unique": lambda: _T.unique(),
+    "new_tensor of host data": lambda: _T.new_tensor([0.0, 0.0, 0.0, 1.0]),
+    "torch.tensor of a list onto a device": lambda: torch.tensor([1, 2], device=_T.device),
+    "torch.as_tensor of numpy onto a device": lambda: torch.as_tensor(np.ones(2), device=_T.device),
     "warp.array.numpy": _warp_array_numpy,
     "warp.synchronize": _warp_synchronize,
 }
 #: reads that only the patches see (the dispatcher never hears of them)
 _BYPASS_DISPATCH = {
+    "new_tensor of host data",
+    "torch.tensor of a list onto a device",
+    "torch.as_tensor of numpy onto a device",
     "tolist",
     "numpy",
     "np.asarray",
@@ -262,7 +303,8 @@ def test_dispatch_bypasses_are_real(name):
 
 
 def test_harness_allows_device_only_work():
-    """Integer indexing, gathers, reductions to tensors, creation and shape queries read nothing."""
+    """Integer indexing, gathers, reductions to tensors, creation, scalar stores, ``as_tensor`` of a tensor,
+    host data kept on the host, and shape queries read nothing."""
     x = torch.randn(4, 5)
     idx = torch.tensor([3, 0, 1])
     with no_host_reads():
@@ -270,6 +312,9 @@ def test_harness_allows_device_only_work():
         z = torch.gather(x, 1, idx[None].expand(4, -1)).amax(dim=1)
         w = torch.where(z > 0, z, torch.zeros_like(z)).to(torch.float64)
         torch.full((3,), 2, dtype=torch.int64).repeat_interleave(2)
+        w[1] = 2.0
+        torch.as_tensor(w, device=w.device)
+        torch.tensor([1, 2])
         assert y.shape == (3, 5) and w.shape == (4,) and x.numel() == 20
 
 
