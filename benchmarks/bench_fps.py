@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _common import add_size_arguments, fill_sizes, import_peer, print_header, report, timeit
+from _common import add_size_arguments, fill_sizes, import_peer, print_header, report, sync, timeit
 from reference import fps_reference
 
 import warpgeo
@@ -105,11 +106,16 @@ def bench_batch(batch: int, args: argparse.Namespace, device: torch.device, peer
         _agreement("torch-fps", run_torch_fps(), ours_t)
         rows.append(("torch-fps", timeit(run_torch_fps, device, repeat=args.repeat)))
     if not args.no_torch_loop:
-        _agreement("plain-torch loop", torch_fps_loop(points, k), ours_t)
-        warmup = 1 if device.type == "cuda" else 0  # the loop itself was the warm-up on the CPU
-        rows.append(
-            ("plain-torch loop", timeit(lambda: torch_fps_loop(points, k), device, repeat=1, warmup=warmup))
-        )
+        # one timed run, which also gives the indices to compare (the loop is slow on the CPU)
+        sync(device)
+        start = time.perf_counter()
+        looped = torch_fps_loop(points, k)
+        sync(device)
+        seconds = time.perf_counter() - start
+        _agreement("plain-torch loop", looped, ours_t)
+        if device.type == "cuda":  # that run was the warm-up
+            seconds = timeit(lambda: torch_fps_loop(points, k), device, repeat=1, warmup=0)
+        rows.append(("plain-torch loop", seconds))
     fpsample = peers.get("fpsample")
     cpu_peers = device.type == "cpu" or args.peers_on_cpu
     if fpsample is not None and cpu_peers:

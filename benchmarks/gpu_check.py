@@ -67,10 +67,13 @@ class Budget:
         return self.end - time.monotonic()
 
 
-def run_step(cmd: list[str], budget: Budget, *, env: dict | None = None) -> tuple[int | str, str, float]:
-    """Run ``cmd`` from the project root with the budget left as its timeout: (rc or "timeout", output, s)."""
+def run_step(
+    cmd: list[str], budget: Budget, *, share: int = 1, env: dict | None = None
+) -> tuple[int | str, str, float]:
+    """Run ``cmd`` from the project root: (rc or "timeout", output, seconds). Its timeout is the budget left
+    divided by ``share`` (the steps still to run), so one slow step cannot starve the others."""
     start = time.monotonic()
-    timeout = max(1.0, budget.left())
+    timeout = max(1.0, budget.left() / share)
     print(f"\n$ {' '.join(cmd)}   (time left {timeout:.0f} s)", flush=True)
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
@@ -188,7 +191,8 @@ def tests_section(args: argparse.Namespace, device: torch.device, budget: Budget
 
 def bench_section(args: argparse.Namespace, device: torch.device, budget: Budget, report) -> str:
     lines = ["## Benchmarks", ""]
-    for script in benchmarks():
+    scripts = benchmarks()
+    for i, script in enumerate(scripts):
         cmd = [sys.executable, str(script.relative_to(ROOT)), "--device", str(device)]
         if args.quick:
             cmd.append("--quick")
@@ -198,7 +202,7 @@ def bench_section(args: argparse.Namespace, device: torch.device, budget: Budget
         if budget.left() < 20:
             lines += [f"### `{shown}`", "", "not run (out of time: --budget)", ""]
             continue
-        rc, output, seconds = run_step(cmd, budget)
+        rc, output, seconds = run_step(cmd, budget, share=len(scripts) - i)
         status = "" if rc == 0 else f" — **exit {rc}**"
         lines += [f"### `{shown}`", "", f"{seconds:.0f} s{status}", "", "```", output.rstrip(), "```", ""]
         report(lines)
