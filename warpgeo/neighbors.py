@@ -91,30 +91,40 @@ def _check_radius(radius) -> float:
     return radius
 
 
-def _check_values(queries, points, query_lengths, point_lengths) -> None:
-    """The checks that need tensor values: one device-to-host transfer for all of them."""
+def _bounds(x: torch.Tensor, lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-cloud box ``(lo, hi)`` ``(B, 3)`` of the valid rows of ``x`` ``(B, L, 3)``, L > 0. NaN propagates;
+    a cloud with no valid row gets ``(inf, -inf)``."""
+    if lengths is None:
+        return x.amin(dim=1), x.amax(dim=1)
+    valid = (torch.arange(x.shape[1], device=x.device) < lengths[:, None])[..., None]
+    return torch.where(valid, x, torch.inf).amin(dim=1), torch.where(valid, x, -torch.inf).amax(dim=1)
+
+
+def _check_values(queries, points, query_lengths, point_lengths):
+    """The checks that need tensor values: one device-to-host transfer for all of them.
+
+    Finiteness is read off the boxes of the valid rows (NaN propagates through min / max, inf is an end),
+    one pass over the data; the points' box is returned for the grid (None where there are no points).
+    """
     m, n = queries.shape[1], points.shape[1]
     device = queries.device
     zero = torch.zeros((), dtype=torch.bool, device=device)
 
-    def nonfinite(x, lengths, size):
-        if x.numel() == 0:
-            return zero
-        bad = ~torch.isfinite(x).all(dim=-1)
-        if lengths is not None:
-            bad = bad & (torch.arange(size, device=device) < lengths[:, None])
-        return bad.any()
-
     def out_of_range(lengths, size):
         return ((lengths < 0) | (lengths > size)).any() if lengths is not None else zero
 
+    def nonfinite(x, lengths, size):
+        if x.numel() == 0:
+            return zero, None
+        lo, hi = _bounds(x, None if lengths is None else lengths.clamp(0, size))
+        has = torch.ones(x.shape[0], dtype=torch.bool, device=device) if lengths is None else lengths > 0
+        bad = ~(torch.isfinite(lo).all(dim=1) & torch.isfinite(hi).all(dim=1))
+        return (bad & has).any(), (lo, hi)
+
+    bad_queries, _ = nonfinite(queries, query_lengths, m)
+    bad_points, bounds = nonfinite(points, point_lengths, n)
     flags = torch.stack(
-        [
-            out_of_range(query_lengths, m),
-            out_of_range(point_lengths, n),
-            nonfinite(queries, query_lengths, m),
-            nonfinite(points, point_lengths, n),
-        ]
+        [out_of_range(query_lengths, m), out_of_range(point_lengths, n), bad_queries, bad_points]
     ).tolist()
     if flags[0]:
         raise ValueError(f"query_lengths must lie in [0, M={m}]; got {query_lengths.tolist()}")
@@ -124,6 +134,7 @@ def _check_values(queries, points, query_lengths, point_lengths) -> None:
         raise ValueError("queries must be finite: found NaN or inf among the valid queries")
     if flags[3]:
         raise ValueError("points must be finite: found NaN or inf among the valid points")
+    return bounds
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -138,7 +149,9 @@ def _empty_lengths(t: torch.Tensor | None, device: torch.device) -> torch.Tensor
     return t.to(torch.int64)
 
 
-def _grid(points, point_lengths, mode: int, cell_size: float, method: str) -> dict[str, torch.Tensor]:
+def _grid(
+    points, point_lengths, mode: int, cell_size: float, method: str, bounds=None
+) -> dict[str, torch.Tensor]:
     """The grid of ``points`` (B, N, 3) in compute dtype: the query kernels' grid arguments by name.
 
     ``method``: ``"counting"`` (a Warp counting sort, a thread per cloud: the CPU path) or ``"sort"``
@@ -148,12 +161,7 @@ def _grid(points, point_lengths, mode: int, cell_size: float, method: str) -> di
     batch, n = points.shape[0], points.shape[1]
     device = points.device
     lengths = _empty_lengths(point_lengths, device)
-    if point_lengths is None:
-        lo, hi = points.amin(dim=1), points.amax(dim=1)
-    else:
-        valid = (torch.arange(n, device=device) < lengths[:, None])[..., None]
-        lo = torch.where(valid, points, torch.inf).amin(dim=1)
-        hi = torch.where(valid, points, -torch.inf).amax(dim=1)
+    lo, hi = _bounds(points, point_lengths) if bounds is None else bounds
     cap = 1 << max(n - 1, 1).bit_length()  # cells per cloud: the power of two >= N
     f64 = {"dtype": torch.float64, "device": device}
     grid = {
@@ -244,9 +252,10 @@ def _ball_query_op(
     <= radius (``inclusive``) or < radius, ascending, then -1."""
     _check_shapes(queries, points, query_lengths, point_lengths, k)
     radius = _check_radius(radius)
+    bounds = None
     if _interop.checking_values(queries.device):
-        _check_values(queries, points, query_lengths, point_lengths)
-    return _ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive)
+        bounds = _check_values(queries, points, query_lengths, point_lengths)
+    return _ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive, bounds=bounds)
 
 
 @_ball_query_op.register_fake
@@ -256,7 +265,9 @@ def _(queries, points, query_lengths, point_lengths, radius, k, inclusive):
     return queries.new_empty(queries.shape[0], queries.shape[1], k, dtype=torch.int64)
 
 
-def _ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive, method=None):
+def _ball_query(
+    queries, points, query_lengths, point_lengths, radius, k, inclusive, method=None, bounds=None
+):
     """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort")."""
     kernels = _interop.kernels("neighbors")
     batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
@@ -279,7 +290,7 @@ def _ball_query(queries, points, query_lengths, point_lengths, radius, k, inclus
         work = n
     else:
         kernel = _interop.overload(kernels.BALL_QUERY_ROWS, points.dtype)
-        extra = _grid(points, point_lengths, 0, radius * _BALL_CELL, method)
+        extra = _grid(points, point_lengths, 0, radius * _BALL_CELL, method, bounds)
         work = _ROW_WORK
     _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
     return out
@@ -346,9 +357,10 @@ def _knn_op(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """queries (B, M, 3), points (B, N, 3) -> dists (B, M, k) in points' dtype, idx (B, M, k) int64."""
     _check_shapes(queries, points, query_lengths, point_lengths, k)
+    bounds = None
     if _interop.checking_values(queries.device):
-        _check_values(queries, points, query_lengths, point_lengths)
-    return _knn(queries, points, query_lengths, point_lengths, k)
+        bounds = _check_values(queries, points, query_lengths, point_lengths)
+    return _knn(queries, points, query_lengths, point_lengths, k, bounds=bounds)
 
 
 @_knn_op.register_fake
@@ -358,7 +370,7 @@ def _(queries, points, query_lengths, point_lengths, k):
     return queries.new_empty(shape), queries.new_empty(shape, dtype=torch.int64)
 
 
-def _knn(queries, points, query_lengths, point_lengths, k, method=None):
+def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=None):
     """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort")."""
     kernels = _interop.kernels("neighbors")
     batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
@@ -382,7 +394,7 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None):
         work = n
     else:
         kernel = _interop.overload(kernels.KNN_ROWS, points.dtype)
-        extra = _grid(points, point_lengths, 1, 0.0, method)
+        extra = _grid(points, point_lengths, 1, 0.0, method, bounds)
         work = _ROW_WORK
     _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
     return dists.to(dtype), idx
