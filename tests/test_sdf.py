@@ -658,3 +658,292 @@ def test_cpu_launch_split_among_threads_gives_the_same_answer(monkeypatch):
     assert results[0][0].gt(0).any(), "some spheres must collide for this test to mean anything"
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
+
+
+# --------------------------------------------------------------------------------------------------------
+# sign methods and the exact shortcuts (closed meshes, distance grids) against the reference path
+# --------------------------------------------------------------------------------------------------------
+
+
+def _reference_path(world: MeshWorld) -> MeshWorld:
+    """``world`` with its shortcuts off (no closed flag, no grid): every query takes the plain path."""
+    world._grid_tables["grid_dims"].zero_()
+    world._grid_tables["grid_flags"].zero_()
+    return world
+
+
+def _probe_points(meshes, poses, n: int, seed: int) -> torch.Tensor:
+    """Points deep inside, near the surfaces (surface samples + noise) and around the posed meshes."""
+    gen = np.random.default_rng(seed)
+    posed = [
+        m.vertices @ quat_matrix(p[3:]).T + np.asarray(p[:3]) for m, p in zip(meshes, poses, strict=True)
+    ]
+    allv = np.concatenate(posed)
+    lo, hi = allv.min(0) - 0.2, allv.max(0) + 0.2
+    near = np.concatenate(
+        [
+            trimesh.sample.sample_surface(trimesh.Trimesh(v, m.faces, process=False), n, seed=seed)[0]
+            for v, m in zip(posed, meshes, strict=True)
+        ]
+    )
+    near = near + gen.normal(scale=0.02, size=near.shape)
+    return torch.from_numpy(np.concatenate([gen.uniform(lo, hi, size=(3 * n, 3)), near]))
+
+
+_CLOSED_SCENE = [box_mesh((0.3, 0.2, 0.25)), sphere_mesh(0.3, 3), torus_mesh().apply_scale(0.4)]
+_CLOSED_POSES = [
+    [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+    [0.5, 0.2, -0.1, math.cos(0.4), 0.0, math.sin(0.4), 0.0],
+    [-0.4, 0.3, 0.2, math.cos(0.7), math.sin(0.7), 0.0, 0.0],
+]
+
+
+@pytest.mark.parametrize("method", ["ray", "normal", "winding", "unsigned"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_shortcuts_match_the_reference_path(device, method, dtype):
+    """Closed-mesh sign and distance grids change no distance, cost or gradient (posed box, icosphere,
+    torus; points deep inside, near the surfaces and around)."""
+    fast = MeshWorld(_CLOSED_SCENE, poses=_CLOSED_POSES, device=device, sign_method=method)
+    assert fast._grid_tables["grid_flags"].tolist() == [[1, 1, 1]]
+    assert (fast._grid_tables["grid_dims"][..., 0] > 0).all()
+    slow = _reference_path(MeshWorld(_CLOSED_SCENE, poses=_CLOSED_POSES, device=device, sign_method=method))
+    pts = _probe_points(_CLOSED_SCENE, _CLOSED_POSES, 300, seed=11).to(device, dtype)
+    gen = torch.Generator().manual_seed(12)
+    radii = (torch.rand(len(pts), 1, generator=gen, dtype=torch.float64) * 0.06).to(device, dtype)
+    out = []
+    for world in (fast, slow):
+        x = pts.clone().requires_grad_(True)
+        d = signed_distance(x, world)
+        (gd,) = torch.autograd.grad(d.sum(), x)
+        s = torch.cat([pts, radii], 1).requires_grad_(True)
+        cost = sphere_mesh_cost(s, world, activation_distance=0.02)
+        (gc,) = torch.autograd.grad(cost.sum(), s)
+        out.append([t.detach().cpu().double().numpy() for t in (d, gd, cost, gc)])
+    (d0, gd0, c0, gc0), (d1, gd1, c1, gc1) = out
+    tol = 1e-6 if dtype == torch.float32 else 1e-9
+    np.testing.assert_allclose(d0, d1, atol=tol)
+    np.testing.assert_allclose(c0, c1, atol=tol)
+    if dtype == torch.float64:
+        np.testing.assert_allclose(gd0, gd1, atol=1e-6)
+        np.testing.assert_allclose(gc0, gc1, atol=1e-6)
+    else:  # a float32 near-tie between two faces may go either way: the direction then differs a little
+        for a, b in ((gd0, gd1), (gc0, gc1)):
+            np.testing.assert_allclose(a, b, atol=1e-3)
+            assert (np.abs(a - b).max(axis=1) > 1e-5).mean() < 0.005
+    assert (np.abs(d0) < 0.02).sum() > 100  # near the surfaces
+    if method == "unsigned":
+        assert (d0 >= 0).all()
+    else:
+        assert (d0 < -0.05).sum() > 50  # deep inside
+
+
+def test_normal_equals_ray_on_closed_meshes(device):
+    """On closed meshes the pseudo-normal sign and the ray vote agree (both on their plain paths)."""
+    pts = _probe_points(_CLOSED_SCENE, _CLOSED_POSES, 300, seed=13).to(device)
+    d = {
+        method: signed_distance(
+            pts,
+            _reference_path(MeshWorld(_CLOSED_SCENE, poses=_CLOSED_POSES, device=device, sign_method=method)),
+        )
+        .cpu()
+        .numpy()
+        for method in ("ray", "normal", "winding")
+    }
+    np.testing.assert_allclose(d["normal"], d["ray"], atol=1e-9)
+    np.testing.assert_allclose(d["winding"], d["ray"], atol=1e-9)
+    assert (d["ray"] < 0).sum() > 300
+    # and the icosphere's sign is the analytic one away from its tessellation band
+    sphere = signed_distance(pts, MeshWorld([sphere_mesh(0.3, 3)], poses=[_CLOSED_POSES[1]], device=device))
+    ideal = np.linalg.norm(pts.cpu().numpy() - np.asarray(_CLOSED_POSES[1][:3]), axis=1) - 0.3
+    sure = np.abs(ideal) > 0.01
+    np.testing.assert_array_equal(np.sign(sphere.cpu().numpy()[sure]), np.sign(ideal[sure]))
+
+
+def _open_bin(size: float = 1.0, height: float = 0.5) -> trimesh.Trimesh:
+    """A box of side ``size`` and ``height`` without its top (an open container: a surface, not a solid)."""
+    box = trimesh.creation.box(extents=(size, size, height))
+    keep = box.face_normals[:, 2] < 0.5
+    return trimesh.Trimesh(box.vertices, box.faces[keep], process=False)
+
+
+def test_unsigned_open_bin(device):
+    """A sphere in an open bin collides only where it touches a wall or the floor; distances are >= 0."""
+    world = MeshWorld([_open_bin()], device=device, sign_method="unsigned")
+    assert world._grid_tables["grid_flags"].item() == 0  # open: not closed
+    assert world._grid_tables["grid_dims"][0, 0, 0] > 0  # but it has an (unsigned) grid
+    spheres = torch.tensor(
+        [
+            [0.0, 0.0, 0.0, 0.1],  # in the middle of the bin: touches nothing
+            [0.45, 0.0, 0.0, 0.1],  # 0.05 from the +x wall: penetrates by 0.05
+            [0.0, 0.0, -0.2, 0.1],  # 0.05 above the floor: penetrates by 0.05
+            [0.0, 0.0, 0.4, 0.1],  # above the open top
+            [0.7, 0.0, 0.0, 0.1],  # outside, 0.2 from the wall
+        ],
+        dtype=torch.float64,
+        device=device,
+    )
+    cost = sphere_mesh_cost(spheres, world).cpu().numpy()
+    np.testing.assert_allclose(cost, [0.0, 0.05, 0.05, 0.0, 0.0], atol=1e-6)
+    d = signed_distance(spheres[:, :3], world).cpu().numpy()
+    np.testing.assert_allclose(d, [0.25, 0.05, 0.05, math.hypot(0.5, 0.4 - 0.25), 0.2], atol=1e-6)
+    # against brute force on many points, and never negative
+    bin_mesh = _open_bin()
+    pts = np.random.default_rng(14).uniform(-0.8, 0.8, size=(2000, 3))
+    d = signed_distance(torch.from_numpy(pts).to(device), world).cpu().numpy()
+    assert (d >= 0).all()
+    np.testing.assert_allclose(
+        d, triangle_distance_reference(pts, bin_mesh.vertices, bin_mesh.faces), atol=1e-6
+    )
+    # the ray vote calls the middle of the bin inside (a deep collision); unsigned does not
+    assert sphere_mesh_cost(spheres[:1], MeshWorld([_open_bin()], device=device)).item() > 0.2
+
+
+def test_unsigned_gives_the_magnitude_of_the_signed_distance(device):
+    pts = _probe_points(_CLOSED_SCENE, _CLOSED_POSES, 200, seed=15).to(device)
+    for mesh, pose in zip(_CLOSED_SCENE, _CLOSED_POSES, strict=True):
+        signed = signed_distance(pts, MeshWorld([mesh], poses=[pose], device=device))
+        unsigned = signed_distance(
+            pts, MeshWorld([mesh], poses=[pose], device=device, sign_method="unsigned")
+        )
+        assert (unsigned >= 0).all() and (signed < 0).sum() > 50
+        np.testing.assert_allclose(unsigned.cpu().numpy(), signed.abs().cpu().numpy(), atol=1e-9)
+
+
+def test_winding_on_an_open_mesh_matches_the_reference_path(device):
+    mesh = sphere_mesh(1.0, 3)
+    mesh = trimesh.Trimesh(mesh.vertices, mesh.faces[mesh.triangles_center[:, 2] < 0.85], process=False)
+    world = MeshWorld([mesh], device=device, sign_method="winding")
+    assert world._grid_tables["grid_flags"].item() == 0 and world._grid_tables["grid_dims"][0, 0, 0] == 0
+    pts = torch.from_numpy(np.random.default_rng(16).uniform(-1.5, 1.5, size=(1000, 3))).to(device)
+    d = signed_distance(pts, world).cpu().numpy()
+    ideal = np.linalg.norm(pts.cpu().numpy(), axis=1) - 1.0
+    sure = (np.abs(ideal) > 0.02) & (pts[:, 2].cpu().numpy() < 0.7)  # off the surface, away from the hole
+    np.testing.assert_array_equal(np.sign(d[sure]), np.sign(ideal[sure]))
+
+
+def test_self_intersecting_mesh_is_not_closed(device):
+    """Two overlapping boxes in one mesh: watertight and consistently wound, but not closed in the sense of
+    the shortcut (faces intersect); it keeps its method's plain path."""
+    a, b = box_mesh((0.3, 0.3, 0.3)), box_mesh((0.3, 0.3, 0.3)).apply_translation((0.2, 0.1, 0.0))
+    both = trimesh.Trimesh(
+        np.concatenate([a.vertices, b.vertices]), np.concatenate([a.faces, b.faces + 8]), process=False
+    )
+    world = MeshWorld([both], device=device)
+    assert world._grid_tables["grid_flags"].item() == 0
+    assert MeshWorld([a], device=device)._grid_tables["grid_flags"].item() == 1
+    pts = torch.from_numpy(np.random.default_rng(17).uniform(-0.5, 0.6, size=(500, 3))).to(device)
+    np.testing.assert_array_equal(
+        signed_distance(pts, world).cpu().numpy(),
+        signed_distance(pts, _reference_path(MeshWorld([both], device=device))).cpu().numpy(),
+    )
+
+
+def test_per_mesh_sign_methods(device):
+    """One method per mesh: a flat list for MeshWorld, nested lists for from_envs."""
+    world = MeshWorld(
+        [box_mesh(), _open_bin()],
+        poses=[[0, 0, 0, 1, 0, 0, 0], [3, 0, 0, 1, 0, 0, 0]],
+        device=device,
+        sign_method=["ray", "unsigned"],
+    )
+    assert world.sign_method == ["ray", "unsigned"]
+    d = signed_distance(torch.tensor([[0.0, 0.0, 0.0], [3.0, 0.0, 0.0]], device=device), world).cpu().numpy()
+    np.testing.assert_allclose(d, [-0.2, 0.25], atol=1e-6)  # inside the box; in the bin, unsigned
+    envs = MeshWorld.from_envs(
+        [[_open_bin()], [_open_bin(), box_mesh()]],
+        poses=[[[0, 0, 0, 1, 0, 0, 0]], [[0, 0, 0, 1, 0, 0, 0], [3, 0, 0, 1, 0, 0, 0]]],
+        device=device,
+        sign_method=[["unsigned"], ["ray", "normal"]],
+    )
+    assert envs.sign_method == [["unsigned"], ["ray", "normal"]]
+    probe = torch.tensor([[[0.0, 0.0, 0.0, 0.1]], [[0.0, 0.0, 0.0, 0.1]]], device=device)
+    cost = sphere_mesh_cost(probe, envs, env_index=torch.tensor([0, 1], device=device)).cpu().numpy()
+    assert cost[0, 0] == 0.0 and cost[1, 0] > 0.3  # env 1's bin votes "inside" by ray
+
+
+def test_per_mesh_sign_method_errors():
+    cube = box_mesh()
+    with pytest.raises(ValueError, match=r"sign_method must list one sign method per mesh \(2\)"):
+        MeshWorld([cube, cube], sign_method=["ray"])
+    with pytest.raises(ValueError, match=r"sign_method\[1\] must be one of"):
+        MeshWorld([cube, cube], sign_method=["ray", "parity"])
+    with pytest.raises(ValueError, match="one list per environment"):
+        MeshWorld.from_envs([[cube], [cube]], sign_method=[["ray"]])
+    with pytest.raises(ValueError, match=r"sign_method\[1\] must list one sign method per mesh \(2\)"):
+        MeshWorld.from_envs([[cube], [cube, cube]], sign_method=[["ray"], ["ray"]])
+    with pytest.raises(ValueError, match=r"sign_method\[0\] must list one sign method per mesh"):
+        MeshWorld.from_envs([[cube]], sign_method=["ray"])  # flat where nested is needed
+    with pytest.raises(ValueError, match=r"sign_method\[0\]\[0\] must be one of"):
+        MeshWorld.from_envs([[cube]], sign_method=[["Ray"]])
+
+
+# --------------------------------------------------------------------------------------------------------
+# finite in, finite out (issue 9)
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_far_points_get_their_distance(device):
+    world = MeshWorld([box_mesh((0.5, 0.5, 0.5))], device=device)
+    for dtype in (torch.float32, torch.float64):
+        pts = torch.tensor([[1e18, 0.0, 0.0], [0.0, -3e20, 0.0], [1e7, 1e7, 0.0]], dtype=dtype, device=device)
+        d = signed_distance(pts, world).cpu().double().numpy()
+        expected = np.array([1e18 - 0.5, 3e20 - 0.5, math.hypot(1e7 - 0.5, 1e7 - 0.5)])
+        np.testing.assert_allclose(d, expected, rtol=1e-6 if dtype == torch.float32 else 1e-12)
+    huge = torch.tensor([[1e300, -1e300, 0.0]], dtype=torch.float64, device=device, requires_grad=True)
+    d = signed_distance(huge, world)
+    assert math.isclose(d.item(), math.hypot(1e300, 1e300), rel_tol=1e-12)
+    (g,) = torch.autograd.grad(d.sum(), huge)
+    np.testing.assert_allclose(g.cpu().numpy(), [[2**-0.5, -(2**-0.5), 0.0]], atol=1e-12)
+    # float32 points near the top of the range: the distance, or inf where it exceeds float32
+    edge = torch.tensor([[3e38, 0.0, 0.0], [-3e38, -3e38, 0.0]], device=device)
+    d = signed_distance(edge, world).cpu()
+    assert d[0].item() == pytest.approx(3e38, rel=1e-6) and d[1].item() == float("inf")
+
+
+def test_far_path_matches_the_near_path_where_both_apply(device):
+    """Beyond 2**20 box diagonals the nearest vertex stands in for the closest point: exact to ~L^2/(2D)."""
+    mesh = torus_mesh()
+    world = MeshWorld([mesh], device=device)
+    gen = np.random.default_rng(18)
+    dirs = gen.normal(size=(200, 3))
+    dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+    diagonal = np.linalg.norm(mesh.vertices.max(0) - mesh.vertices.min(0))
+    for scale in (1e4, 1e6, 1e12):  # the far path from 2048 box diagonals (~5.5e3 here)
+        pts = dirs * scale
+        d = signed_distance(torch.from_numpy(pts).to(device), world).cpu().numpy()
+        exact = triangle_distance_reference(pts, mesh.vertices, mesh.faces)
+        rounding = 1e-6 + 1e-15 * exact  # float32 vertices
+        assert (d >= exact - rounding).all()  # a vertex is never nearer than the closest point
+        assert (d - exact <= diagonal**2 / (2 * exact) + rounding).all()
+
+
+def test_huge_float64_sphere_costs_the_formula(device):
+    world = MeshWorld([box_mesh((0.5, 0.5, 0.5))], device=device)
+    spheres = torch.tensor(
+        [[1e300, 0.0, 0.0, 1e301], [1e300, 0.0, 0.0, 1e299]], dtype=torch.float64, device=device
+    )
+    cost = sphere_mesh_cost(spheres, world, activation_distance=0.1).cpu().numpy()
+    np.testing.assert_allclose(cost, [1e301 - (1e300 - 0.5) - 0.05, 0.0], rtol=1e-12)
+    swept = sphere_mesh_cost(spheres[:1, None, None].repeat(1, 2, 1, 1)[:, :, 0], world)
+    assert torch.isfinite(swept).all() and swept.min() > 1e300
+
+
+def test_swept_across_the_whole_float32_range(device):
+    """Steps from x = -3e38 to 3e38: the interpolated samples stay finite (no (next - here) overflow)."""
+    world = MeshWorld([box_mesh((0.5, 0.5, 0.5))], device=device)
+    traj = torch.tensor([[[[-3e38, 0.0, 0.0, 0.1]], [[3e38, 0.0, 0.0, 0.1]]]], device=device)
+    cost = swept_sphere_mesh_cost(traj, world, sweep_steps=1)  # samples at t = 0 and 0.5 (the origin)
+    np.testing.assert_allclose(cost.cpu().numpy(), [[[0.5 * (0.5 + 0.1)], [0.0]]], rtol=1e-5)
+
+
+def test_mesh_of_zero_area_faces_is_refused():
+    v = np.array([[0, 0, 0], [1, 0, 0], [2, 0, 0], [0, 1, 0]], dtype=np.float64)
+    with pytest.raises(ValueError, match=r"meshes\[1\]: every face has zero area"):
+        MeshWorld([box_mesh(), (v, np.array([[0, 1, 2], [0, 0, 3]]))])
+    with pytest.raises(ValueError, match=r"envs\[0\]\[0\]: every face has zero area"):
+        MeshWorld.from_envs([[(v, np.array([[0, 1, 2]]))]])
+    # one good face among degenerate ones is a mesh
+    world = MeshWorld([(v, np.array([[0, 1, 2], [0, 1, 3]]))])
+    assert signed_distance(torch.tensor([[0.0, 0.0, 1.0]]), world).item() == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(ValueError, match=r"within 2\*\*60"):
+        MeshWorld([(v * 1e19, np.array([[0, 1, 3]]))])

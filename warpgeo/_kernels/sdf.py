@@ -28,12 +28,17 @@ Two exact shortcuts, both prepared by ``MeshWorld`` when it builds a mesh (``gri
   of the unbounded query and the sign vote). Both give the same face as the full query: the bound only
   prunes faces that cannot be the closest.
 
-Far points. A point farther from a mesh's box than ``FAR_RATIO`` times the box's diagonal (or than
+Far points. A point farther from a mesh's box than ``FAR_RATIO`` (2048) times the box's diagonal (or than
 ``FAR_ABS``, where Warp's float32 squared distances would overflow) is outside, and its distance is the
-distance to the nearest vertex of the mesh, scanned in ``T`` with scaled lengths (no overflow): with ``D``
-the distance and ``L`` the mesh's extent, the nearest vertex of the closest face is within ``L**2 / (2 D)``
-of the closest point's distance, a relative error below ``2**-41`` (finer than the float32 face choice of
-the near path). Distances beyond the output dtype's range round to inf, as any float operation does.
+distance to the nearest vertex of the mesh, scanned in ``T`` with scaled lengths (no overflow). Why this is
+exact enough: with ``D`` the distance and ``L`` the box diagonal, the closest feature's vertices lie within
+``L`` of the closest point, in directions orthogonal to ``p - closest`` (or at it), so the nearest vertex
+is within ``L**2 / (2 D)`` of the true distance: a relative error ``L**2 / (2 D**2) <= 2**-23`` at the
+threshold, falling as ``1 / D**2`` (at 2**20 diagonals, 2**-41), where the float32 face choice of the near
+path would err by float32's relative rounding at any distance. The scan is O(faces), paid only by points
+that far from a mesh (the cost kernels skip meshes beyond their search radius first, and signed_distance
+meshes beyond its best). Distances beyond the output dtype's range round to inf, as any float operation
+does.
 
 The world arrays (``mesh_ids``, ``inv_poses``, ``bounds``, ``enabled``, ``sign``, ``grid_dims``,
 ``grid_flags``; all ``(E, M, ...)``, and the flat ``grid_cells``) are named as here. Kernels trust no index: an
@@ -64,8 +69,9 @@ SIGN_UNSIGNED = wp.constant(3)
 NO_MESH = wp.constant(wp.int64(0))
 #: ``grid_flags`` bit: the mesh is closed (see the module docstring); its grid is signed.
 FLAG_CLOSED = wp.constant(1)
-#: A point farther from a mesh's box than this many box diagonals takes the far path (nearest vertex).
-FAR_RATIO = wp.constant(1048576.0)
+#: A point farther from a mesh's box than this many box diagonals takes the far path (nearest vertex): from
+#: here on the nearest vertex (relative error <= 2**-23, falling as 1/D^2) beats the float32 face choice.
+FAR_RATIO = wp.constant(2048.0)
 #: ... or farther than this (mesh units): Warp's float32 BVH squares distances, and 2**60 squared is safe.
 FAR_ABS = wp.constant(1.152921504606846976e18)
 #: Relative rounding margin of a grid cell's bounds (float32 centre distances and cell geometry).
