@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import _interop
@@ -22,9 +24,77 @@ _BITS_DTYPE = {
 }
 
 
+#: Rows (or threads along one grid dimension) of one launch when a gather too large for one Warp launch
+#: is split into several.
+_MAX_LAUNCH_ROWS = 2**30
+#: The kernel parameters laid out ``(B, C, ...)``: split along B and C; the others are ``(B, ...)``.
+_PER_CHANNEL = frozenset({"features", "out", "grad_out", "grad_features"})
+#: A tensor dimension or byte stride reaching this does not fit one Warp launch (a name of its own so that
+#: tests can lower it).
+_STRIDE_LIMIT = _interop.INT32_LIMIT
+
+
 def _flat_index(idx: torch.Tensor) -> torch.Tensor:
     """``(B, M)`` or ``(B, M, K)`` integer -> contiguous ``(B, L)`` int32 (no copy when it already is)."""
-    return idx.reshape(idx.shape[0], -1).to(torch.int32).contiguous()
+    return idx.reshape(idx.shape[0], math.prod(idx.shape[1:])).to(torch.int32).contiguous()
+
+
+def _blocks(batch: int, channels: int, args: dict, per_channel: bool):
+    """The ``(b slice, c slice, rows of b, rows of c)`` blocks a ``(batch, channels)`` launch is split into.
+
+    One block (everything) when every tensor fits one Warp launch (int32 dimensions and byte strides,
+    below ``_MAX_LAUNCH_ROWS`` rows): the usual case. Otherwise ranges of B, or one B entry at a time (a
+    size-1 dimension's stride is not used, see ``_interop``), and one (b, c) row at a time where a row
+    itself has a stride of >= 2**31 bytes along C (e.g. features rows of 2 GiB).
+    """
+    limit = _STRIDE_LIMIT
+
+    def big(dim: int, only_channel: bool) -> bool:
+        return any(
+            t.numel() > 0 and t.dim() > dim and t.shape[dim] > 1 and t.stride(dim) * t.element_size() >= limit
+            for name, t in args.items()
+            if not only_channel or name in _PER_CHANNEL
+        )
+
+    split_c = per_channel and big(1, True)
+    split_b = split_c or big(0, False)
+    if not split_b and batch * channels <= _MAX_LAUNCH_ROWS:
+        yield slice(None), slice(None), batch, channels
+        return
+    if not split_b and 0 < channels <= _MAX_LAUNCH_ROWS:
+        step = _MAX_LAUNCH_ROWS // channels
+        for b0 in range(0, batch, step):
+            b1 = min(b0 + step, batch)
+            yield slice(b0, b1), slice(None), b1 - b0, channels
+        return
+    step = 1 if split_c else _MAX_LAUNCH_ROWS
+    if not per_channel and channels > step:
+        raise ValueError(f"idx of shape {tuple(args['idx'].shape)}: too many rows for one Warp launch")
+    for b in range(batch):
+        for c0 in range(0, channels, step):
+            c1 = min(c0 + step, channels)
+            yield slice(b, b + 1), slice(c0, c1), 1, c1 - c0
+
+
+def _launch_blocks(
+    kernel, batch: int, channels: int, *, device, length=None, work_per_row=1, per_channel=True, **args
+) -> None:
+    """Launch a gather-family kernel over ``(batch, channels)`` in blocks that fit Warp (see
+    :func:`_blocks`): a row kernel (``launch_rows`` over ``b * C + c``) or, with ``length``, a grid kernel
+    over ``[B, C, length]``. ``(B, C, ...)`` tensors (``_PER_CHANNEL``) are sliced along B and C, the rest
+    along B."""
+    for bs, cs, nb, nc in _blocks(batch, channels, args, per_channel):
+        if nb != batch or nc != channels:
+            args_ = {
+                k: (t[bs, cs] if per_channel and k in _PER_CHANNEL else t[bs]) if t.numel() > 0 else t
+                for k, t in args.items()
+            }
+        else:
+            args_ = args
+        if length is None:
+            _interop.launch_rows(kernel, nb * nc, device=device, work_per_row=work_per_row, **args_)
+        else:
+            _interop.launch(kernel, [nb, nc, length], device=device, **args_)
 
 
 def _check_shapes(features: torch.Tensor, idx: torch.Tensor) -> None:
@@ -41,6 +111,10 @@ def _check_shapes(features: torch.Tensor, idx: torch.Tensor) -> None:
         )
     if features.shape[2] > _MAX_POINTS:
         raise ValueError(f"features may hold at most {_MAX_POINTS} points; got N={features.shape[2]}")
+    if math.prod(idx.shape[1:]) > _MAX_POINTS:
+        raise ValueError(
+            f"idx may hold at most 2**31 - 1 indices per batch entry (Warp's int32 sizes); got {tuple(idx.shape)}"
+        )
     _interop.check_device("features", features=features, idx=idx)
 
 
@@ -66,10 +140,13 @@ def _gather_impl(features: torch.Tensor, idx: torch.Tensor, deterministic: bool)
     batch, channels, num_points = features.shape
     _check_index_range(idx, num_points)
     out = torch.empty(batch, channels, *idx.shape[1:], dtype=features.dtype, device=features.device)
+    if out.numel() == 0:
+        return out
     if num_points == 0:  # every index is -1
         return out.zero_()
     method = "rows" if features.device.type == "cpu" else "elements"
-    _gather(features, _flat_index(idx), out.view(batch, channels, -1), method)
+    flat_idx = _flat_index(idx)
+    _gather(features, flat_idx, out.view(batch, channels, flat_idx.shape[1]), method)
     return out
 
 
@@ -92,16 +169,17 @@ def _gather(features: torch.Tensor, flat_idx: torch.Tensor, out: torch.Tensor, m
     bits = _BITS_DTYPE[features.dtype]
     args = {"features": features.view(bits), "idx": flat_idx, "out": out.view(bits)}
     if method == "rows":
-        _interop.launch_rows(
+        _launch_blocks(
             _interop.overload(kernels.GATHER_ROWS, bits),
-            batch * channels,
+            batch,
+            channels,
             device=features.device,
             work_per_row=length,
             **args,
         )
     elif method == "elements":
         kernel = _interop.overload(kernels.GATHER_ELEMENTS, bits)
-        _interop.launch(kernel, [batch, channels, length], device=features.device, **args)
+        _launch_blocks(kernel, batch, channels, length=length, device=features.device, **args)
     else:
         raise ValueError(f"internal error: unknown gather method {method!r}")
 
@@ -171,9 +249,10 @@ def _scatter_add(grad: torch.Tensor, flat_idx: torch.Tensor, num_points: int, me
     device = grad.device
     if method == "rows":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
-        _interop.launch_rows(
+        _launch_blocks(
             _interop.overload(kernels.SCATTER_ADD_ROWS, grad.dtype),
-            batch * channels,
+            batch,
+            channels,
             device=device,
             work_per_row=length,
             grad_out=grad,
@@ -182,9 +261,11 @@ def _scatter_add(grad: torch.Tensor, flat_idx: torch.Tensor, num_points: int, me
         )
     elif method == "atomic":
         out = torch.zeros(batch, channels, num_points, dtype=grad.dtype, device=device)
-        _interop.launch(
+        _launch_blocks(
             _interop.overload(kernels.SCATTER_ADD_ATOMIC, grad.dtype),
-            [batch, channels, length],
+            batch,
+            channels,
+            length=length,
             device=device,
             grad_out=grad,
             idx=flat_idx,
@@ -193,9 +274,11 @@ def _scatter_add(grad: torch.Tensor, flat_idx: torch.Tensor, num_points: int, me
     elif method == "segments":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
         order, offsets = _segments(flat_idx, num_points)
-        _interop.launch(
+        _launch_blocks(
             _interop.overload(kernels.SCATTER_ADD_SEGMENTS, grad.dtype),
-            [batch, channels, num_points],
+            batch,
+            channels,
+            length=num_points,
             device=device,
             grad_out=grad,
             order=order,
@@ -300,17 +383,20 @@ def _weighted_impl(
         "out": out,
     }
     if features.device.type == "cpu":
-        _interop.launch_rows(
+        _launch_blocks(
             _interop.overload(kernels.WEIGHTED_GATHER_ROWS, work),
-            batch * channels,
+            batch,
+            channels,
             device=features.device,
             work_per_row=idx.shape[1] * idx.shape[2],
             **args,
         )
     else:
-        _interop.launch(
+        _launch_blocks(
             _interop.overload(kernels.WEIGHTED_GATHER_ELEMENTS, work),
-            [batch, channels, idx.shape[1]],
+            batch,
+            channels,
+            length=idx.shape[1],
             device=features.device,
             **args,
         )
@@ -351,9 +437,10 @@ def _weighted_backward_impl(
         args = {"grad_out": grad, "weight": w}
         if device.type == "cpu":
             gf = torch.empty(batch, channels, num_points, dtype=work, device=device)
-            _interop.launch_rows(
+            _launch_blocks(
                 _interop.overload(kernels.WEIGHTED_SCATTER_ROWS, work),
-                batch * channels,
+                batch,
+                channels,
                 device=device,
                 work_per_row=idx.shape[1] * idx.shape[2] + num_points,
                 idx=flat,
@@ -362,9 +449,11 @@ def _weighted_backward_impl(
             )
         elif not deterministic:
             gf = torch.zeros(batch, channels, num_points, dtype=work, device=device)
-            _interop.launch(
+            _launch_blocks(
                 _interop.overload(kernels.WEIGHTED_SCATTER_ATOMIC, work),
-                [batch, channels, idx.shape[1]],
+                batch,
+                channels,
+                length=idx.shape[1],
                 device=device,
                 idx=flat,
                 grad_features=gf,
@@ -372,10 +461,12 @@ def _weighted_backward_impl(
             )
         else:
             gf = torch.empty(batch, channels, num_points, dtype=work, device=device)
-            order, offsets = _segments(flat.reshape(batch, -1), num_points)
-            _interop.launch(
+            order, offsets = _segments(flat.reshape(batch, idx.shape[1] * idx.shape[2]), num_points)
+            _launch_blocks(
                 _interop.overload(kernels.WEIGHTED_SCATTER_SEGMENTS, work),
-                [batch, channels, num_points],
+                batch,
+                channels,
+                length=num_points,
                 device=device,
                 order=order,
                 offsets=offsets,
@@ -385,9 +476,11 @@ def _weighted_backward_impl(
         grad_features = gf.to(features.dtype)
     if needs_weight:
         gw = torch.empty(idx.shape, dtype=work, device=device)
-        _interop.launch_rows(
+        _launch_blocks(
             _interop.overload(kernels.WEIGHTED_GRAD_WEIGHT_ROWS, work),
-            batch * idx.shape[1],
+            batch,
+            idx.shape[1],
+            per_channel=False,
             device=device,
             work_per_row=idx.shape[2] * channels,
             grad_out=grad,
