@@ -34,6 +34,9 @@ _MAX_SWEEP_STEPS = 2**24
 #: Rows of one launch when a query too large for one Warp launch (int32 thread ids, int32 byte strides) is
 #: split into several.
 _MAX_LAUNCH_ROWS = 2**30
+#: A tensor dimension or byte stride reaching this does not fit one Warp launch (a name of its own so that
+#: tests can lower it).
+_STRIDE_LIMIT = _interop.INT32_LIMIT
 
 #: The ops' inputs, in order (each backward returns one entry per name).
 _WORLD = ("world_id", "inv_poses", "bounds", "enabled", "sign")
@@ -149,7 +152,7 @@ def _launch_blocks(
     dimension. A tensor whose stride along a middle dimension (a swept trajectory's time step) reaches 2**31
     bytes cannot be split so: ValueError naming ``name``.
     """
-    limit = _interop.INT32_LIMIT
+    limit = _STRIDE_LIMIT
     rows = math.prod(grid)
 
     def too_big(dim: int) -> bool:
