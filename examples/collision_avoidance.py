@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     device = torch.device(args.device)
-    activation_distance, smoothness, lr = 0.05, 0.05, 0.03
+    activation_distance, smoothness, lr = 0.05, 0.02, 0.03
     meshes, poses = demos.collision_scene(args.mesh)
     sign_method = "ray" if all(m.is_watertight for m in meshes) else "winding"  # winding: open meshes
     world = warpgeo.MeshWorld(meshes, poses=poses, device=str(device), sign_method=sign_method)

@@ -133,7 +133,7 @@ def run_collision_avoidance(
     radius: float = 0.08,
     activation_distance: float = 0.05,
     sweep_steps: int = 4,
-    smoothness: float = 0.05,
+    smoothness: float = 0.02,
     lr: float = 0.03,
     extra_mesh=None,
     device: str | torch.device = "cpu",
