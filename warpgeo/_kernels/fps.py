@@ -20,8 +20,7 @@ from typing import Any
 
 import warp as wp
 
-# warpgeo writes every backward itself: skip generating Warp's adjoints (halves the compile time). No
-# fused multiply-adds: pruning compares a box's distance with its points' (see above).
+# The kernels live in modules of their own (see per_precision); the routines below are compiled into them.
 wp.set_module_options({"enable_backward": False, "fuse_fp": False})
 
 #: Index written where a row has no more valid points.
@@ -137,7 +136,6 @@ def scan(
     return my_best, my_index
 
 
-@wp.kernel
 def fps_serial(
     points: wp.array2d(dtype=Any),
     lengths: wp.array(dtype=wp.int64),
@@ -160,8 +158,24 @@ def fps_serial(
 
 
 #: one overload per point precision, both built with the module
+#: Options of every FPS kernel module: warpgeo writes every backward itself (no adjoints: half the compile
+#: time); no fused multiply-adds (see the module docstring).
+OPTIONS = {"enable_backward": False, "fuse_fp": False}
 _POINTS = {"float32": wp.array2d(dtype=wp.vec3f), "float64": wp.array2d(dtype=wp.vec3d)}
-FPS_SERIAL = {name: wp.overload(fps_serial, {"points": arr}) for name, arr in _POINTS.items()}
+
+
+def per_precision(func, arrays=("points",)):
+    """``{dtype name: kernel}``: ``func`` (a generic kernel) for each point precision, each one alone in a
+    Warp module of its own. A module is Warp's compilation unit: a process's first FPS call then compiles
+    the one kernel and precision it launches, not every kernel of this file in both precisions."""
+    table = {}
+    for name, arr in _POINTS.items():
+        kernel = wp.kernel(func, name=f"{func.__name__}_{name}", module="unique", module_options=OPTIONS)
+        table[name] = wp.overload(kernel, dict.fromkeys(arrays, arr))
+    return table
+
+
+FPS_SERIAL = per_precision(fps_serial)
 
 
 #: Points per leaf of the CPU tree (consecutive points in Morton order: a small, tight box).
@@ -299,7 +313,6 @@ def sort_cloud(
         sorted_points[b, j] = points[b, i]
 
 
-@wp.kernel
 def fps_tree(
     points: wp.array2d(dtype=Any),
     lengths: wp.array(dtype=wp.int64),
@@ -398,6 +411,4 @@ def fps_tree(
         cur = int(node_arg[b, 1])
 
 
-FPS_TREE = {
-    name: wp.overload(fps_tree, {"points": arr, "sorted_points": arr}) for name, arr in _POINTS.items()
-}
+FPS_TREE = per_precision(fps_tree, ("points", "sorted_points"))
