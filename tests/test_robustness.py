@@ -959,7 +959,7 @@ def test_gather_split_launches_equal_one_launch(small_launch_limits, limit, rows
 @pytest.mark.slow
 def test_gather_out_rows_beyond_2GiB_full():
     """The issue's case: an output of 2 x 2**30 half floats per batch entry (2 GiB rows), written for real."""
-    features = torch.arange(2 * 2**14 * 4, dtype=torch.float16).reshape(2, 2**14, 4) % 1000
+    features = (torch.arange(2 * 2**14 * 4) % 1000).to(torch.float16).reshape(2, 2**14, 4)
     idx = torch.zeros(2, 2**16, dtype=torch.int32)
     idx[1, -1] = 3
     out = warpgeo.gather_points(features, idx)
