@@ -280,7 +280,12 @@ def farthest_point_sampling(
     Starting from one point per cloud, repeatedly pick the point farthest from those already picked (ties
     go to the lowest index). Distances are compared in float64 whatever the input dtype, so half-precision
     clouds with large coordinates do not overflow and the order does not depend on the dtype or on the
-    scale of the coordinates.
+    scale of the coordinates; a float64 cloud is first scaled by a power of two (exact), so that the order
+    is exact at any finite scale, from subnormal coordinates to 1e308.
+
+    On the CPU, large clouds (N * K >= 2**22) are sampled through a tree of boxes over small buckets of
+    nearby points that skips whatever a new sample cannot change (the QuickFPS idea): the same order as
+    the brute-force loop, at a fraction of its work. A batch is split among torch's CPU threads.
 
     Args:
         points: ``(B, N, 3)`` or ``(N, 3)``; float16, bfloat16, float32 or float64.
@@ -304,9 +309,10 @@ def farthest_point_sampling(
         TypeError: ``points`` is not a float tensor; ``num_samples``, ``lengths`` or ``start_index`` is not
             an integer (tensor).
         ValueError: bad shapes, an int ``num_samples < 1`` or a per-cloud one < 0, ``lengths`` outside
-            ``[0, N]``, non-finite
-            coordinates among the valid points, tensors on different devices,
-            ``random_start`` together with ``start_index``.
+            ``[0, N]``, non-finite coordinates among the valid points, tensors on different devices,
+            ``random_start`` together with ``start_index``; sizes beyond Warp's int32 byte strides (a
+            row of 2**31 bytes): ``num_samples`` above 268435455, more than 89478485 float64 points (or
+            178956970 of another dtype) per cloud; an output larger than the device can allocate.
         IndexError: ``start_index`` outside ``[0, lengths[b])``.
 
     Example:
