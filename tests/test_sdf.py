@@ -947,3 +947,13 @@ def test_mesh_of_zero_area_faces_is_refused():
     assert signed_distance(torch.tensor([[0.0, 0.0, 1.0]]), world).item() == pytest.approx(1.0, abs=1e-6)
     with pytest.raises(ValueError, match=r"within 2\*\*60"):
         MeshWorld([(v * 1e19, np.array([[0, 1, 3]]))])
+
+
+def test_thin_closed_part_keeps_its_sign_near_its_mid_plane(device):
+    """A 4 cm slab 1.2 m wide: a point 0.2 mm off its mid-plane is inside (the shortcuts must not hand the
+    sign to Warp's pseudo-normal test, whose tie band of 1e-3 average edge lengths is wider than that)."""
+    world = MeshWorld([box_mesh((0.6, 0.6, 0.02))], device=device)
+    pts = torch.tensor([[0.138, -0.135, -0.0002], [0.0, 0.0, 0.0001], [0.3, 0.3, 0.0]], device=device)
+    np.testing.assert_allclose(
+        signed_distance(pts, world).cpu().numpy(), [-0.0198, -0.0199, -0.02], atol=1e-6
+    )

@@ -16,11 +16,14 @@ deep inside a mesh is a collision, never "not found".
 Two exact shortcuts, both prepared by ``MeshWorld`` when it builds a mesh (``grid_dims[e, m]``, ``grid_cells``,
 ``grid_flags[e, m]``):
 
-* **Closed meshes** (``FLAG_CLOSED``: every edge in exactly two faces with opposite orientations and no two
-  faces without a shared vertex intersecting): inside is well defined and the ray vote, the winding number
-  and the pseudo-normal all compute it, so the cheapest (the pseudo-normal) is used whatever the method.
+* **Closed meshes** (``FLAG_CLOSED``: every edge in exactly two faces with opposite orientations, no sliver,
+  and no two faces without a shared vertex intersecting): inside is well defined, constant away from the
+  surface, and every sign method computes it there. (Near the surface each mesh keeps its own method:
+  Warp's pseudo-normal test counts faces within 1e-3 average edge lengths of the closest as tied, which
+  flips its sign near the mid-plane of parts thinner than that band.)
 * **A coarse distance grid** over the mesh's box: ``grid_cells[offset + cell]`` is the distance of the cell's
-  centre (signed on closed meshes, unsigned for ``"unsigned"`` meshes). With ``h`` the cell's
+  centre (signed on closed meshes, where the pseudo-normal and the ray vote agree on the centre's side, else
+  0: unknown; unsigned for ``"unsigned"`` meshes). With ``h`` the cell's
   half-diagonal (plus a rounding margin), every point of the cell has ``|d| >= |s| - h`` and
   ``|d| <= |s| + h``, and where ``|s| > h`` the cell does not touch the surface, so its sign is the
   centre's. A point in such a cell farther than the search radius is skipped without a query, and a point
@@ -226,9 +229,9 @@ def mesh_distance(
         return far < search, type(surface_eps)(far), direction
     p32 = wp.vec3(p)
     closed = (flags & FLAG_CLOSED) != 0
+    # the method stays the mesh's own near the surface: Warp's pseudo-normal treats faces within 1e-3 average
+    # edge lengths of the closest as equally close, which flips the sign near the mid-plane of thin parts
     method = sign
-    if closed and sign != SIGN_UNSIGNED:
-        method = SIGN_NORMAL  # every method computes the same inside on a closed mesh: take the cheapest
     search32 = float(search)
     face = int(-1)
     inside = False
