@@ -41,15 +41,29 @@ def _wp():
     return wp
 
 
-def kernel_modules() -> list[str]:
-    """Names of the Python modules under ``warpgeo._kernels`` that define at least one Warp kernel."""
-    wp = _wp()
-    names = []
-    for info in pkgutil.iter_modules(warpgeo._kernels.__path__, prefix="warpgeo._kernels."):
-        module = importlib.import_module(info.name)
-        if wp.get_module(module.__name__).kernels:
-            names.append(info.name)
-    return sorted(names)
+def kernel_modules() -> dict[str, str]:
+    """Warp module name -> a readable id, for every Warp module holding kernels of ``warpgeo._kernels``.
+
+    The Python modules are found with pkgutil and imported; their kernels live in the Warp module named
+    after the Python module, or in modules of their own (``wp.kernel(module="unique")``, one compilation
+    unit per kernel and precision), which Warp's module registry lists.
+    """
+    from warp._src.context import user_modules
+
+    packages = [
+        info.name for info in pkgutil.iter_modules(warpgeo._kernels.__path__, prefix="warpgeo._kernels.")
+    ]
+    for name in packages:
+        importlib.import_module(name)
+    found = {}
+    for name, module in list(user_modules.items()):
+        homes = {getattr(k.func, "__module__", "") for k in module.kernels.values()}
+        homes = {h for h in homes if h.startswith("warpgeo._kernels.")}
+        if homes:
+            keys = sorted(module.kernels)
+            shown = "+".join(keys) if len(keys) <= 2 else f"{len(keys)} kernels"
+            found[name] = f"{'+'.join(sorted(h.rsplit('.', 1)[1] for h in homes))}:{shown}"
+    return dict(sorted(found.items(), key=lambda item: item[1]))
 
 
 def launch_block_dims() -> set[int]:
@@ -132,13 +146,19 @@ def compile_for_cuda(module_name: str, arch: int, block_dim: int, out_dir: Path)
 
 def test_discovery():
     """The modules and block sizes the build below covers (a discovery that finds nothing would pass)."""
-    modules = kernel_modules()
-    assert {"warpgeo._kernels.fps", "warpgeo._kernels.gather"} <= set(modules), modules
-    assert any("mesh" in m or "sdf" in m for m in modules), modules
+    homes = {ident.split(":")[0] for ident in kernel_modules().values()}
+    assert {"fps", "gather"} <= homes and ({"mesh", "sdf"} & homes), homes
+    for info in pkgutil.iter_modules(warpgeo._kernels.__path__):  # every Python module with a kernel
+        module = importlib.import_module(f"warpgeo._kernels.{info.name}")
+        if any(callable(v) and type(v).__name__ == "Kernel" for v in vars(module).values()):
+            assert info.name in {h for ident in homes for h in ident.split("+")}, (info.name, homes)
     assert _WARP_DEFAULT_BLOCK_DIM in launch_block_dims()
 
 
-@pytest.mark.parametrize("module_name", kernel_modules())
+_MODULES = kernel_modules()
+
+
+@pytest.mark.parametrize("module_name", list(_MODULES), ids=list(_MODULES.values()))
 def test_kernels_compile_for_cuda(module_name, tmp_path):
     """Each module for every architecture, the architectures side by side (NVRTC runs outside Warp's
     code-generation lock, so two builds take about the time of one on two cores)."""
