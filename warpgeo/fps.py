@@ -39,8 +39,7 @@ _FPS_INPUTS = ("points", "lengths", "num_samples", "start", "max_samples")
 # --------------------------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("warpgeo::farthest_point_sampling", mutates_args=())
-def _fps_op(
+def _fps_impl(
     points: torch.Tensor,
     lengths: torch.Tensor | None,
     num_samples: torch.Tensor | None,
@@ -138,6 +137,9 @@ def _normalise(
     half = shift // 2
     scaled = points * _power_of_two(half)[:, None, None] * _power_of_two(shift - half)[:, None, None]
     return scaled, shift
+
+
+_fps_op = torch.library.custom_op("warpgeo::farthest_point_sampling", _fps_impl, mutates_args=())
 
 
 @_fps_op.register_fake
@@ -253,10 +255,11 @@ class FarthestPointSampling(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(points, lengths, num_samples, start, max_samples):
-        return _fps_op(points, lengths, num_samples, start, max_samples)
+    def forward(ctx, *inputs):
+        output = _fps_impl(*inputs)
+        _setup_fps(ctx, inputs, output)
+        return output
 
-    setup_context = staticmethod(_setup_fps)
     backward = staticmethod(_backward_fps)
 
 
@@ -344,7 +347,19 @@ def farthest_point_sampling(
         default_start = start_index is None or (type(start_index) is int and start_index == 0)
         start = None if default_start else _per_cloud(start_index, "start_index", batch, device)
 
-    indices, distances = _fps_op(points, lengths_t, ks, start, max_samples)
+    # indices are never differentiable: in eager mode the implementation runs bare (no autograd node)
+    indices, distances = _interop.call(
+        _fps_op,
+        FarthestPointSampling,
+        _fps_impl,
+        _FPS_INPUTS,
+        False,
+        points=points,
+        lengths=lengths_t,
+        num_samples=ks,
+        start=start,
+        max_samples=max_samples,
+    )
     if unbatched:
         indices, distances = indices[0], distances[0]
     return (indices, distances) if return_distances else indices
