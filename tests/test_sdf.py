@@ -957,3 +957,21 @@ def test_thin_closed_part_keeps_its_sign_near_its_mid_plane(device):
     np.testing.assert_allclose(
         signed_distance(pts, world).cpu().numpy(), [-0.0198, -0.0199, -0.02], atol=1e-6
     )
+
+
+def test_grid_cells_of_unknown_side_give_no_bound(device):
+    """A cell whose centre's side is unknown (NaN) must bound nothing: with every cell so, the union signed
+    distance and the cost equal the reference path's (a stored 0 once made |p - c| a false upper bound)."""
+    fast = MeshWorld(_CLOSED_SCENE, poses=_CLOSED_POSES, device=device)
+    fast._grid_tables["grid_cells"][::2] = float("nan")
+    slow = _reference_path(MeshWorld(_CLOSED_SCENE, poses=_CLOSED_POSES, device=device))
+    pts = _probe_points(_CLOSED_SCENE, _CLOSED_POSES, 200, seed=19).to(device)
+    d = signed_distance(pts, fast)
+    assert torch.isfinite(d).all()
+    np.testing.assert_allclose(d.cpu().numpy(), signed_distance(pts, slow).cpu().numpy(), atol=1e-6)
+    spheres = torch.cat([pts, torch.full_like(pts[:, :1], 0.03)], 1)
+    np.testing.assert_allclose(
+        sphere_mesh_cost(spheres, fast).cpu().numpy(),
+        sphere_mesh_cost(spheres, slow).cpu().numpy(),
+        atol=1e-6,
+    )

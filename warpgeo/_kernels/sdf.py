@@ -23,7 +23,7 @@ Two exact shortcuts, both prepared by ``MeshWorld`` when it builds a mesh (``gri
   flips its sign near the mid-plane of parts thinner than that band.)
 * **A coarse distance grid** over the mesh's box: ``grid_cells[offset + cell]`` is the distance of the cell's
   centre (signed on closed meshes, where the pseudo-normal and the ray vote agree on the centre's side, else
-  0: unknown; unsigned for ``"unsigned"`` meshes). With ``h`` the cell's
+  NaN: unknown, no bound; unsigned for ``"unsigned"`` meshes). With ``h`` the cell's
   half-diagonal (plus a rounding margin), every point of the cell has ``|d| >= |s| - h`` and
   ``|d| <= |s| + h``, and where ``|s| > h`` the cell does not touch the surface, so its sign is the
   centre's. A point in such a cell farther than the search radius is skipped without a query, and a point
@@ -170,9 +170,12 @@ def cell_bounds(
     cell = wp.int64(dims[3]) + (wp.int64(ix) * wp.int64(ny) + wp.int64(iy)) * wp.int64(nz) + wp.int64(iz)
     if cell < wp.int64(0) or cell >= wp.int64(grid_cells.shape[0]):
         return 0.0, UNBOUNDED
+    s = grid_cells[int(cell)]
+    if not wp.isfinite(s):  # a cell whose centre's side is unknown: no bound from it
+        return 0.0, UNBOUNDED
     centre = lower + wp.cw_mul(size, wp.vec3(float(ix) + 0.5, float(iy) + 0.5, float(iz) + 0.5))
     scale = wp.max(wp.max(wp.abs(lower), wp.abs(upper))) + wp.length(upper - lower)
-    return grid_cells[int(cell)], wp.length(p - centre) + GRID_MARGIN * scale
+    return s, wp.length(p - centre) + GRID_MARGIN * scale
 
 
 @wp.func
@@ -561,7 +564,7 @@ def grid_centres(
     out: wp.array(dtype=float),
 ):
     """Distance of the centre of grid cell ``tid`` (row-major ``(nx, ny, nz)`` cells of ``size`` from
-    ``lower``), for a MeshWorld's grid. ``with_sign``: negative inside, and 0 (a cell of unknown side) where
+    ``lower``), for a MeshWorld's grid. ``with_sign``: negative inside, and NaN (a cell of unknown side) where
     the pseudo-normal and the ray vote disagree."""
     i = wp.tid()
     ix = i // (ny * nz)
@@ -575,7 +578,7 @@ def grid_centres(
         if with_sign != 0:
             ray = wp.mesh_query_point(mesh, p, UNBOUNDED)
             if (not ray.result) or ray.sign != q.sign:
-                d = 0.0
+                d = wp.nan
             elif q.sign < 0.0:
                 d = -d
     out[i] = d
