@@ -49,8 +49,8 @@ _HOME = {
 }
 
 if TYPE_CHECKING:
-    from .fps import FarthestPointSampling, farthest_point_sampling
     from ._interop import set_value_checks, value_checks
+    from .fps import FarthestPointSampling, farthest_point_sampling
     from .gather import GatherPoints, gather_points
     from .neighbors import KNN, ball_query, knn
     from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost

@@ -134,6 +134,8 @@ def value_checks(enabled: bool = True) -> Iterator[None]:
     stay on. While the current CUDA stream is capturing, value checks are skipped anyway.
 
     Example:
+        >>> world = warpgeo.MeshWorld([trimesh.creation.box((1, 1, 1))])
+        >>> spheres = torch.tensor([[0.4, 0.0, 0.0, 0.2]])
         >>> with warpgeo.value_checks(False):
         ...     cost = warpgeo.sphere_mesh_cost(spheres, world)   # no device-to-host sync
     """

@@ -385,7 +385,10 @@ def _per_cloud_samples(num_samples, batch: int, device: torch.device) -> tuple[t
             )
         if any(k < 0 for k in num_samples):
             raise ValueError(f"num_samples must be >= 0 for every cloud; got {list(num_samples)}")
-        return torch.tensor(num_samples, dtype=torch.int64, device=device), max(num_samples, default=0)
+        ks = torch.tensor(num_samples, dtype=torch.int64)
+        if device.type == "cuda":  # from pinned memory, asynchronously: no stall of the stream
+            ks = ks.pin_memory().to(device, non_blocking=True)
+        return ks, max(num_samples, default=0)
     if isinstance(num_samples, torch.Tensor):
         ks = _per_cloud(num_samples, "num_samples", batch, device)
         if ks.numel() == 0:

@@ -255,10 +255,10 @@ def _cost_impl(
         surface_eps=_SURFACE_EPS[work.dtype],
         compute_grad=int(compute_grad),
         mesh_ids=mesh_ids,
+        **grid_tables_of(world_id),
         inv_poses=inv_poses,
         bounds=bounds,
         enabled=enabled,
-        **grid_tables_of(world_id),
         sign=sign,
     )
     return cost.to(spheres.dtype), grad
@@ -309,10 +309,10 @@ def _swept_impl(
         surface_eps=_SURFACE_EPS[work.dtype],
         compute_grad=int(compute_grad),
         mesh_ids=mesh_ids,
+        **grid_tables_of(world_id),
         inv_poses=inv_poses,
         bounds=bounds,
         enabled=enabled,
-        **grid_tables_of(world_id),
         sign=sign,
     )
     return cost.to(spheres.dtype), grad
@@ -357,10 +357,10 @@ def _distance_impl(
         far=_NO_MESH_DISTANCE,
         compute_grad=int(compute_grad),
         mesh_ids=mesh_ids,
+        **grid_tables_of(world_id),
         inv_poses=inv_poses,
         bounds=bounds,
         enabled=enabled,
-        **grid_tables_of(world_id),
         sign=sign,
     )
     return dist.to(points.dtype), grad
@@ -608,9 +608,13 @@ def swept_sphere_mesh_cost(
         TypeError for a non-int ``sweep_steps``.
 
     Example:
+        >>> world = MeshWorld([trimesh.creation.box((0.3, 1, 1))])           # a wall at x = 0
         >>> traj = torch.zeros(1, 2, 1, 4); traj[0, 0, 0] = torch.tensor([-1, 0, 0, 0.05])
-        >>> traj[0, 1, 0] = torch.tensor([1, 0, 0, 0.05])                 # jumps through the origin
-        >>> swept_sphere_mesh_cost(traj, world, sweep_steps=8)             # step 0 is penalised
+        >>> traj[0, 1, 0] = torch.tensor([1, 0, 0, 0.05])                 # jumps through the wall
+        >>> sphere_mesh_cost(traj, world)                                  # both steps are clear
+        tensor([[[0.], [0.]]])
+        >>> swept_sphere_mesh_cost(traj, world, sweep_steps=8)[0, 0] > 0   # the step between is not
+        tensor([True])
     """
     if isinstance(spheres, torch.Tensor) and spheres.dim() != 4:
         raise ValueError(f"spheres must have shape (B, H, N, 4); got {tuple(spheres.shape)}")
@@ -658,7 +662,8 @@ def signed_distance(
 
     Example:
         >>> world = MeshWorld([trimesh.creation.icosphere(subdivisions=4)])
-        >>> signed_distance(torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]), world)   # about [-1, 1]
+        >>> signed_distance(torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]), world).round(decimals=2)
+        tensor([-1.,  1.])
     """
     flat, env, _, compute_grad = _prepare(points, world, 3, "points", env_index, None, None)
     dist, _ = _interop.call(

@@ -127,7 +127,8 @@ class MeshWorld:
 
     Example:
         >>> import trimesh
-        >>> world = MeshWorld([trimesh.creation.box((1, 1, 1)), "table.obj"],
+        >>> table = (np.array([[-1, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]]), np.array([[0, 1, 2], [0, 2, 3]]))
+        >>> world = MeshWorld([trimesh.creation.box((1, 1, 1)), table],
         ...                   poses=[[0, 0, 0.5, 1, 0, 0, 0], [1, 0, 0, 1, 0, 0, 0]])
         >>> world.set_poses(torch.tensor([[0, 0, 0.6, 1, 0, 0, 0], [1, 0, 0, 1, 0, 0, 0]]))
         >>> world.set_enabled([True, False])
@@ -254,6 +255,7 @@ class MeshWorld:
         self._enabled = self._present.to(torch.int32)
         self._poses = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
         self._poses = self._poses.to(self._device)
+        self._identity_pose = self._poses[0, 0].clone()  # on the device: set_poses copies nothing from the host
         self._sign = torch.from_numpy(signs).to(self._device)
         self._inv_poses = _inverse_warp_transform(self._poses)
         self._inv_poses32 = self._inv_poses.to(torch.float32)
@@ -330,7 +332,7 @@ class MeshWorld:
                 f"poses must have shape {expected}({num_envs}, {max_meshes}, 7); got {tuple(value.shape)}"
             )
         value = value.to(device=self._device, dtype=torch.float64)
-        value = torch.where(self._present[..., None], value, self._poses.new_tensor(_IDENTITY_POSE))
+        value = torch.where(self._present[..., None], value, self._identity_pose)
         norm = value[..., 3:].norm(dim=-1)
         if _interop.checking_values(self._device):
             _check_poses(value, norm)
