@@ -86,7 +86,7 @@ def _fps_impl(
         _interop.launch_rows(kernel, batch, device=device, work_per_row=n * max_samples, **args)
     else:  # CPU, large: the same order from a tree of boxes over Morton-ordered leaves (sorted in-kernel)
         kernels = _interop.kernels("fps")
-        nodes = 2 * _next_power_of_two(-(-n // kernels.LEAF))
+        nodes = kernels.tree_size(n)
         cells = min(8 ** max(1, round(math.log2(max(n, 1) / _POINTS_PER_CELL) / 3)), _MAX_CELLS)
         _interop.launch_rows(
             _interop.overload(kernels.FPS_TREE, precision),
@@ -107,10 +107,6 @@ def _fps_impl(
         half = shift // 2
         distances = distances * _power_of_two(-half)[:, None] * _power_of_two(half - shift)[:, None]
     return indices, distances.to(points.dtype)
-
-
-def _next_power_of_two(x: int) -> int:
-    return 1 << max(0, (x - 1).bit_length())
 
 
 def _power_of_two(exponent: torch.Tensor) -> torch.Tensor:

@@ -180,6 +180,8 @@ FPS_SERIAL = per_precision(fps_serial)
 
 #: Points per leaf of the CPU tree (consecutive points in Morton order: a small, tight box).
 LEAF = wp.constant(16)
+#: Children per node of the CPU tree (4: fewer levels to walk than 2, fewer boxes per visit than 8).
+ARITY = wp.constant(4)
 
 
 @wp.func
@@ -236,15 +238,15 @@ def combine(
     b: int,
     node: int,
 ):
-    """A node's ``(largest distance, its index)``: the better of its two children's."""
-    left = 2 * node
-    right = left + 1
-    if before(node_max[b, right], node_arg[b, right], node_max[b, left], node_arg[b, left]):
-        node_max[b, node] = node_max[b, right]
-        node_arg[b, node] = node_arg[b, right]
-    else:
-        node_max[b, node] = node_max[b, left]
-        node_arg[b, node] = node_arg[b, left]
+    """A node's ``(largest distance, its index)``: the best of its children's."""
+    top = CHOSEN
+    top_i = NO_POINT
+    for c in range(ARITY * node + 1, ARITY * node + ARITY + 1):
+        if before(node_max[b, c], node_arg[b, c], top, top_i):
+            top = node_max[b, c]
+            top_i = node_arg[b, c]
+    node_max[b, node] = top
+    node_arg[b, node] = top_i
 
 
 #: Largest grid side of the leaf sort: 10 bits per axis, a 30-bit Morton code.
@@ -333,10 +335,10 @@ def fps_tree(
 ):
     """Greedy FPS of cloud ``row_start + tid`` by one thread, skipping subtrees a new sample cannot change.
 
-    ``points[b]`` is the cloud in Morton order (``order[b, j]`` is the original index of sorted point ``j``,
-    ``position`` the inverse), cut into leaves of ``LEAF`` consecutive points. The leaves are those of an
-    implicit complete binary tree (node ``v`` has children ``2v`` and ``2v + 1``, leaf ``l`` is node
-    ``L + l`` for ``L = node_max.shape[1] / 2`` leaves, a power of two). Every node keeps its box and the
+    :func:`sort_cloud` puts cloud ``b`` in Morton order into ``sorted_points[b]`` (``order[b, j]`` is the
+    original index of sorted point ``j``, ``position`` the inverse), cut into leaves of ``LEAF`` consecutive points. The leaves are those of an
+    implicit complete ``ARITY``-ary tree (node ``v`` has children ``ARITY * v + 1`` to ``ARITY * v + ARITY``,
+    the root is node 0, the leaves are the last nodes: :func:`tree_size`). Every node keeps its box and the
     largest distance to the chosen set among its points with that point's index. When sample ``p`` is
     added, a subtree whose box is at least that far from ``p`` cannot change (every point in it is at least
     as far from ``p`` as the box, in float64 rounding too) and is skipped; the root then names the next
@@ -347,7 +349,14 @@ def fps_tree(
     n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
     # the scratch arrays come from the op, sized for the cloud; smaller ones would only shorten it
     nodes = wp.min(wp.min(node_lo.shape[1], node_hi.shape[1]), wp.min(node_max.shape[1], node_arg.shape[1]))
-    leaves = nodes // 2
+    # the largest complete tree that fits: first_leaf internal nodes, then the leaves
+    first_leaf = int(0)
+    leaves = int(1)
+    while first_leaf + leaves * (ARITY + 1) <= nodes:
+        first_leaf = first_leaf + leaves
+        leaves = leaves * ARITY
+    if first_leaf + leaves > nodes:
+        leaves = 0
     room = wp.min(wp.min(order.shape[1], position.shape[1]), wp.min(sorted_points.shape[1], mindist.shape[1]))
     if cells.shape[1] < 2:
         room = 0
@@ -372,13 +381,18 @@ def fps_tree(
                 q = wp.vec3d(sorted_points[b, j])
                 lo = wp.min(lo, q)
                 hi = wp.max(hi, q)
-        node_lo[b, leaves + leaf] = lo
-        node_hi[b, leaves + leaf] = hi
-        node_max[b, leaves + leaf] = top
-        node_arg[b, leaves + leaf] = NO_POINT
-    for node in range(leaves - 1, 0, -1):
-        node_lo[b, node] = wp.min(node_lo[b, 2 * node], node_lo[b, 2 * node + 1])
-        node_hi[b, node] = wp.max(node_hi[b, 2 * node], node_hi[b, 2 * node + 1])
+        node_lo[b, first_leaf + leaf] = lo
+        node_hi[b, first_leaf + leaf] = hi
+        node_max[b, first_leaf + leaf] = top
+        node_arg[b, first_leaf + leaf] = NO_POINT
+    for node in range(first_leaf - 1, -1, -1):
+        lo = inside
+        hi = -inside
+        for c in range(ARITY * node + 1, ARITY * node + ARITY + 1):
+            lo = wp.min(lo, node_lo[b, c])
+            hi = wp.max(hi, node_hi[b, c])
+        node_lo[b, node] = lo
+        node_hi[b, node] = hi
         combine(node_max, node_arg, b, node)
     best = wp.float64(wp.inf)
     for s in range(k):
@@ -389,26 +403,34 @@ def fps_tree(
         cur_pos = position[b, cur]
         p = wp.vec3d(sorted_points[b, cur_pos])
         mindist[b, cur_pos] = CHOSEN
-        # depth first from the root without a stack: down to the left child, on to the right sibling, and
-        # up (recomputing the parent) after a right child
-        node = int(1)
-        while node > 0:
+        # depth first from the root without a stack: down to the first child, on to the next sibling, and
+        # up (recomputing the parent) after a last child
+        node = int(0)
+        while node >= 0:
             m = node_max[b, node]
             gap = box_distance_sq(p, node_lo[b, node], node_hi[b, node])
             # a node holding p whose points are all at distance 0 is visited too: p must become CHOSEN
             if gap < m or (gap == wp.float64(0.0) and m == wp.float64(0.0)):
-                if node < leaves:
-                    node = 2 * node
+                if node < first_leaf:
+                    node = ARITY * node + 1
                     continue
-                top, top_i = fold_leaf(sorted_points, order, mindist, b, n, node - leaves, p)
+                top, top_i = fold_leaf(sorted_points, order, mindist, b, n, node - first_leaf, p)
                 node_max[b, node] = top
                 node_arg[b, node] = top_i
-            while node > 1 and node % 2 == 1:
-                node = node // 2
+            while node > 0 and (node - 1) % ARITY == ARITY - 1:
+                node = (node - 1) // ARITY
                 combine(node_max, node_arg, b, node)
-            node = 0 if node == 1 else node + 1
-        best = node_max[b, 1]
-        cur = int(node_arg[b, 1])
+            node = -1 if node == 0 else node + 1
+        best = node_max[b, 0]
+        cur = int(node_arg[b, 0])
+
+
+def tree_size(n: int) -> int:
+    """Nodes of the tree over ``n`` points: a complete ``ARITY``-ary tree with at least ``n / LEAF`` leaves."""
+    leaves = 1
+    while leaves * LEAF < n:
+        leaves *= ARITY
+    return (leaves * ARITY - 1) // (ARITY - 1)
 
 
 FPS_TREE = per_precision(fps_tree, ("points", "sorted_points"))
