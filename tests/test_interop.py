@@ -192,3 +192,22 @@ def test_launch_refuses_strides_warp_cannot_address():
         _interop.launch_rows(
             kernel, 2, device=torch.device("cpu"), points=points, factor=2.0, out=torch.zeros(2, 1, 3)
         )
+
+
+def test_to_compute_gives_a_dense_last_dimension():
+    t = torch.rand(4, 3, 5).transpose(1, 2)  # (4, 5, 3) with a strided last dimension
+    out = _interop.to_compute(t)
+    assert out.stride(-1) == 1 and torch.equal(out, t)
+    dense = torch.rand(4, 5, 3)[:, ::2]  # strided rows, dense last dimension: no copy
+    assert _interop.to_compute(dense).data_ptr() == dense.data_ptr()
+
+
+def test_ops_take_points_whose_coordinates_are_not_adjacent():
+    """(B, 3, N) transposed to (B, N, 3), as PointNet++ code does: the same answer as a contiguous copy."""
+    points = torch.rand(3, 3, 40).transpose(1, 2)
+    assert torch.equal(
+        warpgeo.farthest_point_sampling(points, 6), warpgeo.farthest_point_sampling(points.contiguous(), 6)
+    )
+    found = warpgeo.knn(points, points, 4)
+    expected = warpgeo.knn(points.contiguous(), points.contiguous(), 4)
+    assert torch.equal(found.idx, expected.idx)

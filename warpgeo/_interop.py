@@ -225,8 +225,12 @@ def overload(table: dict[str, Any], dtype: torch.dtype) -> Any:
 
 
 def to_compute(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in its kernel precision (:func:`compute_dtype`): no copy when it already is."""
-    return t.to(compute_dtype(t.dtype))
+    """``t`` in its kernel precision (:func:`compute_dtype`) with a dense last dimension (what a Warp vector
+    array of its rows needs); other strides are kept. No copy when it already is both."""
+    t = t.to(compute_dtype(t.dtype))
+    if t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1:
+        t = t.contiguous()
+    return t
 
 
 def check_float(t: Any, name: str) -> None:
