@@ -255,7 +255,9 @@ class MeshWorld:
         self._enabled = self._present.to(torch.int32)
         self._poses = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
         self._poses = self._poses.to(self._device)
-        self._identity_pose = self._poses[0, 0].clone()  # on the device: set_poses copies nothing from the host
+        self._identity_pose = self._poses[
+            0, 0
+        ].clone()  # on the device: set_poses copies nothing from the host
         self._sign = torch.from_numpy(signs).to(self._device)
         self._inv_poses = _inverse_warp_transform(self._poses)
         self._inv_poses32 = self._inv_poses.to(torch.float32)
