@@ -344,7 +344,7 @@ _TORCH_SCALAR = {
 class _Param:
     """How one kernel parameter is filled from a Python value."""
 
-    __slots__ = ("array_ndim", "dtype", "index", "is_array", "name", "vec")
+    __slots__ = ("array_ndim", "dtype", "index", "is_array", "last", "name", "vec")
 
     def __init__(self, index: int, arg: Any) -> None:
         wp = warp()
@@ -354,6 +354,10 @@ class _Param:
         self.vec = 0
         self.dtype = None
         self.array_ndim = 0
+        #: ``((data_ptr, shape, strides), descriptor)`` of the last tensor packed: a world's tensors come back
+        #: call after call. One tuple, assigned at once, so concurrent launches never pair a key with another
+        #: tensor's descriptor.
+        self.last: tuple | None = None
         if self.is_array:
             element = arg.type.dtype
             self.array_ndim = arg.type.ndim
@@ -381,7 +385,13 @@ class _Param:
             raise ValueError(
                 f"internal error: {kernel.key}({self.name}=...) is on {value.device}, not {device}"
             )
-        return _array_t(value, self, kernel)
+        key = (value.data_ptr(), value.shape, value.stride())
+        last = self.last
+        if last is not None and last[0] == key:
+            return last[1]
+        descriptor = _array_t(value, self, kernel)
+        self.last = (key, descriptor)
+        return descriptor
 
 
 #: The byte layout of Warp's array descriptor ``warp._src.types.array_t`` (checked against it at first use):
@@ -489,11 +499,13 @@ def launch(
         cmd = warp().launch(
             kernel, dim=dims, inputs=inputs, device=wdev, stream=stream, block_dim=block_dim, record_cmd=True
         )
-        _RECORDED[key] = [cmd, dims]
+        _RECORDED[key] = [cmd, dims, inputs]
     else:
-        cmd, last_dims = recorded
+        cmd, last_dims, last_inputs = recorded
         for i, value in enumerate(inputs):
-            cmd.set_param_at_index_from_ctype(i, value)
+            if value is not last_inputs[i]:
+                cmd.set_param_at_index_from_ctype(i, value)
+        recorded[2] = inputs
         if dims != last_dims:
             cmd.set_dim(dims)
             recorded[1] = dims
