@@ -198,6 +198,18 @@ def _launch_blocks(
             run(slice(b, b + 1), slice(n0, n1), inner * (n1 - n0))
 
 
+def _world_kernel_args(world_id: int, mesh_ids, inv_poses, bounds, enabled, sign) -> dict:
+    """The world's kernel parameters by name: its fields, its mesh ids and its distance-grid tables."""
+    return {
+        "mesh_ids": mesh_ids,
+        "inv_poses": inv_poses,
+        "bounds": bounds,
+        "enabled": enabled,
+        "sign": sign,
+        **grid_tables_of(world_id),
+    }
+
+
 def _env(env_index: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     """The kernels' ``env_index``: int64, empty for "environment 0 everywhere"."""
     if env_index is None:
@@ -254,12 +266,7 @@ def _cost_impl(
         extra_search=float(max_distance),
         surface_eps=_SURFACE_EPS[work.dtype],
         compute_grad=int(compute_grad),
-        mesh_ids=mesh_ids,
-        **grid_tables_of(world_id),
-        inv_poses=inv_poses,
-        bounds=bounds,
-        enabled=enabled,
-        sign=sign,
+        **_world_kernel_args(world_id, mesh_ids, inv_poses, bounds, enabled, sign),
     )
     return cost.to(spheres.dtype), grad
 
@@ -308,12 +315,7 @@ def _swept_impl(
         sweep_steps=sweep_steps,
         surface_eps=_SURFACE_EPS[work.dtype],
         compute_grad=int(compute_grad),
-        mesh_ids=mesh_ids,
-        **grid_tables_of(world_id),
-        inv_poses=inv_poses,
-        bounds=bounds,
-        enabled=enabled,
-        sign=sign,
+        **_world_kernel_args(world_id, mesh_ids, inv_poses, bounds, enabled, sign),
     )
     return cost.to(spheres.dtype), grad
 
@@ -356,12 +358,7 @@ def _distance_impl(
         surface_eps=_SURFACE_EPS[work.dtype],
         far=_NO_MESH_DISTANCE,
         compute_grad=int(compute_grad),
-        mesh_ids=mesh_ids,
-        **grid_tables_of(world_id),
-        inv_poses=inv_poses,
-        bounds=bounds,
-        enabled=enabled,
-        sign=sign,
+        **_world_kernel_args(world_id, mesh_ids, inv_poses, bounds, enabled, sign),
     )
     return dist.to(points.dtype), grad
 
