@@ -38,6 +38,8 @@ FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.fl
 INDEX_DTYPES: tuple[torch.dtype, ...] = (torch.int32, torch.int64)
 #: Warp arrays hold int32 shapes and int32 *byte* strides: no dimension and no stride may reach this.
 INT32_LIMIT = 2**31
+#: Points (of one cloud / feature row) the kernels can index: point indices are int32.
+MAX_POINTS = INT32_LIMIT - 1
 
 
 def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:

@@ -12,7 +12,6 @@ __all__ = ["GatherPoints", "gather_points"]
 
 _SENTINEL_INDEX = -1
 #: Indices are handed to the kernels as int32.
-_MAX_POINTS = 2**31 - 1
 
 # The forward copies values, so it moves bit patterns of the same width (exact for every float dtype,
 # bfloat16 included, and no widening pass for half inputs).
@@ -109,9 +108,9 @@ def _check_shapes(features: torch.Tensor, idx: torch.Tensor) -> None:
         raise ValueError(
             f"idx must have the batch size of features ({features.shape[0]}); got idx of shape {tuple(idx.shape)}"
         )
-    if features.shape[2] > _MAX_POINTS:
-        raise ValueError(f"features may hold at most {_MAX_POINTS} points; got N={features.shape[2]}")
-    if math.prod(idx.shape[1:]) > _MAX_POINTS:
+    if features.shape[2] > _interop.MAX_POINTS:
+        raise ValueError(f"features may hold at most {_interop.MAX_POINTS} points; got N={features.shape[2]}")
+    if math.prod(idx.shape[1:]) > _interop.MAX_POINTS:
         raise ValueError(
             f"idx may hold at most 2**31 - 1 indices per batch entry (Warp's int32 sizes); got {tuple(idx.shape)}"
         )
@@ -212,8 +211,8 @@ def _check_scatter_shapes(grad_out: torch.Tensor, idx: torch.Tensor, num_points:
     _interop.check_float(grad_out, "grad_out")
     _interop.check_index(idx, "idx")
     _interop.check_int(num_points, "num_points", minimum=0)
-    if num_points > _MAX_POINTS:
-        raise ValueError(f"num_points may be at most {_MAX_POINTS}; got {num_points}")
+    if num_points > _interop.MAX_POINTS:
+        raise ValueError(f"num_points may be at most {_interop.MAX_POINTS}; got {num_points}")
     if (
         idx.dim() not in (2, 3)
         or grad_out.dim() != idx.dim() + 1

@@ -19,7 +19,6 @@ __all__ = ["KNN", "ball_query", "knn"]
 
 _SENTINEL_INDEX = -1
 #: The kernels index points with int32.
-_MAX_POINTS = 2**31 - 1
 #: Clouds with at most this many points are scanned directly: below it building the grid costs more than
 #: it saves (measured on the CPU at k = 16 and 32).
 _BRUTE_MAX_POINTS = 256
@@ -63,7 +62,7 @@ def _check_shapes(queries, points, query_lengths, point_lengths, k) -> None:
     k = _interop.check_int(k, "k", minimum=1)
     batch, num_queries, num_points = queries.shape[0], queries.shape[1], points.shape[1]
     item = _interop.compute_dtype(points.dtype).itemsize
-    if num_points > _MAX_POINTS or 3 * item * num_points >= _interop.INT32_LIMIT:
+    if num_points > _interop.MAX_POINTS or 3 * item * num_points >= _interop.INT32_LIMIT:
         raise ValueError(
             f"points may hold fewer than {_interop.INT32_LIMIT // (3 * item)} points per cloud in "
             f"{points.dtype} (int32 strides of one Warp launch); got N={num_points}"

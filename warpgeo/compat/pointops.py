@@ -59,6 +59,7 @@ import math
 import torch
 
 import warpgeo
+from warpgeo.compat._common import shape_of
 
 __all__ = [
     "aggregation",
@@ -105,7 +106,7 @@ def furthestsampling(
     if isinstance(xyz, torch.Tensor) and xyz.dim() == 3 and new_offset is None:
         return _batched(xyz, offset)
     if not isinstance(xyz, torch.Tensor) or xyz.dim() != 2 or xyz.shape[-1] != 3:
-        raise ValueError(f"xyz must be packed points of shape (N, 3); got {_shape(xyz)}")
+        raise ValueError(f"xyz must be packed points of shape (N, 3); got {shape_of(xyz)}")
     counts = _counts(offset, "offset", xyz.device)
     new_counts = _counts(new_offset, "new_offset", xyz.device)
     if counts.shape != new_counts.shape:
@@ -159,7 +160,7 @@ def gathering(features: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         ValueError: wrong shapes. IndexError: an index outside ``[0, N)``.
     """
     if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
-        raise ValueError(f"idx must have shape (B, M); got {_shape(idx)}")
+        raise ValueError(f"idx must have shape (B, M); got {shape_of(idx)}")
     return warpgeo.gather_points(features, idx)
 
 
@@ -175,7 +176,7 @@ farthest_point_sampling = furthestsampling
 def _packed(xyz: torch.Tensor, offset, name: str) -> tuple[list[int], torch.Tensor]:
     """Per-cloud sizes (host list) and starts (tensor) of packed ``xyz`` ``(N, 3)`` with cumulative ``offset``."""
     if not isinstance(xyz, torch.Tensor) or xyz.dim() != 2 or xyz.shape[-1] != 3:
-        raise ValueError(f"{name} must be packed points of shape (N, 3); got {_shape(xyz)}")
+        raise ValueError(f"{name} must be packed points of shape (N, 3); got {shape_of(xyz)}")
     counts = _counts(offset, "offset" if name == "xyz" else "new_offset", xyz.device)
     host = counts.tolist()  # pointops reads offsets on the host too
     if any(c < 0 for c in host) or sum(host) != xyz.shape[0]:
@@ -291,9 +292,9 @@ def ball_query(nsample, max_radius, min_radius, xyz, offset, new_xyz=None, new_o
 def _group(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``values (N, C)``, ``idx (M, nsample)`` -> ``(M, nsample, C)``; 0 where idx is -1."""
     if not isinstance(values, torch.Tensor) or values.dim() != 2:
-        raise ValueError(f"features must have shape (N, C); got {_shape(values)}")
+        raise ValueError(f"features must have shape (N, C); got {shape_of(values)}")
     if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
-        raise ValueError(f"idx must have shape (M, nsample); got {_shape(idx)}")
+        raise ValueError(f"idx must have shape (M, nsample); got {shape_of(idx)}")
     return warpgeo.gather_points(values.t()[None], idx[None])[0].permute(1, 2, 0)
 
 
@@ -457,7 +458,3 @@ def _cumsum(counts: list[int]) -> list[int]:
         total += c
         out.append(total)
     return out
-
-
-def _shape(t) -> str:
-    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__

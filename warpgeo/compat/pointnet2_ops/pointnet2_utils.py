@@ -41,6 +41,7 @@ from torch import nn
 
 import warpgeo
 from warpgeo import neighbors as _neighbors
+from warpgeo.compat._common import shape_of
 
 __all__ = [
     "BallQuery",
@@ -76,7 +77,7 @@ def furthest_point_sample(xyz: torch.Tensor, npoint: int) -> torch.Tensor:
         TypeError: ``xyz`` is not a float tensor or ``npoint`` is not an int.
     """
     if not isinstance(xyz, torch.Tensor) or xyz.dim() != 3 or xyz.shape[-1] != 3:
-        raise ValueError(f"xyz must have shape (B, N, 3); got {_shape(xyz)}")
+        raise ValueError(f"xyz must have shape (B, N, 3); got {shape_of(xyz)}")
     npoint = _as_int(npoint, "npoint")
     idx = warpgeo.farthest_point_sampling(xyz, npoint)
     if npoint > xyz.shape[1]:
@@ -98,7 +99,7 @@ def gather_operation(features: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         ValueError: wrong shapes. IndexError: an index outside ``[0, N)``.
     """
     if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
-        raise ValueError(f"idx must have shape (B, npoint); got {_shape(idx)}")
+        raise ValueError(f"idx must have shape (B, npoint); got {shape_of(idx)}")
     return warpgeo.gather_points(features, idx)
 
 
@@ -116,7 +117,7 @@ def grouping_operation(features: torch.Tensor, idx: torch.Tensor) -> torch.Tenso
         ValueError: wrong shapes. IndexError: an index outside ``[0, N)``.
     """
     if not isinstance(idx, torch.Tensor) or idx.dim() != 3:
-        raise ValueError(f"idx must have shape (B, npoint, nsample); got {_shape(idx)}")
+        raise ValueError(f"idx must have shape (B, npoint, nsample); got {shape_of(idx)}")
     return warpgeo.gather_points(features, idx)
 
 
@@ -140,9 +141,9 @@ def ball_query(radius: float, nsample: int, xyz: torch.Tensor, new_xyz: torch.Te
         ValueError: wrong shapes, ``nsample <= 0`` or a radius that is not finite and > 0.
     """
     if not isinstance(xyz, torch.Tensor) or xyz.dim() != 3 or xyz.shape[-1] != 3:
-        raise ValueError(f"xyz must have shape (B, N, 3); got {_shape(xyz)}")
+        raise ValueError(f"xyz must have shape (B, N, 3); got {shape_of(xyz)}")
     if not isinstance(new_xyz, torch.Tensor) or new_xyz.dim() != 3 or new_xyz.shape[-1] != 3:
-        raise ValueError(f"new_xyz must have shape (B, npoint, 3); got {_shape(new_xyz)}")
+        raise ValueError(f"new_xyz must have shape (B, npoint, 3); got {shape_of(new_xyz)}")
     if new_xyz.shape[0] != xyz.shape[0]:
         raise ValueError(
             f"xyz and new_xyz must have the same batch size; got {xyz.shape[0]} and {new_xyz.shape[0]}"
@@ -174,9 +175,9 @@ def three_nn(unknown: torch.Tensor, known: torch.Tensor) -> tuple[torch.Tensor, 
         ValueError: wrong shapes. TypeError: non-float inputs.
     """
     if not isinstance(unknown, torch.Tensor) or unknown.dim() != 3 or unknown.shape[-1] != 3:
-        raise ValueError(f"unknown must have shape (B, n, 3); got {_shape(unknown)}")
+        raise ValueError(f"unknown must have shape (B, n, 3); got {shape_of(unknown)}")
     if not isinstance(known, torch.Tensor) or known.dim() != 3 or known.shape[-1] != 3:
-        raise ValueError(f"known must have shape (B, m, 3); got {_shape(known)}")
+        raise ValueError(f"known must have shape (B, m, 3); got {shape_of(known)}")
     with torch.no_grad():
         dist, idx = warpgeo.knn(unknown, known.to(unknown.dtype), 3)
     first = idx[..., :1].clamp_min(0)
@@ -200,7 +201,7 @@ def three_interpolate(features: torch.Tensor, idx: torch.Tensor, weight: torch.T
         ValueError: wrong shapes. IndexError: an index outside ``[-1, m)``.
     """
     if not isinstance(idx, torch.Tensor) or idx.dim() != 3:
-        raise ValueError(f"idx must have shape (B, n, 3); got {_shape(idx)}")
+        raise ValueError(f"idx must have shape (B, n, 3); got {shape_of(idx)}")
     return warpgeo.gather_points(features, idx, weight=weight)
 
 
@@ -212,10 +213,6 @@ def _as_int(value, name: str) -> int:
     if value <= 0:
         raise ValueError(f"{name} must be positive; got {value}")
     return value
-
-
-def _shape(t) -> str:
-    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
 
 
 class _Apply:
