@@ -237,8 +237,7 @@ def _method(points: torch.Tensor, method: str | None) -> str:
 # --------------------------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("warpgeo::ball_query", mutates_args=())
-def _ball_query_op(
+def _ball_query_impl(
     queries: torch.Tensor,
     points: torch.Tensor,
     query_lengths: torch.Tensor | None,
@@ -255,6 +254,9 @@ def _ball_query_op(
     if _interop.checking_values(queries.device):
         bounds = _check_values(queries, points, query_lengths, point_lengths)
     return _ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive, bounds=bounds)
+
+
+_ball_query_op = torch.library.custom_op("warpgeo::ball_query", _ball_query_impl, mutates_args=())
 
 
 @_ball_query_op.register_fake
@@ -338,7 +340,28 @@ def ball_query(
     """
     _check_shapes(queries, points, query_lengths, point_lengths, k)
     radius = _check_radius(radius)
-    return _ball_query_op(queries, points, query_lengths, point_lengths, radius, k, True)
+    return _run_ball_query(queries, points, query_lengths, point_lengths, radius, k, True)
+
+
+_BALL_QUERY_INPUTS = ("queries", "points", "query_lengths", "point_lengths", "radius", "k", "inclusive")
+
+
+def _run_ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive) -> torch.Tensor:
+    """The op, or in eager mode its implementation (indices are not differentiable: no autograd node)."""
+    return _interop.call(
+        _ball_query_op,
+        None,
+        _ball_query_impl,
+        _BALL_QUERY_INPUTS,
+        False,
+        queries=queries,
+        points=points,
+        query_lengths=query_lengths,
+        point_lengths=point_lengths,
+        radius=radius,
+        k=k,
+        inclusive=inclusive,
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -346,8 +369,7 @@ def ball_query(
 # --------------------------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("warpgeo::knn", mutates_args=())
-def _knn_op(
+def _knn_impl(
     queries: torch.Tensor,
     points: torch.Tensor,
     query_lengths: torch.Tensor | None,
@@ -360,6 +382,9 @@ def _knn_op(
     if _interop.checking_values(queries.device):
         bounds = _check_values(queries, points, query_lengths, point_lengths)
     return _knn(queries, points, query_lengths, point_lengths, k, bounds=bounds)
+
+
+_knn_op = torch.library.custom_op("warpgeo::knn", _knn_impl, mutates_args=())
 
 
 @_knn_op.register_fake
@@ -435,6 +460,18 @@ def _backward_knn(ctx, grad_dists, _grad_idx):
 _knn_op.register_autograd(_backward_knn, setup_context=_setup_knn)
 
 
+class _Knn(torch.autograd.Function):
+    """``torch.ops.warpgeo.knn`` as a Function over the same setup / backward: the eager path of knn."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _knn_impl(*inputs)
+        _setup_knn(ctx, inputs, output)
+        return output
+
+    backward = staticmethod(_backward_knn)
+
+
 def knn(
     queries: torch.Tensor,
     points: torch.Tensor,
@@ -474,5 +511,16 @@ def knn(
         True
     """
     _check_shapes(queries, points, query_lengths, point_lengths, k)
-    dists, idx = _knn_op(queries, points, query_lengths, point_lengths, k)
+    dists, idx = _interop.call(
+        _knn_op,
+        _Knn,
+        _knn_impl,
+        _KNN_INPUTS,
+        (queries.requires_grad or points.requires_grad) and torch.is_grad_enabled(),
+        queries=queries,
+        points=points,
+        query_lengths=query_lengths,
+        point_lengths=point_lengths,
+        k=k,
+    )
     return KNN(dists, idx)

@@ -152,7 +152,7 @@ def ball_query(radius: float, nsample: int, xyz: torch.Tensor, new_xyz: torch.Te
     if isinstance(radius, torch.Tensor) and radius.numel() == 1:
         radius = float(radius)
     # the extension's test is strict (d < radius); warpgeo's public ball_query is inclusive
-    idx = _neighbors._ball_query_op(new_xyz, xyz.to(new_xyz.dtype), None, None, radius, nsample, False)
+    idx = _neighbors._run_ball_query(new_xyz, xyz.to(new_xyz.dtype), None, None, radius, nsample, False)
     first = idx[..., :1]
     fill = torch.where(first < 0, torch.zeros_like(first), first)
     return torch.where(idx < 0, fill, idx).to(torch.int32)
