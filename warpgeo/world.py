@@ -652,7 +652,7 @@ def _surface_tables(mesh: Any, vertices: np.ndarray, faces: np.ndarray, method: 
     wp = _interop.warp()
     values = torch.empty(int(dims.prod()), dtype=torch.float32, device=device)
     _interop.launch(
-        _interop.kernels("sdf").grid_centres,
+        _interop.kernels("sdf_build").grid_centres,
         values.shape[0],
         device=device,
         mesh=mesh.id,
@@ -681,7 +681,7 @@ def _is_closed(mesh: Any, vertices: np.ndarray, faces: np.ndarray, device) -> bo
         return False
     found = torch.zeros(1, dtype=torch.int32, device=device)
     _interop.launch(
-        _interop.kernels("sdf").face_intersections,
+        _interop.kernels("sdf_build").face_intersections,
         len(faces),
         device=device,
         mesh=mesh.id,
@@ -704,7 +704,7 @@ _PROBE_FACES = np.array(
 @functools.cache
 def _winding_probe_result(device: torch.device) -> float:
     wp = _interop.warp()
-    kernels = _interop.kernels("sdf")
+    kernels = _interop.kernels("sdf_build")
     wdev = _interop.warp_device(device)
     probe = wp.Mesh(
         points=wp.array(_PROBE_VERTICES, dtype=wp.vec3, device=wdev),

@@ -13,8 +13,12 @@ only bounds the closest-point search. A query that finds no face within its radi
 sign, so a centre with no face near it and inside the mesh's box is queried again without a bound: a centre
 deep inside a mesh is a collision, never "not found".
 
-Two exact shortcuts, both prepared by ``MeshWorld`` when it builds a mesh (``grid_dims[e, m]``, ``grid_cells``,
-``grid_flags[e, m]``):
+Each query kernel is instantiated per precision in a Warp module of its own (:func:`per_precision`), into
+which the ``@wp.func`` code of this file is compiled: a process's first query compiles one small module, and
+building a world compiles only ``sdf_build`` (the closed-mesh check and the distance grids below).
+
+Two exact shortcuts, both prepared by ``MeshWorld`` when it builds a mesh (``sdf_build``; ``grid_dims[e, m]``,
+``grid_cells``, ``grid_flags[e, m]``):
 
 * **Closed meshes** (``FLAG_CLOSED``: every edge in exactly two faces with opposite orientations, no sliver,
   and no two faces without a shared vertex intersecting): inside is well defined, constant away from the
@@ -353,7 +357,6 @@ def sphere_cost(
     return total, g
 
 
-@wp.kernel
 def sphere_mesh_cost(
     spheres: wp.array2d(dtype=Any),
     env_index: wp.array(dtype=wp.int64),
@@ -406,7 +409,6 @@ def sphere_mesh_cost(
         grad[bi, si] = g * weight
 
 
-@wp.kernel
 def swept_sphere_mesh_cost(
     spheres: wp.array3d(dtype=Any),
     env_index: wp.array(dtype=wp.int64),
@@ -484,7 +486,6 @@ def swept_sphere_mesh_cost(
         grad_next[bi, hi, ni] = g_next * (scale * weight)
 
 
-@wp.kernel
 def signed_distance(
     points: wp.array2d(dtype=Any),
     env_index: wp.array(dtype=wp.int64),
@@ -553,133 +554,60 @@ def signed_distance(
         grad[bi, si] = best_n
 
 
-@wp.kernel
-def grid_centres(
-    mesh: wp.uint64,
-    lower: wp.vec3,
-    size: wp.vec3,
-    ny: int,
-    nz: int,
-    with_sign: int,
-    out: wp.array(dtype=float),
-):
-    """Distance of the centre of grid cell ``tid`` (row-major ``(nx, ny, nz)`` cells of ``size`` from
-    ``lower``), for a MeshWorld's grid. ``with_sign``: negative inside, and NaN (a cell of unknown side) where
-    the pseudo-normal and the ray vote disagree."""
-    i = wp.tid()
-    ix = i // (ny * nz)
-    iy = (i // nz) % ny
-    iz = i % nz
-    p = lower + wp.cw_mul(size, wp.vec3(float(ix) + 0.5, float(iy) + 0.5, float(iz) + 0.5))
-    q = wp.mesh_query_point_sign_normal(mesh, p, UNBOUNDED)
-    d = float(0.0)
-    if q.result:
-        d = wp.length(p - wp.mesh_eval_position(mesh, q.face, q.u, q.v))
-        if with_sign != 0:
-            ray = wp.mesh_query_point(mesh, p, UNBOUNDED)
-            if (not ray.result) or ray.sign != q.sign:
-                d = wp.nan
-            elif q.sign < 0.0:
-                d = -d
-    out[i] = d
-
-
-@wp.func
-def is_corner(j: wp.int32, i0: wp.int32, i1: wp.int32, i2: wp.int32):
-    if j == i0:
-        return True
-    if j == i1:
-        return True
-    return j == i2
-
-
-@wp.kernel
-def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp.int32)):
-    """Count the pairs of faces (``tid`` and a later one) that share no vertex and intersect."""
-    f = wp.tid()
-    m = wp.mesh_get(mesh)
-    if (f + 1) * 3 > m.indices.shape[0] or num_faces * 3 > m.indices.shape[0]:
-        return
-    i0 = m.indices[f * 3 + 0]
-    i1 = m.indices[f * 3 + 1]
-    i2 = m.indices[f * 3 + 2]
-    a = m.points[i0]
-    b = m.points[i1]
-    c = m.points[i2]
-    query = wp.mesh_query_aabb(mesh, wp.min(wp.min(a, b), c), wp.max(wp.max(a, b), c))
-    g = int(0)
-    while wp.mesh_query_aabb_next(query, g):
-        if g > f and g < num_faces:
-            j0 = m.indices[g * 3 + 0]
-            j1 = m.indices[g * 3 + 1]
-            j2 = m.indices[g * 3 + 2]
-            shared = is_corner(j0, i0, i1, i2) or is_corner(j1, i0, i1, i2) or is_corner(j2, i0, i1, i2)
-            if not shared:
-                hit = wp.intersect_tri_tri(
-                    wp.vec3d(a),
-                    wp.vec3d(b),
-                    wp.vec3d(c),
-                    wp.vec3d(m.points[j0]),
-                    wp.vec3d(m.points[j1]),
-                    wp.vec3d(m.points[j2]),
-                )
-                if hit != 0:
-                    wp.atomic_add(found, 0, 1)
-
-
-@wp.kernel
-def winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float)):
-    """The winding-number sign of ``p``; used once to check that winding support really took."""
-    q = wp.mesh_query_point_sign_winding_number(mesh, p, UNBOUNDED)
-    out_sign[0] = q.sign
-
+#: Options of every SDF kernel module: warpgeo writes every backward itself (no adjoints: half the build time).
+OPTIONS = {"enable_backward": False}
 
 _PRECISIONS = {
     "float32": (wp.float32, wp.vec3f, wp.vec4f, wp.transformf),
     "float64": (wp.float64, wp.vec3d, wp.vec4d, wp.transformd),
 }
 
-#: kernel overloads by precision name, instantiated at import so one module build covers both
-SPHERE_MESH_COST = {
-    name: wp.overload(
-        sphere_mesh_cost,
-        {
-            "spheres": wp.array2d(dtype=v4),
-            "inv_poses": wp.array2d(dtype=xf),
-            "params": wp.array(dtype=s),
-            "surface_eps": s,
-            "cost": wp.array2d(dtype=s),
-            "grad": wp.array2d(dtype=v4),
-        },
-    )
-    for name, (s, _v3, v4, xf) in _PRECISIONS.items()
-}
-SWEPT_SPHERE_MESH_COST = {
-    name: wp.overload(
-        swept_sphere_mesh_cost,
-        {
-            "spheres": wp.array3d(dtype=v4),
-            "inv_poses": wp.array2d(dtype=xf),
-            "params": wp.array(dtype=s),
-            "surface_eps": s,
-            "cost": wp.array3d(dtype=s),
-            "grad_here": wp.array3d(dtype=v4),
-            "grad_next": wp.array3d(dtype=v4),
-        },
-    )
-    for name, (s, _v3, v4, xf) in _PRECISIONS.items()
-}
-SIGNED_DISTANCE = {
-    name: wp.overload(
-        signed_distance,
-        {
-            "points": wp.array2d(dtype=v3),
-            "inv_poses": wp.array2d(dtype=xf),
-            "surface_eps": s,
-            "far": s,
-            "dist": wp.array2d(dtype=s),
-            "grad": wp.array2d(dtype=v3),
-        },
-    )
-    for name, (s, v3, _v4, xf) in _PRECISIONS.items()
-}
+
+def per_precision(func, types) -> dict:
+    """``{precision name: kernel}``: ``func`` (a generic kernel function) instantiated with the argument types
+    ``types(scalar, vec3, vec4, transform)`` for each precision, each alone in a Warp module of its own. A
+    module is Warp's compilation unit: a process's first query compiles the one kernel and precision it
+    launches (the @wp.func code above is compiled into it), not every kernel of this file in both precisions.
+    """
+    table = {}
+    for name, precision in _PRECISIONS.items():
+        kernel = wp.kernel(func, name=f"{func.__name__}_{name}", module="unique", module_options=OPTIONS)
+        table[name] = wp.overload(kernel, types(*precision))
+    return table
+
+
+#: kernel overloads by precision name
+SPHERE_MESH_COST = per_precision(
+    sphere_mesh_cost,
+    lambda s, _v3, v4, xf: {
+        "spheres": wp.array2d(dtype=v4),
+        "inv_poses": wp.array2d(dtype=xf),
+        "params": wp.array(dtype=s),
+        "surface_eps": s,
+        "cost": wp.array2d(dtype=s),
+        "grad": wp.array2d(dtype=v4),
+    },
+)
+SWEPT_SPHERE_MESH_COST = per_precision(
+    swept_sphere_mesh_cost,
+    lambda s, _v3, v4, xf: {
+        "spheres": wp.array3d(dtype=v4),
+        "inv_poses": wp.array2d(dtype=xf),
+        "params": wp.array(dtype=s),
+        "surface_eps": s,
+        "cost": wp.array3d(dtype=s),
+        "grad_here": wp.array3d(dtype=v4),
+        "grad_next": wp.array3d(dtype=v4),
+    },
+)
+SIGNED_DISTANCE = per_precision(
+    signed_distance,
+    lambda s, v3, _v4, xf: {
+        "points": wp.array2d(dtype=v3),
+        "inv_poses": wp.array2d(dtype=xf),
+        "surface_eps": s,
+        "far": s,
+        "dist": wp.array2d(dtype=s),
+        "grad": wp.array2d(dtype=v3),
+    },
+)
