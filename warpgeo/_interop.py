@@ -344,22 +344,34 @@ _TORCH_SCALAR = {
 
 
 class _Param:
-    """How one kernel parameter is filled from a Python value."""
+    """How one kernel parameter is filled from a Python value (written in place into a launch's arguments)."""
 
-    __slots__ = ("array_ndim", "dtype", "index", "is_array", "last", "name", "vec")
+    __slots__ = (
+        "array_ndim",
+        "ctype",
+        "dtype",
+        "fmt",
+        "index",
+        "is_array",
+        "itemsize",
+        "name",
+        "type",
+        "vec",
+    )
 
     def __init__(self, index: int, arg: Any) -> None:
         wp = warp()
         self.index = index
         self.name = arg.label
+        self.type = arg.type
         self.is_array = wp.types.is_array(arg.type)
         self.vec = 0
         self.dtype = None
+        self.itemsize = 0
         self.array_ndim = 0
-        #: ``((data_ptr, shape, strides), descriptor)`` of the last tensor packed: a world's tensors come back
-        #: call after call. One tuple, assigned at once, so concurrent launches never pair a key with another
-        #: tensor's descriptor.
-        self.last: tuple | None = None
+        #: the ctypes type of the packed value, and its ``struct`` format for plain scalars (None: composite)
+        self.ctype: Any = None
+        self.fmt: struct.Struct | None = None
         if self.is_array:
             element = arg.type.dtype
             self.array_ndim = arg.type.ndim
@@ -369,12 +381,22 @@ class _Param:
             else:
                 scalar = element
             self.dtype = _TORCH_SCALAR[scalar.__name__]
+            self.itemsize = self.dtype.itemsize
 
-    def pack(self, kernel: Any, value: Any, device: torch.device) -> Any:
+    def write(self, kernel: Any, value: Any, device: torch.device, buffer: Any, offset: int) -> None:
+        """Write ``value`` (a tensor for an array parameter, a number for a scalar one) into ``buffer`` at
+        byte ``offset``, checked against what the kernel declares."""
         if not self.is_array:
             if isinstance(value, torch.Tensor):
                 raise TypeError(f"internal error: {kernel.key}({self.name}=...) takes a scalar, got a tensor")
-            return value
+            if self.fmt is not None:
+                self.fmt.pack_into(buffer, offset, value)
+            else:  # a composite (vector) scalar: Warp's own conversion
+                from warp._src.context import pack_arg
+
+                packed = pack_arg(kernel, self.type, self.name, value, warp_device(device), False)
+                memoryview(buffer).cast("B")[offset : offset + ctypes.sizeof(packed)] = bytes(packed)
+            return
         if not isinstance(value, torch.Tensor):
             raise TypeError(
                 f"internal error: {kernel.key}({self.name}=...) takes a tensor, got {type(value).__name__}"
@@ -387,83 +409,154 @@ class _Param:
             raise ValueError(
                 f"internal error: {kernel.key}({self.name}=...) is on {value.device}, not {device}"
             )
-        key = (value.data_ptr(), value.shape, value.stride())
-        last = self.last
-        if last is not None and last[0] == key:
-            return last[1]
-        descriptor = _array_t(value, self, kernel)
-        self.last = (key, descriptor)
-        return descriptor
+        shape = value.shape
+        strides = value.stride()
+        ndim = self.array_ndim
+        if len(shape) != ndim + (1 if self.vec else 0) or (
+            self.vec and (shape[-1] != self.vec or (strides[-1] != 1 and shape[-1] > 1))
+        ):
+            expected = (
+                f"({ndim} dims, {self.vec}) with a dense last dimension" if self.vec else f"{ndim} dims"
+            )
+            raise ValueError(
+                f"internal error: {kernel.key}({self.name}=...) takes {expected}; got shape {tuple(shape)}, "
+                f"strides {strides}"
+            )
+        size = self.itemsize
+        # a dimension of size 1 is only ever indexed at 0: its stride is never used (so a one-row slice of a
+        # tensor with >= 2 GiB rows, how callers split such tensors into launches, is accepted)
+        dims = shape[:ndim] if not self.vec else shape[:-1]
+        steps = [st * size if n > 1 else 0 for n, st in zip(dims, strides, strict=False)]
+        if ndim and (max(dims) >= INT32_LIMIT or max(steps) >= INT32_LIMIT):
+            raise ValueError(
+                f"{self.name}: a tensor of shape {tuple(shape)} has a dimension or a row of >= 2**31 "
+                "bytes, beyond what one Warp launch can address (int32 strides)"
+            )
+        pad = _PAD[ndim]
+        _ARRAY_LAYOUT.pack_into(buffer, offset, value.data_ptr(), 0, *dims, *pad, *steps, *pad, ndim, 0)
 
 
 #: The byte layout of Warp's array descriptor ``warp._src.types.array_t`` (checked against it at first use):
 #: data, grad, shape[4], strides[4], ndim, flags, padding.
 _ARRAY_LAYOUT = struct.Struct("<QQ4i4iHH4x")
-
-
-def _array_t(t: torch.Tensor, param: _Param, kernel: Any) -> Any:
-    """A Warp array descriptor over ``t``'s memory (no copy); vector types take the trailing dimension."""
-    shape = t.shape
-    strides = t.stride()
-    size = t.element_size()
-    ndim = param.array_ndim
-    if param.vec:
-        if t.dim() != ndim + 1 or shape[-1] != param.vec or (strides[-1] != 1 and shape[-1] > 1):
-            raise ValueError(
-                f"internal error: {kernel.key}({param.name}=...) takes ({ndim} dims, {param.vec}) "
-                f"with a dense last dimension; got shape {tuple(shape)}, strides {strides}"
-            )
-    elif t.dim() != ndim:
-        raise ValueError(
-            f"internal error: {kernel.key}({param.name}=...) takes {ndim} dims; got {tuple(shape)}"
-        )
-    dims = [0, 0, 0, 0]
-    steps = [0, 0, 0, 0]
-    for i in range(ndim):
-        dims[i] = shape[i]
-        # a dimension of size 1 is only ever indexed at 0: its stride is never used (so a one-row slice of a
-        # tensor with >= 2 GiB rows, how callers split such tensors into launches, is accepted)
-        steps[i] = strides[i] * size if shape[i] > 1 else 0
-        if dims[i] >= INT32_LIMIT or steps[i] >= INT32_LIMIT:
-            raise ValueError(
-                f"{param.name}: a tensor of shape {tuple(shape)} has a dimension or a row of >= 2**31 "
-                "bytes, beyond what one Warp launch can address (int32 strides)"
-            )
-    return _ARRAY_T.from_buffer_copy(_ARRAY_LAYOUT.pack(t.data_ptr(), 0, *dims, *steps, ndim, 0))
-
-
-_ARRAY_T: Any = None
+#: Zeros filling the four shape / stride slots of a descriptor past an array's dimensions.
+_PAD = tuple((0,) * (4 - n) for n in range(5))
+#: ``struct`` formats of the plain scalar ctypes Warp packs kernel scalars as.
+_SCALAR_FORMATS = {
+    ctypes.c_int8: "<b",
+    ctypes.c_uint8: "<B",
+    ctypes.c_int16: "<h",
+    ctypes.c_uint16: "<H",
+    ctypes.c_int32: "<i",
+    ctypes.c_uint32: "<I",
+    ctypes.c_int64: "<q",
+    ctypes.c_uint64: "<Q",
+    ctypes.c_float: "<f",
+    ctypes.c_double: "<d",
+}
 
 
 @functools.cache
 def _params(kernel: Any) -> dict[str, _Param]:
-    global _ARRAY_T
     warp()
     from warp._src.types import array_t  # the descriptor Warp itself packs a wp.array into
 
     if ctypes.sizeof(array_t) != _ARRAY_LAYOUT.size or array_t.ndim.offset != 48:
         raise RuntimeError("this Warp version's array descriptor layout is not the one warpgeo packs")
-    _ARRAY_T = array_t
     if kernel.is_generic:
         raise TypeError(f"internal error: launch an overload of the generic kernel {kernel.key}")
     return {arg.label: _Param(i, arg) for i, arg in enumerate(kernel.adj.args)}
 
 
-def _pack(kernel: Any, args: dict[str, Any], device: torch.device) -> list[Any]:
-    params = _params(kernel)
-    if args.keys() != params.keys():
-        missing = [n for n in params if n not in args]
-        unexpected = [n for n in args if n not in params]
-        raise TypeError(
-            f"internal error: launch of {kernel.key}: missing arguments {missing}, unexpected {unexpected}"
-        )
-    return [param.pack(kernel, args[name], device) for name, param in params.items()]
+class _Slot:
+    """A kernel's launch on one device, at one block size, from one thread: Warp's recorded launch
+    (``wp.Launch``) whose argument memory every call rewrites in place.
+
+    On the CPU (one thread per block) the kernel's compiled entry point is called directly with one
+    arguments struct laid out as Warp lays it out (``warp._src.context.invoke`` builds the same struct anew
+    on every launch); on CUDA the recorded launch's own argument objects are rewritten and it is replayed
+    on torch's current stream.
+    """
+
+    __slots__ = ("args", "args_ref", "cmd", "dims", "entry", "keys", "params", "targets")
+
+    def __init__(self, kernel: Any, device: torch.device, block_dim: int | None) -> None:
+        wdev = warp_device(device)
+        self.params = _params(kernel)
+        self.cmd = warp().Launch(kernel, wdev, block_dim=block_dim)  # loads (compiles) the module
+        self.dims: tuple[int, ...] | None = None
+        packed = self.cmd.params[1:]  # Warp's default argument objects, after the launch bounds
+        self.entry = None
+        if wdev.is_cpu and self.cmd.block_dim == 1 and self.cmd.hooks.forward is not None:
+            fields = [(p.name, type(packed[p.index])) for p in self.params.values()]
+            self.args = type(f"{kernel.key}_args", (ctypes.Structure,), {"_fields_": fields})()
+            self.args_ref = ctypes.byref(self.args)
+            self.entry = self.cmd.hooks.forward
+            layout = type(self.args)
+            self.targets = [(p, self.args, getattr(layout, p.name).offset) for p in self.params.values()]
+        else:
+            self.args = None
+            self.args_ref = None
+            self.targets = [(p, packed[p.index], 0) for p in self.params.values()]
+        #: per target, the key of the tensor whose descriptor it holds (see :meth:`run`)
+        self.keys: list[tuple | None] = [None] * len(self.targets)
+        for p in self.params.values():
+            if not p.is_array and p.ctype is None:
+                p.ctype = type(packed[p.index])
+                fmt = _SCALAR_FORMATS.get(p.ctype)
+                p.fmt = struct.Struct(fmt) if fmt is not None else None
+
+    def run(self, kernel: Any, dims: tuple[int, ...], args: dict[str, Any], device: torch.device) -> None:
+        params = self.params
+        if args.keys() != params.keys():
+            missing = [n for n in params if n not in args]
+            unexpected = [n for n in args if n not in params]
+            raise TypeError(
+                f"internal error: launch of {kernel.key}: missing arguments {missing}, unexpected {unexpected}"
+            )
+        keys = self.keys
+        for i, (param, buffer, offset) in enumerate(self.targets):
+            value = args[param.name]
+            if param.is_array and type(value) is torch.Tensor:
+                # what the descriptor depends on: the same key writes the same bytes (a world's tensors come
+                # back call after call; the caching allocator hands a same-sized output the same memory)
+                key = (value.data_ptr(), value.shape, value.stride(), value.dtype, value.device)
+                if key == keys[i]:
+                    continue
+                param.write(kernel, value, device, buffer, offset)
+                keys[i] = key
+            elif param.fmt is not None and type(value) in (int, float):
+                if value == keys[i] and type(value) is type(keys[i]):
+                    continue
+                param.write(kernel, value, device, buffer, offset)
+                keys[i] = value
+            else:
+                param.write(kernel, value, device, buffer, offset)
+                keys[i] = None
+        cmd = self.cmd
+        if dims != self.dims:
+            cmd.set_dim(dims)  # Warp validates the grid
+            self.dims = dims
+        if self.entry is not None:
+            self.entry(ctypes.byref(cmd.bounds), self.args_ref)
+        else:
+            cmd.launch(warp_stream(device))
 
 
-#: Recorded launches (``wp.launch(..., record_cmd=True)``), one per kernel, device, block size and calling
-#: thread: a call refills the parameters of its recorded launch instead of going through ``wp.launch``'s
-#: argument conversion (most of a small launch's cost).
-_RECORDED: dict[tuple, list] = {}
+#: Per calling thread (``threading.local``): one :class:`_Slot` per kernel, device and block size.
+_THREAD = threading.local()
+
+
+def _slot(kernel: Any, device: torch.device, block_dim: int | None) -> _Slot:
+    try:
+        slots = _THREAD.slots
+    except AttributeError:
+        slots = _THREAD.slots = {}
+    key = (kernel, device, block_dim)
+    slot = slots.get(key)
+    if slot is None:
+        slot = slots[key] = _Slot(kernel, device, block_dim)
+    return slot
 
 
 def launch(
@@ -492,26 +585,7 @@ def launch(
         return
     if tiled:
         dims = (*dims, block_dim)
-    inputs = _pack(kernel, args, device)
-    wdev = warp_device(device)
-    stream = warp_stream(device)
-    key = (kernel, device, block_dim, threading.get_ident())
-    recorded = _RECORDED.get(key)
-    if recorded is None:
-        cmd = warp().launch(
-            kernel, dim=dims, inputs=inputs, device=wdev, stream=stream, block_dim=block_dim, record_cmd=True
-        )
-        _RECORDED[key] = [cmd, dims, inputs]
-    else:
-        cmd, last_dims, last_inputs = recorded
-        for i, value in enumerate(inputs):
-            if value is not last_inputs[i]:
-                cmd.set_param_at_index_from_ctype(i, value)
-        recorded[2] = inputs
-        if dims != last_dims:
-            cmd.set_dim(dims)
-            recorded[1] = dims
-    cmd.launch(stream)
+    _slot(kernel, device, block_dim).run(kernel, dims, args, device)
 
 
 #: Below this much work (in the units of ``work_per_row``) a CPU launch is not split among threads: handing a
@@ -548,9 +622,17 @@ def launch_rows(
     """
     if rows >= INT32_LIMIT:
         raise ValueError(f"internal error: {rows} rows in one launch of {kernel.key} (limit 2**31 - 1)")
-    workers = min(torch.get_num_threads(), rows, max(1, rows * work_per_row // _MIN_SPLIT_WORK))
-    if device.type != "cpu" or workers <= 1:
-        launch(kernel, rows, device=device, row_start=0, **args)
+    if ROW_START in args:
+        raise TypeError(f"internal error: launch_rows of {kernel.key} fills {ROW_START} itself")
+    if rows <= 0:
+        return
+    work = rows * work_per_row
+    workers = 1
+    if work >= _MIN_SPLIT_WORK and device.type == "cpu":
+        workers = min(torch.get_num_threads(), rows, work // _MIN_SPLIT_WORK)
+    if workers <= 1:
+        args[ROW_START] = 0
+        _slot(kernel, device, None).run(kernel, (rows,), args, device)
         return
     # load (compile) the module here, once, so that the side-by-side launches never race to build it
     kernel.module.load(warp_device(device))

@@ -50,34 +50,46 @@ _DISTANCE_INPUTS = ("points", "env_index", *_WORLD, "compute_grad")
 # --------------------------------------------------------------------------------------------------------
 
 
-def _check_world(world_id, inv_poses, bounds, enabled, sign, *, dtype: torch.dtype) -> torch.Tensor:
-    """Shape / dtype checks of the world fields (reads no tensor values); returns the world's mesh ids."""
+def _check_tensor(name: str, t, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device) -> None:
+    """TypeError / ValueError naming ``name`` unless ``t`` is a ``dtype`` tensor of ``shape`` on ``device``."""
+    if not isinstance(t, torch.Tensor) or t.dtype != dtype:
+        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+        raise TypeError(f"{name} must be a {dtype} tensor; got {got}")
+    if t.shape != shape:
+        _interop.check_shape(t, name, shape)  # raises, with the expected and the actual shape
+    if t.device != device:
+        raise ValueError(f"{name} must be on the same device as the query ({device}); got {t.device}")
+
+
+def _check_world(world_id, inv_poses, bounds, enabled, sign, *, dtype: torch.dtype, device) -> torch.Tensor:
+    """Shape / dtype / device checks of the world fields (reads no tensor values); returns the world's mesh
+    ids. ``dtype`` is the query's, ``device`` its device."""
     if isinstance(world_id, bool) or not isinstance(world_id, int):
         raise TypeError(
             f"world_id must be an int (MeshWorld.kernel_args().world_id); got {type(world_id).__name__}"
         )
     mesh_ids = mesh_ids_of(world_id)
+    if mesh_ids.device != device:
+        raise ValueError(f"the world lives on {mesh_ids.device}; the query is on {device}")
     envs, slots = mesh_ids.shape
-    compute = _interop.compute_dtype(dtype)
-    for name, t, shape, want in (
-        ("inv_poses", inv_poses, (envs, slots, 7), compute),
-        ("bounds", bounds, (envs, slots, 2, 3), torch.float32),
-        ("enabled", enabled, (envs, slots), torch.int32),
-        ("sign", sign, (envs, slots), torch.int32),
-    ):
-        if not isinstance(t, torch.Tensor) or t.dtype != want:
-            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-            raise TypeError(f"{name} must be a {want} tensor; got {got}")
-        _interop.check_shape(t, name, shape)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    _check_tensor("inv_poses", inv_poses, compute, (envs, slots, 7), device)
+    _check_tensor("bounds", bounds, torch.float32, (envs, slots, 2, 3), device)
+    _check_tensor("enabled", enabled, torch.int32, (envs, slots), device)
+    _check_tensor("sign", sign, torch.int32, (envs, slots), device)
     return mesh_ids
 
 
-def _check_query(x, name: str, width: int, env_index, world: dict, rank: int = 3) -> torch.Tensor:
-    """Every shape / dtype / device check of a query; returns the world's mesh ids."""
+def _check_query(x, name: str, width: int, env_index, world: tuple, rank: int = 3) -> torch.Tensor:
+    """Every shape / dtype / device check of a query (``world``: the five world fields in order); returns
+    the world's mesh ids."""
     _interop.check_float(x, name)
     if x.dim() != rank or x.shape[-1] != width:
         dims = "(B, S, 4)" if rank == 3 and width == 4 else "(B, H, N, 4)" if width == 4 else "(B, S, 3)"
         raise ValueError(f"{name} must have shape {dims}; got {tuple(x.shape)}")
+    device = x.device
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"warpgeo runs on 'cpu' and 'cuda' devices; got {name} on {device}")
     if env_index is not None:
         _interop.check_index(env_index, "env_index")
         if env_index.dim() != 1 or env_index.shape[0] not in (0, x.shape[0]):
@@ -85,10 +97,11 @@ def _check_query(x, name: str, width: int, env_index, world: dict, rank: int = 3
                 f"env_index must have shape ({x.shape[0]},) (the leading dimension of {name}); "
                 f"got {tuple(env_index.shape)}"
             )
-    mesh_ids = _check_world(**world, dtype=x.dtype)
-    tensors = {k: v for k, v in world.items() if k != "world_id"}
-    _interop.check_device(name, **{name: x}, env_index=env_index, mesh_ids=mesh_ids, **tensors)
-    return mesh_ids
+        if env_index.device != device:
+            raise ValueError(
+                f"env_index must be on the same device as {name} ({device}); got {env_index.device}"
+            )
+    return _check_world(*world, dtype=x.dtype, device=device)
 
 
 def _check_params(params, x) -> None:
@@ -100,20 +113,27 @@ def _check_params(params, x) -> None:
 def _check_values(x, name: str, env_index, num_envs: int, params) -> None:
     """The checks that need tensor values, run inside the op: one device-to-host transfer for all.
 
-    ``params`` is None when it came from Python floats (checked on the host already)."""
-    flags = [~torch.isfinite(x).all()]
-    if env_index is not None:
-        flags.append(((env_index < 0) | (env_index >= num_envs)).any())
-    if params is not None:
-        flags.append(~(torch.isfinite(params).all() & (params >= 0).all()))
-    found = [bool(flags[0])] if len(flags) == 1 else torch.stack(flags).tolist()
-    if found[0]:
+    ``x`` is finite when its sum in float64 is (a NaN or inf propagates; float32 and half values cannot
+    overflow a float64 sum); only where the sum is not finite (a NaN/inf, or float64 values summing past
+    the float64 range) is every element tested. ``params`` is skipped when it is one of the parameter
+    tensors :func:`_params` made from Python floats (checked on the host already)."""
+    parts = [x.sum(dtype=torch.float64)]
+    if env_index is not None and env_index.numel() > 0:
+        parts.extend(torch.aminmax(env_index))
+    check_params = params is not None and _TRUSTED_PARAMS.get(id(params)) is not params
+    if check_params:
+        parts.extend((params.amin(), params.amax()))
+    if x.device.type == "cpu":
+        values = [v.item() for v in parts]
+    else:
+        values = torch.stack([v.to(torch.float64) for v in parts]).tolist()
+    if not math.isfinite(values[0]) and not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} must be finite: found NaN or inf")
-    if env_index is not None and found[1]:
+    if env_index is not None and env_index.numel() > 0 and (values[1] < 0 or values[2] >= num_envs):
         raise IndexError(
             f"env_index must lie in [0, num_envs={num_envs}); got values {env_index.unique().tolist()}"
         )
-    if params is not None and found[-1]:
+    if check_params and not (values[-2] >= 0 and math.isfinite(values[-1])):
         raise ValueError(
             f"activation_distance and weight must be finite and >= 0; got {params.tolist()} (eta, weight)"
         )
@@ -128,8 +148,9 @@ def _check_sweep_steps(sweep_steps) -> int:
 
 def _work(x: torch.Tensor) -> torch.Tensor:
     """``x`` in its compute dtype with a dense last dimension (the kernels read it as vectors)."""
-    work = _interop.to_compute(x)
-    return work if work.stride(-1) == 1 or work.shape[-1] <= 1 else work.contiguous()
+    if x.dtype != torch.float32 and x.dtype != torch.float64:
+        x = x.to(torch.float32)
+    return x if x.stride(-1) == 1 or x.shape[-1] <= 1 else x.contiguous()
 
 
 def _launch_blocks(
@@ -154,6 +175,13 @@ def _launch_blocks(
     """
     limit = _STRIDE_LIMIT
     rows = math.prod(grid)
+    if rows <= _MAX_LAUNCH_ROWS and all(
+        t.is_contiguous() and t.numel() * t.element_size() < limit for t in blocked.values()
+    ):  # the usual case, decided cheaply: dense tensors under 2 GiB have no dimension or stride beyond it
+        _interop.launch_rows(
+            kernel, rows, device=device, work_per_row=work_per_row, env_index=env_index, **blocked, **whole
+        )
+        return
 
     def too_big(dim: int) -> bool:
         return any(
@@ -210,10 +238,17 @@ def _world_kernel_args(world_id: int, mesh_ids, inv_poses, bounds, enabled, sign
     }
 
 
+#: Per device, the empty int64 tensor the kernels read as "environment 0 everywhere" (never written).
+_NO_ENV: dict[torch.device, torch.Tensor] = {}
+
+
 def _env(env_index: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     """The kernels' ``env_index``: int64, empty for "environment 0 everywhere"."""
     if env_index is None:
-        return like.new_empty(0, dtype=torch.int64)
+        empty = _NO_ENV.get(like.device)
+        if empty is None:
+            empty = _NO_ENV[like.device] = like.new_empty(0, dtype=torch.int64)
+        return empty
     return env_index.to(torch.int64)
 
 
@@ -244,7 +279,7 @@ def _cost_impl(
     """spheres (B, S, 4), env_index (B,) or None, the world's fields, params (2,) = (eta, weight) in the
     compute dtype -> cost (B, S) in spheres' dtype, grad (B, S, 4) = d cost / d spheres in the compute dtype
     ((0, 0, 4) unless compute_grad)."""
-    world = {"world_id": world_id, "inv_poses": inv_poses, "bounds": bounds, "enabled": enabled, "sign": sign}
+    world = (world_id, inv_poses, bounds, enabled, sign)
     mesh_ids = _check_query(spheres, "spheres", 4, env_index, world)
     _check_params(params, spheres)
     if not max_distance >= 0.0 or math.isinf(max_distance):
@@ -294,7 +329,7 @@ def _swept_impl(
     """spheres (B, H, N, 4), env_index (B,) or None, the world's fields, params (2,) -> cost (B, H, N) in
     spheres' dtype, grad (B, H, N, 2, 4) in the compute dtype: d cost[h] / d spheres[h] and
     d cost[h] / d spheres[h + 1] ((0, 0, 0, 2, 4) unless compute_grad)."""
-    world = {"world_id": world_id, "inv_poses": inv_poses, "bounds": bounds, "enabled": enabled, "sign": sign}
+    world = (world_id, inv_poses, bounds, enabled, sign)
     mesh_ids = _check_query(spheres, "spheres", 4, env_index, world, rank=4)
     _check_params(params, spheres)
     _check_sweep_steps(sweep_steps)
@@ -340,7 +375,7 @@ def _distance_impl(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """points (B, S, 3), env_index (B,) or None, the world's fields -> distance (B, S) in points' dtype,
     grad (B, S, 3) in the compute dtype ((0, 0, 3) unless compute_grad)."""
-    world = {"world_id": world_id, "inv_poses": inv_poses, "bounds": bounds, "enabled": enabled, "sign": sign}
+    world = (world_id, inv_poses, bounds, enabled, sign)
     mesh_ids = _check_query(points, "points", 3, env_index, world)
     if _interop.checking_values(points.device):
         _check_values(points, "points", env_index, mesh_ids.shape[0], None)
@@ -690,16 +725,17 @@ def _prepare(
     if not isinstance(world, MeshWorld):
         raise TypeError(f"world must be a warpgeo.MeshWorld; got {type(world).__name__}")
     _interop.check_float(x, name)
-    if x.dim() == 0 or x.shape[-1] != width:
-        raise ValueError(f"{name} must have shape (..., {width}); got {tuple(x.shape)}")
+    shape = x.shape
+    if not shape or shape[-1] != width:
+        raise ValueError(f"{name} must have shape (..., {width}); got {tuple(shape)}")
     if x.device != world.device:
         raise ValueError(f"{name} must be on the world's device ({world.device}); got {x.device}")
     compute_grad = x.requires_grad and torch.is_grad_enabled()
-    if rank is None:
-        x = x.reshape(1, 1, width) if x.dim() == 1 else x.reshape(x.shape[0], math.prod(x.shape[1:-1]), width)
-    batch = x.shape[0]
+    if rank is None and len(shape) != 3:
+        x = x.reshape(1, 1, width) if len(shape) == 1 else x.reshape(shape[0], math.prod(shape[1:-1]), width)
     if env_index is not None:
         _interop.check_index(env_index, "env_index")
+        batch = x.shape[0]
         if tuple(env_index.shape) != (batch,):
             raise ValueError(
                 f"env_index must have shape ({batch},) (the leading dimension of {name}); "
@@ -713,10 +749,24 @@ def _prepare(
     return x, env_index, params, compute_grad
 
 
+#: ``(eta, weight)`` tensors made from Python floats, by ``(eta, weight, dtype, device)``: a trajectory
+#: optimiser passes the same floats call after call. Read-only for the kernels; never handed to the user.
+_PARAMS: dict[tuple, torch.Tensor] = {}
+#: ``id -> tensor`` of the tensors in ``_PARAMS``: their values were checked on the host when made.
+_TRUSTED_PARAMS: dict[int, torch.Tensor] = {}
+#: Distinct parameter pairs kept (the cache starts over beyond this).
+_MAX_PARAMS = 256
+
+
 def _params(activation_distance, weight, like: torch.Tensor) -> torch.Tensor:
     """``(eta, weight)`` as a (2,) tensor on ``like``'s device in its compute dtype, without reading device
     values (floats are checked here; tensor values by the op's value checks)."""
-    dtype = _interop.compute_dtype(like.dtype)
+    dtype = torch.float64 if like.dtype == torch.float64 else torch.float32
+    if type(activation_distance) in (float, int) and type(weight) in (float, int):  # the usual case: cached
+        key = (activation_distance, weight, dtype, like.device)
+        found = _PARAMS.get(key)
+        if found is not None:
+            return found
     values = []
     for name, value in (("activation_distance", activation_distance), ("weight", weight)):
         if isinstance(value, torch.Tensor):
@@ -739,15 +789,22 @@ def _params(activation_distance, weight, like: torch.Tensor) -> torch.Tensor:
             )
         else:
             values.append(float(value))
-    if not any(isinstance(v, torch.Tensor) for v in values):
-        # torch.full on the device, not torch.tensor: no host-to-device copy (capturable in a CUDA graph)
-        out = torch.full((2,), values[0], dtype=dtype, device=like.device)
-        if values[1] != values[0]:
-            out[1] = values[1]
-        return out
-    return torch.cat(
-        [
-            v if isinstance(v, torch.Tensor) else torch.full((1,), v, dtype=dtype, device=like.device)
-            for v in values
-        ]
-    )
+    if any(isinstance(v, torch.Tensor) for v in values):
+        return torch.cat(
+            [
+                v if isinstance(v, torch.Tensor) else torch.full((1,), v, dtype=dtype, device=like.device)
+                for v in values
+            ]
+        )
+    # torch.full on the device, not torch.tensor: no host-to-device copy (capturable in a CUDA graph)
+    out = torch.full((2,), values[0], dtype=dtype, device=like.device)
+    if values[1] != values[0]:
+        out[1] = values[1]
+    if like.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return out  # memory of the graph being captured: not to be kept beyond it
+    if len(_PARAMS) >= _MAX_PARAMS:
+        _PARAMS.clear()
+        _TRUSTED_PARAMS.clear()
+    _PARAMS[(values[0], values[1], dtype, like.device)] = out
+    _TRUSTED_PARAMS[id(out)] = out
+    return out
