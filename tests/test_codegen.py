@@ -46,7 +46,9 @@ def kernel_modules() -> dict[str, str]:
 
     The Python modules are found with pkgutil and imported; their kernels live in the Warp module named
     after the Python module, or in modules of their own (``wp.kernel(module="unique")``, one compilation
-    unit per kernel and precision), which Warp's module registry lists.
+    unit per kernel and precision), which Warp's module registry lists. Kernels a module creates on first
+    use are created here: every ``build_all()`` of a module-level table (the SDF kernels' ``PerPrecision``)
+    and every module-level function marked ``lazy_kernel``.
     """
     from warp._src.context import user_modules
 
@@ -54,7 +56,14 @@ def kernel_modules() -> dict[str, str]:
         info.name for info in pkgutil.iter_modules(warpgeo._kernels.__path__, prefix="warpgeo._kernels.")
     ]
     for name in packages:
-        importlib.import_module(name)
+        module = importlib.import_module(name)
+        for value in list(vars(module).values()):
+            if isinstance(value, type):
+                continue
+            if callable(getattr(value, "build_all", None)):
+                value.build_all()
+            elif callable(value) and getattr(value, "lazy_kernel", False):
+                value()
     found = {}
     for name, module in list(user_modules.items()):
         homes = {getattr(k.func, "__module__", "") for k in module.kernels.values()}

@@ -975,3 +975,33 @@ def test_grid_cells_of_unknown_side_give_no_bound(device):
         sphere_mesh_cost(spheres, slow).cpu().numpy(),
         atol=1e-6,
     )
+
+
+_FIRST_QUERY = """
+import re, torch, trimesh, warpgeo
+from warp._src.context import user_modules
+from warpgeo import _interop
+world = warpgeo.MeshWorld([trimesh.creation.box((1, 1, 1))])
+after_build = sorted(_interop.kernels("sdf").SPHERE_MESH_COST), sorted(_interop.kernels("sdf").SIGNED_DISTANCE)
+warpgeo.sphere_mesh_cost(torch.rand(8, 4, dtype=torch.float64, requires_grad=True), world).sum().backward()
+kernels = _interop.kernels("sdf")
+tables = [sorted(t) for t in (kernels.SPHERE_MESH_COST, kernels.SWEPT_SPHERE_MESH_COST, kernels.SIGNED_DISTANCE)]
+loaded = sorted(  # unique modules are named <kernel>_<8 hex digits of its hash>
+    re.sub("_[0-9a-f]{8}$", "", name) for name, m in user_modules.items() if m.execs
+)
+print(after_build, tables, loaded)
+"""
+
+
+def test_a_first_query_creates_and_compiles_only_its_kernel():
+    """Per-precision kernel modules, created on first lookup: a fresh process that builds a world and runs
+    one float64 sphere_mesh_cost has created only that kernel and loaded (compiled) only the build module
+    and that kernel's module."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _FIRST_QUERY], capture_output=True, text=True, check=True)
+    line = out.stdout.strip().splitlines()[-1]
+    assert line == (
+        "([], []) [['float64'], [], []] ['sphere_mesh_cost_float64', 'warpgeo._kernels.sdf_build']"
+    ), line

@@ -715,7 +715,7 @@ def _winding_probe_result(device: torch.device) -> float:
         wp.synchronize_device(wdev)
     out = torch.zeros(1, dtype=torch.float32, device=device)
     _interop.launch(
-        kernels.winding_probe, 1, device=device, mesh=probe.id, p=wp.vec3(0.5, 0.5, 0.5), out_sign=out
+        kernels.winding_probe(), 1, device=device, mesh=probe.id, p=wp.vec3(0.5, 0.5, 0.5), out_sign=out
     )
     return float(out.item())
 

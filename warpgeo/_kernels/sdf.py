@@ -13,7 +13,7 @@ only bounds the closest-point search. A query that finds no face within its radi
 sign, so a centre with no face near it and inside the mesh's box is queried again without a bound: a centre
 deep inside a mesh is a collision, never "not found".
 
-Each query kernel is instantiated per precision in a Warp module of its own (:func:`per_precision`), into
+Each query kernel is instantiated per precision in a Warp module of its own (:class:`PerPrecision`), into
 which the ``@wp.func`` code of this file is compiled: a process's first query compiles one small module, and
 building a world compiles only ``sdf_build`` (the closed-mesh check and the distance grids below).
 
@@ -53,6 +53,7 @@ The world arrays (``mesh_ids``, ``inv_poses``, ``bounds``, ``enabled``, ``sign``
 never queried, and a grid cell outside ``grid_cells`` is treated as touching the surface.
 """
 
+import threading
 from typing import Any
 
 import warp as wp
@@ -563,21 +564,42 @@ _PRECISIONS = {
 }
 
 
-def per_precision(func, types) -> dict:
-    """``{precision name: kernel}``: ``func`` (a generic kernel function) instantiated with the argument types
-    ``types(scalar, vec3, vec4, transform)`` for each precision, each alone in a Warp module of its own. A
-    module is Warp's compilation unit: a process's first query compiles the one kernel and precision it
-    launches (the @wp.func code above is compiled into it), not every kernel of this file in both precisions.
+class PerPrecision(dict):
+    """``{precision name: kernel}``: the generic kernel function ``func`` instantiated with the argument types
+    ``types(scalar, vec3, vec4, transform)`` of a precision, each alone in a Warp module of its own, created
+    on first lookup (``table["float32"]``).
+
+    A module is Warp's compilation unit: a process's first query compiles the one kernel and precision it
+    launches (the @wp.func code above is compiled into it), not every kernel of this file in both
+    precisions; and creating a kernel (Warp hashes its code) costs milliseconds, so only the one looked up
+    is created. :meth:`build_all` creates them all (for ahead-of-time builds).
     """
-    table = {}
-    for name, precision in _PRECISIONS.items():
-        kernel = wp.kernel(func, name=f"{func.__name__}_{name}", module="unique", module_options=OPTIONS)
-        table[name] = wp.overload(kernel, types(*precision))
-    return table
+
+    def __init__(self, func, types) -> None:
+        super().__init__()
+        self._func = func
+        self._types = types
+        self._lock = threading.Lock()
+
+    def __missing__(self, name: str):
+        precision = _PRECISIONS[name]  # KeyError for a precision the kernels do not come in
+        with self._lock:  # two threads' first queries create one kernel
+            kernel = self.get(name)
+            if kernel is None:
+                generic = wp.kernel(
+                    self._func, name=f"{self._func.__name__}_{name}", module="unique", module_options=OPTIONS
+                )
+                kernel = wp.overload(generic, self._types(*precision))
+                self[name] = kernel
+        return kernel
+
+    def build_all(self) -> dict:
+        """Every precision's kernel, created now: ``{precision name: kernel}``."""
+        return {name: self[name] for name in _PRECISIONS}
 
 
-#: kernel overloads by precision name
-SPHERE_MESH_COST = per_precision(
+#: kernel overloads by precision name, each created on first lookup
+SPHERE_MESH_COST = PerPrecision(
     sphere_mesh_cost,
     lambda s, _v3, v4, xf: {
         "spheres": wp.array2d(dtype=v4),
@@ -588,7 +610,7 @@ SPHERE_MESH_COST = per_precision(
         "grad": wp.array2d(dtype=v4),
     },
 )
-SWEPT_SPHERE_MESH_COST = per_precision(
+SWEPT_SPHERE_MESH_COST = PerPrecision(
     swept_sphere_mesh_cost,
     lambda s, _v3, v4, xf: {
         "spheres": wp.array3d(dtype=v4),
@@ -600,7 +622,7 @@ SWEPT_SPHERE_MESH_COST = per_precision(
         "grad_next": wp.array3d(dtype=v4),
     },
 )
-SIGNED_DISTANCE = per_precision(
+SIGNED_DISTANCE = PerPrecision(
     signed_distance,
     lambda s, v3, _v4, xf: {
         "points": wp.array2d(dtype=v3),

@@ -6,6 +6,8 @@ query compiles only its own kernel. ``winding_probe`` (run once per process and 
 winding-number meshes) is a Warp module of its own: most worlds never compile it.
 """
 
+import functools
+
 import warp as wp
 
 from warpgeo._kernels.sdf import UNBOUNDED
@@ -94,7 +96,13 @@ def _winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float))
     out_sign[0] = q.sign
 
 
-#: in a module of its own: only worlds with winding-number meshes compile it
-winding_probe = wp.kernel(
-    _winding_probe, name="winding_probe", module="unique", module_options={"enable_backward": False}
-)
+@functools.cache
+def winding_probe():
+    """The kernel ``winding_probe``, created on first use in a Warp module of its own: only worlds with
+    winding-number meshes compile it."""
+    return wp.kernel(
+        _winding_probe, name="winding_probe", module="unique", module_options={"enable_backward": False}
+    )
+
+
+winding_probe.lazy_kernel = True  # tests/test_codegen.py builds it with the other modules
