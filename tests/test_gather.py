@@ -184,6 +184,79 @@ def test_every_forward_kernel_matches_torch_gather():
             assert torch.equal(out.view(3, 4, *idx.shape[1:]), _torch_gather(features, idx))
 
 
+def _loop_gather(features, flat):
+    """Naive loops: ``out[b, c, l] = features[b, c, flat[b, l]]``, 0 where the index is outside [0, N)."""
+    b_, c_, n = features.shape
+    out = torch.zeros(b_, c_, flat.shape[1], dtype=features.dtype)
+    for b in range(b_):
+        for l, i in enumerate(flat[b].tolist()):
+            if 0 <= i < n:
+                out[b, :, l] = features[b, :, i]
+    return out
+
+
+def _loop_scatter(grad, flat, n):
+    """Naive loops in float64: ``out[b, c, i] = sum of grad[b, c, l] over flat[b, l] == i`` for i in [0, n)."""
+    out = torch.zeros(grad.shape[0], grad.shape[1], n, dtype=torch.float64)
+    for b in range(grad.shape[0]):
+        for l, i in enumerate(flat[b].tolist()):
+            if 0 <= i < n:
+                out[b, :, i] += grad[b, :, l].double()
+    return out
+
+
+# indices no check lets through with value checks off: beyond int32 (2**32 + 3 must not read point 3)
+HOSTILE = [2**32 + 3, -(2**32) + 3, 2**31, 2**31 - 1, -(2**31), -5, 2**63 - 1, -(2**63), 10, -1, 0, 9, 4]
+
+
+@pytest.mark.parametrize("method", ["rows", "elements"])
+def test_every_forward_kernel_reads_hostile_int64_indices_as_padding(method):
+    features = torch.randn(2, 5, 10)
+    flat = torch.tensor([HOSTILE, HOSTILE[::-1]])
+    out = torch.full((2, 5, len(HOSTILE)), 7.0)
+    gather_module._gather(features, flat, out, method)
+    assert torch.equal(out, _loop_gather(features, flat))
+    assert out.count_nonzero() == 2 * 5 * 3  # 0, 9 and 4 only
+
+
+@pytest.mark.parametrize("method", ["rows", "atomic", "segments"])
+def test_every_backward_kernel_skips_hostile_int64_indices(method):
+    grad = torch.randn(2, 5, len(HOSTILE), dtype=torch.float64)
+    flat = torch.tensor([HOSTILE, HOSTILE[::-1]])
+    result = gather_module._scatter_add(grad, flat, 10, method)
+    torch.testing.assert_close(result, _loop_scatter(grad, flat, 10), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4, 5, 7, 8, 9])
+@pytest.mark.parametrize(("n", "length"), [(1, 6), (50, 3), (50, 200), (3000, 40), (3000, 500)])
+@pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64])
+def test_row_kernels_every_channel_block_and_cache_path(channels, n, length, idx_dtype):
+    # blocks of 4 channels and the remainder; rows streamed into the cache first (many reads per point) or
+    # not (few); int32 and int64 indices read as they are
+    gen = torch.Generator().manual_seed(channels * 1000 + n + length)
+    features = torch.randn(3, channels, n, generator=gen)
+    flat = torch.randint(-1, n + 1, (3, length), generator=gen).to(idx_dtype)  # -1 and n read as 0
+    for dtype in FLOATS:
+        f = features.to(dtype)
+        out = torch.empty(3, channels, length, dtype=dtype)
+        gather_module._gather(f, flat, out, "rows")
+        assert torch.equal(out, _loop_gather(f, flat))
+    grad = torch.randn(3, channels, length, dtype=torch.float64, generator=gen)
+    result = gather_module._scatter_add(grad, flat, n, "rows")
+    torch.testing.assert_close(result, _loop_scatter(grad, flat, n), rtol=1e-12, atol=1e-12)
+
+
+def test_row_kernels_take_arrays_with_strided_last_dimension():
+    features = torch.randn(2, 30, 5).transpose(1, 2)  # (2, 5, 30), element stride 5
+    flat = torch.randint(-1, 30, (2, 40, 2))[..., 0]  # (2, 40), element stride 2
+    out = torch.empty(2, 40, 5).transpose(1, 2)  # written through its strides
+    gather_module._gather(features, flat, out, "rows")
+    assert torch.equal(out, _loop_gather(features, flat))
+    grad = torch.randn(2, 40, 5, dtype=torch.float64).transpose(1, 2)
+    result = gather_module._scatter_add(grad, flat, 30, "rows")
+    torch.testing.assert_close(result, _loop_scatter(grad, flat, 30), rtol=1e-12, atol=1e-12)
+
+
 def test_cpu_rows_are_split_among_threads_consistently(monkeypatch):
     features, idx = _inputs(3, 5, 50, 40, dtype=torch.float32, pad=0.1)
     grad = torch.randn(3, 5, 40)

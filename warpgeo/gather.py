@@ -76,12 +76,21 @@ def _blocks(batch: int, channels: int, args: dict, per_channel: bool):
 
 
 def _launch_blocks(
-    kernel, batch: int, channels: int, *, device, length=None, work_per_row=1, per_channel=True, **args
+    kernel,
+    batch: int,
+    channels: int,
+    *,
+    device,
+    length=None,
+    work_per_row=1,
+    per_channel=True,
+    channels_per_row=1,
+    **args,
 ) -> None:
     """Launch a gather-family kernel over ``(batch, channels)`` in blocks that fit Warp (see
-    :func:`_blocks`): a row kernel (``launch_rows`` over ``b * C + c``) or, with ``length``, a grid kernel
-    over ``[B, C, length]``. ``(B, C, ...)`` tensors (``_PER_CHANNEL``) are sliced along B and C, the rest
-    along B."""
+    :func:`_blocks`): a row kernel (``launch_rows`` over ``b * ceil(C / channels_per_row) + block``, a row
+    handling ``channels_per_row`` channels) or, with ``length``, a grid kernel over ``[B, C, length]``.
+    ``(B, C, ...)`` tensors (``_PER_CHANNEL``) are sliced along B and C, the rest along B."""
     for bs, cs, nb, nc in _blocks(batch, channels, args, per_channel):
         if nb != batch or nc != channels:
             args_ = {
@@ -91,7 +100,8 @@ def _launch_blocks(
         else:
             args_ = args
         if length is None:
-            _interop.launch_rows(kernel, nb * nc, device=device, work_per_row=work_per_row, **args_)
+            rows = nb * -(-nc // channels_per_row)
+            _interop.launch_rows(kernel, rows, device=device, work_per_row=work_per_row, **args_)
         else:
             _interop.launch(kernel, [nb, nc, length], device=device, **args_)
 
@@ -160,25 +170,41 @@ def _(features, idx, deterministic):
 
 def _gather(features: torch.Tensor, flat_idx: torch.Tensor, out: torch.Tensor, method: str) -> None:
     """``out[b, c, l] = features[b, c, idx[b, l]]`` (0 for -1): ``features`` (B, C, N) with N > 0,
-    ``flat_idx`` (B, L) int32, ``out`` (B, C, L). ``method``: ``"rows"`` (a thread per (b, c) row; the CPU
-    kernel) or ``"elements"`` (a thread per output element; the CUDA kernel)."""
+    ``flat_idx`` (B, L) int32 or int64, ``out`` (B, C, L). ``method``: ``"rows"`` (a thread per batch entry
+    and block of channels, reading int32 and int64 indices as they are; the CPU kernel) or ``"elements"`` (a
+    thread per output element, int32 indices; the CUDA kernel)."""
     kernels = _interop.kernels("gather")
-    batch, channels, _ = features.shape
+    batch, channels, num_points = features.shape
     length = flat_idx.shape[1]
     bits = _BITS_DTYPE[features.dtype]
-    args = {"features": features.view(bits), "idx": flat_idx, "out": out.view(bits)}
     if method == "rows":
+        # the row kernel takes arrays with a dense last dimension (what a fresh tensor has)
+        dense = out if _dense_rows(out) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
+        block = kernels.CHANNELS_PER_ROW
         _launch_blocks(
-            _interop.overload(kernels.GATHER_ROWS, bits),
+            _interop.overload(_interop.overload(kernels.GATHER_ROWS, flat_idx.dtype), bits),
             batch,
             channels,
             device=features.device,
-            work_per_row=length,
-            **args,
+            work_per_row=length * block,
+            channels_per_row=block,
+            features=_with_dense_rows(features).view(bits),
+            idx=_with_dense_rows(flat_idx),
+            out=dense.view(bits),
         )
+        if dense is not out:
+            out.copy_(dense)
     elif method == "elements":
-        kernel = _interop.overload(kernels.GATHER_ELEMENTS, bits)
-        _launch_blocks(kernel, batch, channels, length=length, device=features.device, **args)
+        _launch_blocks(
+            _interop.overload(kernels.GATHER_ELEMENTS, bits),
+            batch,
+            channels,
+            length=length,
+            device=features.device,
+            features=features.view(bits),
+            idx=_int32_index(flat_idx, num_points),
+            out=out.view(bits),
+        )
     else:
         raise ValueError(f"internal error: unknown gather method {method!r}")
 
@@ -236,9 +262,10 @@ def _scatter_method(device: torch.device, deterministic: bool) -> str:
 def _scatter_add(grad: torch.Tensor, flat_idx: torch.Tensor, num_points: int, method: str) -> torch.Tensor:
     """``out[b, c, n] = sum of grad[b, c, l] over idx[b, l] == n`` in the precision of ``grad``.
 
-    ``grad`` (B, C, L) contiguous float32/float64, ``flat_idx`` (B, L) int32 contiguous. ``method``:
+    ``grad`` (B, C, L) contiguous float32/float64, ``flat_idx`` (B, L) int32 or int64 contiguous. ``method``:
 
-    * ``"rows"``: a thread per ``(b, c)`` row, in ``l`` order (the CPU kernel; deterministic);
+    * ``"rows"``: a thread per ``(b, c)`` row, in ``l`` order (the CPU kernel; deterministic; reads int32
+      and int64 indices as they are);
     * ``"atomic"``: a thread per ``(b, c, l)`` with float atomics (CUDA default; order varies run to run);
     * ``"segments"``: a thread per ``(b, c, n)`` summing its contributors in ``l`` order through a CSR of
       the stably sorted indices (CUDA ``deterministic=True``; bit-identical to ``"rows"``).
@@ -249,13 +276,13 @@ def _scatter_add(grad: torch.Tensor, flat_idx: torch.Tensor, num_points: int, me
     if method == "rows":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
         _launch_blocks(
-            _interop.overload(kernels.SCATTER_ADD_ROWS, grad.dtype),
+            _interop.overload(_interop.overload(kernels.SCATTER_ADD_ROWS, flat_idx.dtype), grad.dtype),
             batch,
             channels,
             device=device,
-            work_per_row=length,
-            grad_out=grad,
-            idx=flat_idx,
+            work_per_row=length + num_points,
+            grad_out=_with_dense_rows(grad),
+            idx=_with_dense_rows(flat_idx),
             grad_features=out,
         )
     elif method == "atomic":
@@ -267,12 +294,12 @@ def _scatter_add(grad: torch.Tensor, flat_idx: torch.Tensor, num_points: int, me
             length=length,
             device=device,
             grad_out=grad,
-            idx=flat_idx,
+            idx=_int32_index(flat_idx, num_points),
             grad_features=out,
         )
     elif method == "segments":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
-        order, offsets = _segments(flat_idx, num_points)
+        order, offsets = _segments(_int32_index(flat_idx, num_points), num_points)
         _launch_blocks(
             _interop.overload(kernels.SCATTER_ADD_SEGMENTS, grad.dtype),
             batch,
@@ -287,6 +314,25 @@ def _scatter_add(grad: torch.Tensor, flat_idx: torch.Tensor, num_points: int, me
     else:
         raise ValueError(f"internal error: unknown scatter method {method!r}")
     return out
+
+
+def _dense_rows(t: torch.Tensor) -> bool:
+    """Is the last dimension of ``t`` dense (what the CPU row kernels index without a stride)?"""
+    return t.shape[-1] <= 1 or t.stride(-1) == 1
+
+
+def _with_dense_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a contiguous copy where its last dimension is not dense."""
+    return t if _dense_rows(t) else t.contiguous()
+
+
+def _int32_index(flat_idx: torch.Tensor, num_points: int) -> torch.Tensor:
+    """``flat_idx`` as int32 for the kernels that take int32 indices (the CUDA ones): an int64 index outside
+    ``[0, num_points)`` becomes -1 (narrowing alone would turn 2**32 + 5 into the valid index 5)."""
+    if flat_idx.dtype == torch.int32:
+        return flat_idx
+    inside = (flat_idx >= 0) & (flat_idx < num_points)
+    return torch.where(inside, flat_idx, _SENTINEL_INDEX).to(torch.int32)
 
 
 def _segments(flat_idx: torch.Tensor, num_points: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,17 +1,22 @@
 """Point-feature gather and its scatter-add backward.
 
-Shapes: ``features`` / ``grad_features`` ``(B, C, N)``, ``idx`` ``(B, L)`` int32 (L = M or M * K),
-``out`` / ``grad_out`` ``(B, C, L)``. An index outside ``[0, N)`` (``-1`` is the padding value) reads as 0
-and scatters nothing; the host rejects other negative or too large values before launching, the kernels
-only make sure a bad index can never touch memory.
+Shapes: ``features`` / ``grad_features`` ``(B, C, N)``, ``idx`` ``(B, L)`` (L = M or M * K; int32 or int64
+for the CPU row kernels, int32 for the CUDA kernels), ``out`` / ``grad_out`` ``(B, C, L)``. An index outside
+``[0, N)`` (``-1`` is the padding value; an int64 index is compared before it is narrowed) reads as 0 and
+scatters nothing; the host rejects other negative or too large values before launching, the kernels only
+make sure a bad index can never touch memory.
 
 Two shapes of work, chosen by the caller per device:
 
-* ``*_rows``: one thread per ``(b, c)`` row (row ``r = row_start + tid``, ``b = r // C``, ``c = r % C``),
-  looping over the row in order. On the CPU (where Warp runs the threads of a launch one after the other)
-  this is a tight contiguous loop, and ``row_start`` lets the host split the rows among several launches
-  that run in parallel. In the backward the thread owns its whole ``grad_features`` row, so no atomics are
-  needed and the sum order is fixed (deterministic).
+* ``*_rows`` (the CPU kernels; row ``r = row_start + tid``): ``gather_rows`` gives a thread a batch entry and
+  a block of ``CHANNELS_PER_ROW`` channels (``ceil(C / CHANNELS_PER_ROW)`` rows per batch entry) and reads
+  each index once for the whole block; ``scatter_add_rows`` gives a thread one ``(b, c)`` row. Each loops
+  over the index row in order. On the CPU (where Warp runs the threads of a launch one after the other) this
+  is a tight contiguous loop, and ``row_start`` lets the host split the rows among several launches that
+  run in parallel. The arrays' last dimension must be dense (the rows are indexed without a stride). The
+  forward first streams the features rows into the cache when it will read most of them anyway
+  (``TOUCH_*``). In the backward the thread owns its whole ``grad_features`` row, so no atomics are needed
+  and the sum order is fixed (deterministic).
 * ``*_elements`` / ``scatter_add_atomic`` / ``scatter_add_segments``: one thread per output element, for
   CUDA. ``scatter_add_atomic`` uses float atomics (fast; the summation order varies from run to run);
   ``scatter_add_segments`` gives each thread one ``grad_features[b, c, n]`` and sums its contributors in
@@ -30,8 +35,17 @@ import warp as wp
 # warpgeo writes every backward itself: skip generating Warp's adjoints (halves the compile time).
 wp.set_module_options({"enable_backward": False})
 
-#: Indices handled per step of the CPU row loops (a constant-range loop Warp unrolls).
-UNROLL = wp.constant(4)
+#: Channels one CPU thread handles together: the index row is read (and bounds-checked) once for all of them,
+#: and their independent loads overlap. 4 rows of 16384 float32 points (256 KiB) still fit a 512 KiB L2.
+CHANNELS_PER_ROW = wp.constant(4)
+#: A features row is streamed into the cache (sequential reads, which the hardware prefetches) before the
+#: random reads when the row is gathered from at least once per this many points: most of its cache lines
+#: are read anyway, and random reads that miss the cache each wait for memory (2-3x slower from DRAM).
+TOUCH_POINTS_PER_INDEX = wp.constant(16)
+#: ... and when the row has at most this many points (beyond, it would not stay in the cache).
+TOUCH_MAX_POINTS = wp.constant(1 << 20)
+#: Elements between two reads of the streaming pass (8 bytes of int64 bits: one read per 64-byte line).
+TOUCH_STEP = wp.constant(8)
 
 
 @wp.func
@@ -40,34 +54,124 @@ def _valid(i: wp.int32, n: wp.int32) -> bool:
 
 
 @wp.func
-def _gather_one(features: wp.array3d(dtype=Any), b: int, c: int, i: wp.int32, n: wp.int32, zero: Any):
-    # branch-free: the clamped read is always in bounds (n > 0 here), the select drops it for padding
-    v = features[b, c, wp.clamp(i, 0, n - 1)]
-    return wp.where(_valid(i, n), v, zero)
+def _point(i: Any, n: int):
+    """``i`` (int32 or int64) as an int32 point index where it lies in ``[0, n)``, else -1.
+
+    Compared at 64 bits before narrowing: an int64 index of 2**32 + 5 is out of range, never point 5."""
+    wide = wp.int64(i)
+    point = int(-1)
+    if wide >= wp.int64(0) and wide < wp.int64(n):
+        point = int(wide)
+    return point
+
+
+@wp.func
+def _row(a: wp.array3d(dtype=Any), b: int, c: int):
+    """``a[b, c, :]`` as a dense 1-d array: its element stride is a compile-time constant (no multiply per
+    access, and the loops compile tighter). The host passes arrays whose last dimension is dense."""
+    return wp.array(ptr=wp.uint64(a[b, c].ptr), shape=(a.shape[2],), dtype=a.dtype)
+
+
+@wp.func
+def _index_row(idx: wp.array2d(dtype=Any), b: int):
+    """``idx[b, :]`` as a dense 1-d array (see ``_row``)."""
+    return wp.array(ptr=wp.uint64(idx[b].ptr), shape=(idx.shape[1],), dtype=idx.dtype)
+
+
+@wp.func
+def _touch(row: wp.array(dtype=Any)):
+    """Read every ``TOUCH_STEP``-th element of ``row`` in order (brings the row into the cache); returns their
+    bitwise or, which the caller stores (so that the reads are not optimised away)."""
+    acc = row.dtype(0)
+    n = row.shape[0]
+    j = int(0)  # a bare literal would be a constant to Warp, not a loop counter
+    while j < n:
+        acc = acc | row[j]
+        j += TOUCH_STEP
+    return acc
+
+
+@wp.func
+def _touching(n: int, length: int) -> bool:
+    return n <= TOUCH_MAX_POINTS and length * TOUCH_POINTS_PER_INDEX >= n
+
+
+# Loops are ``while`` loops: Warp's dynamic ``for ... in range(n)`` (any step sign) compiles to a loop several
+# times slower on the CPU.
+
+
+@wp.func
+def _gather_row(frow: wp.array(dtype=Any), irow: wp.array(dtype=Any), orow: wp.array(dtype=Any)):
+    """``orow[l] = frow[irow[l]]``, 0 where the index is outside ``[0, n)``; ``n > 0``."""
+    n = frow.shape[0]
+    length = irow.shape[0]
+    zero = orow.dtype(0)
+    if length > 0 and _touching(n, length):
+        orow[0] = _touch(frow)  # overwritten below
+    l = int(0)
+    while l < length:
+        j = _point(irow[l], n)
+        orow[l] = wp.where(j >= 0, frow[wp.max(j, 0)], zero)
+        l += 1
 
 
 @wp.kernel
 def gather_rows(
     features: wp.array3d(dtype=Any),
-    idx: wp.array2d(dtype=wp.int32),
+    idx: wp.array2d(dtype=Any),
     out: wp.array3d(dtype=Any),
     row_start: wp.int32,
 ):
-    """Needs N > 0 (with N == 0 every index is padding: the host writes the zeros)."""
+    """Row ``r`` is batch entry ``b`` and channels ``[c0, c0 + CHANNELS_PER_ROW)`` (fewer in the last block
+    of a batch entry): ``ceil(C / CHANNELS_PER_ROW)`` rows per batch entry. The last dimension of every
+    array must be dense (element stride 1)."""
     r = wp.tid() + row_start
-    b = r // features.shape[1]
-    c = r % features.shape[1]
+    channels = features.shape[1]
+    blocks = (channels + CHANNELS_PER_ROW - 1) // CHANNELS_PER_ROW
+    b = r // blocks
+    c0 = (r % blocks) * CHANNELS_PER_ROW
     n = features.shape[2]
     length = idx.shape[1]
+    irow = _index_row(idx, b)
     zero = out.dtype(0)
-    l = int(0)  # a bare literal would be a constant to Warp, not a loop counter
-    while l + UNROLL <= length:
-        for u in range(UNROLL):
-            out[b, c, l + u] = _gather_one(features, b, c, idx[b, l + u], n, zero)
-        l += UNROLL
-    while l < length:
-        out[b, c, l] = _gather_one(features, b, c, idx[b, l], n, zero)
-        l += 1
+    if n == 0:  # every index is padding (the host normally writes these zeros itself)
+        c = c0
+        while c < wp.min(c0 + CHANNELS_PER_ROW, channels):
+            orow = _row(out, b, c)
+            l = int(0)
+            while l < length:
+                orow[l] = zero
+                l += 1
+            c += 1
+    elif c0 + CHANNELS_PER_ROW <= channels:
+        f0 = _row(features, b, c0)
+        f1 = _row(features, b, c0 + 1)
+        f2 = _row(features, b, c0 + 2)
+        f3 = _row(features, b, c0 + 3)
+        o0 = _row(out, b, c0)
+        o1 = _row(out, b, c0 + 1)
+        o2 = _row(out, b, c0 + 2)
+        o3 = _row(out, b, c0 + 3)
+        if length > 0 and _touching(n, length):  # each first element is overwritten below
+            o0[0] = _touch(f0)
+            o1[0] = _touch(f1)
+            o2[0] = _touch(f2)
+            o3[0] = _touch(f3)
+        l = int(0)
+        while l < length:
+            j = _point(irow[l], n)
+            ok = j >= 0
+            k = wp.max(j, 0)
+            o0[l] = wp.where(ok, f0[k], zero)
+            o1[l] = wp.where(ok, f1[k], zero)
+            o2[l] = wp.where(ok, f2[k], zero)
+            o3[l] = wp.where(ok, f3[k], zero)
+            l += 1
+    else:
+        c = c0
+        while c < channels:
+            _gather_row(_row(features, b, c), irow, _row(out, b, c))
+            c += 1
 
 
 @wp.kernel
@@ -84,49 +188,37 @@ def gather_elements(
     out[b, c, l] = v
 
 
-@wp.func
-def _add_one(
-    grad_out: wp.array3d(dtype=Any),
-    idx: wp.array2d(dtype=wp.int32),
-    grad_features: wp.array3d(dtype=Any),
-    b: int,
-    c: int,
-    l: int,
-    n: wp.int32,
-):
-    i = idx[b, l]
-    if _valid(i, n):
-        grad_features[b, c, i] = grad_features[b, c, i] + grad_out[b, c, l]
-
-
 @wp.kernel
 def scatter_add_rows(
     grad_out: wp.array3d(dtype=Any),
-    idx: wp.array2d(dtype=wp.int32),
+    idx: wp.array2d(dtype=Any),
     grad_features: wp.array3d(dtype=Any),
     row_start: wp.int32,
 ):
-    """Thread ``(b, c)`` owns row ``grad_features[b, c]`` and writes all of it.
+    """Thread ``(b, c)`` owns row ``grad_features[b, c]``, writes all of it and sums in ``l`` order. The
+    last dimension of every array must be dense (element stride 1).
 
     Zeroing the row here rather than on the host leaves it in cache for the scattered adds that follow.
+    (One channel per thread: unlike the forward, blocks of channels measured slower here.)
     """
     r = wp.tid() + row_start
     b = r // grad_features.shape[1]
     c = r % grad_features.shape[1]
     n = grad_features.shape[2]
+    length = idx.shape[1]
+    grow = _row(grad_out, b, c)
+    irow = _index_row(idx, b)
+    frow = _row(grad_features, b, c)
     zero = grad_features.dtype(0)
     i = int(0)  # a bare literal would be a constant to Warp, not a loop counter
     while i < n:
-        grad_features[b, c, i] = zero
+        frow[i] = zero
         i += 1
-    length = idx.shape[1]
-    l = int(0)  # a bare literal would be a constant to Warp, not a loop counter
-    while l + UNROLL <= length:
-        for u in range(UNROLL):
-            _add_one(grad_out, idx, grad_features, b, c, l + u, n)
-        l += UNROLL
+    l = int(0)
     while l < length:
-        _add_one(grad_out, idx, grad_features, b, c, l, n)
+        j = _point(irow[l], n)
+        if j >= 0:
+            frow[j] = frow[j] + grow[l]
         l += 1
 
 
@@ -160,25 +252,35 @@ def scatter_add_segments(
 
 
 # Explicit instances, keyed by dtype name, so that Warp builds the module once with all of them (an implicit
-# instance created at launch time would rebuild it).
+# instance created at launch time would rebuild it). The CPU row kernels read int32 and int64 indices as they
+# come (no conversion pass; tables keyed by the index dtype first); the CUDA kernels take int32 indices.
 _BITS = {"int16": wp.int16, "int32": wp.int32, "int64": wp.int64}
 _ACCUMULATORS = {"float32": wp.float32, "float64": wp.float64}
+_INDICES = {"int32": wp.int32, "int64": wp.int64}
 _INDEX = wp.array2d(dtype=wp.int32)
 
 
-def _instances(kernel, scalars, index_arrays=1, row_start=False):
+def _instances(kernel, scalars, index_arrays=1, row_start=False, index=_INDEX):
     table = {}
     for name, t in scalars.items():
-        types = [wp.array3d(dtype=t)] + [_INDEX] * index_arrays + [wp.array3d(dtype=t)]
+        types = [wp.array3d(dtype=t)] + [index] * index_arrays + [wp.array3d(dtype=t)]
         if row_start:
             types.append(wp.int32)
         table[name] = wp.overload(kernel, types)
     return table
 
 
-GATHER_ROWS = _instances(gather_rows, _BITS, row_start=True)
+def _row_instances(kernel, scalars):
+    """``{index dtype name: {scalar dtype name: overload}}`` of a row kernel."""
+    return {
+        name: _instances(kernel, scalars, row_start=True, index=wp.array2d(dtype=t))
+        for name, t in _INDICES.items()
+    }
+
+
+GATHER_ROWS = _row_instances(gather_rows, _BITS)
 GATHER_ELEMENTS = _instances(gather_elements, _BITS)
-SCATTER_ADD_ROWS = _instances(scatter_add_rows, _ACCUMULATORS, row_start=True)
+SCATTER_ADD_ROWS = _row_instances(scatter_add_rows, _ACCUMULATORS)
 SCATTER_ADD_ATOMIC = _instances(scatter_add_atomic, _ACCUMULATORS)
 SCATTER_ADD_SEGMENTS = _instances(scatter_add_segments, _ACCUMULATORS, index_arrays=2)
 
