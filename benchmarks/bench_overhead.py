@@ -4,7 +4,7 @@ A trajectory optimiser or an IK loop calls the collision cost thousands of times
 calls FPS and a gather per layer: on small inputs what counts is the Python / dispatcher / launch cost per
 call, not the kernel. For each op this times forward + backward (FPS: forward; its indices are not
 differentiable) on 64 points or spheres, and a tiny torch op (``(x * 2).sum().backward()`` on a (64, 4)
-tensor) in the same run; the overhead is the difference of the medians. Value checks (one device-to-host
+tensor) in the same run, call by call in turn; the overhead is the difference of the medians. Value checks (one device-to-host
 read per call) are timed on and off. Then, in fresh processes with a warm Warp kernel cache, the latency of
 each op's first call beyond ``import torch`` (``--cold`` also with an empty cache: Warp compiles then).
 
@@ -33,26 +33,28 @@ import warpgeo
 GOAL_US = 60.0
 
 
-def _median_us(fn: Callable[[], object], calls: int, device: torch.device) -> float:
-    """Median wall time of one call (CUDA: of a batch of calls, synchronised once, per call)."""
+def _paired_medians_us(
+    fn: Callable[[], object], tiny: Callable[[], object], calls: int, device: torch.device
+) -> tuple[float, float]:
+    """Median wall time of one call of ``fn`` and of ``tiny``, timed call by call in turn, so that both see
+    the same machine (on a shared machine the load drifts within seconds). CUDA: per call of a batch of 10
+    calls, synchronised once."""
     for _ in range(max(20, calls // 10)):
         fn()
-    times = []
-    if device.type == "cuda":
-        batch = 10
-        for _ in range(calls // batch):
-            torch.cuda.synchronize(device)
+        tiny()
+    times: dict[Callable[[], object], list[float]] = {fn: [], tiny: []}
+    batch = 10 if device.type == "cuda" else 1
+    for _ in range(max(1, calls // batch)):
+        for f in (fn, tiny):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
             start = time.perf_counter()
             for _ in range(batch):
-                fn()
-            times.append((time.perf_counter() - start) / batch)
-        torch.cuda.synchronize(device)
-    else:
-        for _ in range(calls):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+                f()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times[f].append((time.perf_counter() - start) / batch)
+    return statistics.median(times[fn]) * 1e6, statistics.median(times[tiny]) * 1e6
 
 
 def _cases(device: torch.device) -> dict[str, Callable[[], object]]:
@@ -117,9 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     for checks in (True, False):
         with warpgeo.value_checks(checks):
             for name, fn in cases.items():
-                # the torch op is timed next to each case: the machine's load drifts
-                tiny = _median_us(lambda: (x * 2).sum().backward(), calls, device)
-                op = _median_us(fn, calls, device)
+                # the torch op is timed call by call beside each case: the machine's load drifts
+                op, tiny = _paired_medians_us(fn, lambda: (x * 2).sum().backward(), calls, device)
                 over = op - tiny
                 flag = "ok" if over <= GOAL_US else "over"
                 print(

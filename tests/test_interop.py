@@ -182,6 +182,38 @@ def test_launch_refuses_missing_unexpected_and_mistyped_arguments():
     _interop.launch(kernel, [0], device=cpu, points=points, factor=2.0, out=out, row_start=0)
 
 
+def test_launch_rewrites_what_changed_between_calls():
+    """A launch reuses the arguments it wrote last time where a tensor (pointer, shape, strides, dtype) or a
+    scalar is unchanged: a tensor moved to new memory in place, reshaped in place, or a new scalar value must
+    reach the kernel, and a value equal but of another type (3 vs 3.0) means the same."""
+    kernel = _scale_kernel()
+    cpu = torch.device("cpu")
+    points = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)
+    out = torch.zeros(2, 4, 3)
+    for factor in (2.0, 2.0, 3.0, 3, -1.5):
+        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=factor, out=out)
+        torch.testing.assert_close(out, points * factor)
+    first = out.clone()
+    out.set_(torch.zeros(2, 4, 3).untyped_storage(), 0, (2, 4, 3), (12, 3, 1))  # same object, new memory
+    _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=-1.5, out=out)
+    torch.testing.assert_close(out, first)
+    out.resize_(1, 4, 3)  # same memory, fewer rows: the kernel must see the new shape
+    _interop.launch_rows(kernel, 1, device=cpu, points=points[:1], factor=5.0, out=out)
+    torch.testing.assert_close(out, points[:1] * 5.0)
+    points.mul_(2.0)  # new values in the same memory
+    _interop.launch_rows(kernel, 1, device=cpu, points=points[:1], factor=5.0, out=out)
+    torch.testing.assert_close(out, points[:1] * 5.0)
+
+
+def test_launch_rows_fills_row_start_itself():
+    kernel = _scale_kernel()
+    points = torch.zeros(2, 4, 3)
+    with pytest.raises(TypeError, match="fills row_start itself"):
+        _interop.launch_rows(
+            kernel, 2, device=torch.device("cpu"), points=points, factor=1.0, out=points.clone(), row_start=1
+        )
+
+
 def test_launch_refuses_strides_warp_cannot_address():
     """Warp's array descriptors hold int32 byte strides: a row of 2 GiB is refused, not mis-addressed
     (the storage is reserved, never touched)."""

@@ -223,7 +223,14 @@ def overload(table: dict[str, Any], dtype: torch.dtype) -> Any:
     Kernel modules (which know no torch) key their overload tables by dtype name: ``"float32"``,
     ``"float64"``, ``"int16"``, ... This is the one place that maps a torch dtype to that key.
     """
-    return table[str(dtype).removeprefix("torch.")]
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return table[name]
+
+
+#: torch dtype -> the name kernel modules key their overload tables by (``str(dtype)`` costs a call)
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
 
 
 def to_compute(t: torch.Tensor) -> torch.Tensor:
