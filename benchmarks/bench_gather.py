@@ -5,35 +5,61 @@
     python benchmarks/bench_gather.py --quick               # B=2, C=16, N=4096, M=1024; K=1 and 8
 
 torch.gather runs on ``features`` (B, C, N) with the index expanded (a view) to (B, C, M*K), so both read
-and write the same layout; its backward is torch's scatter_add. Times are medians with warm-up excluded;
-ratios are to torch.gather (>1: slower). Forward and forward+backward (random upstream gradient) are timed,
-the latter for warpgeo's default and deterministic backward.
+and write the same layout; its backward is torch's scatter_add. The peers are timed in turn, one call each
+per round (a shared machine's load falls on all of them alike), warm-up excluded; times are medians over
+the rounds, ratios are to torch.gather (>1: slower), and the load average is printed with each table.
+Forward and forward+backward (random upstream gradient) are timed, the latter for warpgeo's default and
+deterministic backward.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
+import time
 
 import torch
-from _common import add_size_arguments, fill_sizes, print_header, report, timeit
+from _common import add_size_arguments, fill_sizes, print_header, report, sync
 
 import warpgeo
 
 
-def make_inputs(batch, channels, points, samples, group, *, dtype, device, seed=0):
-    """features (B, C, N), idx (B, M) (group 1) or (B, M, K) int64, and an upstream gradient for the output."""
+def make_inputs(batch, channels, points, samples, group, *, dtype, device, seed=0, index_dtype=torch.int64):
+    """features (B, C, N), idx (B, M) (group 1) or (B, M, K), and an upstream gradient for the output."""
     gen = torch.Generator().manual_seed(seed)
     features = torch.randn(batch, channels, points, generator=gen).to(device=device, dtype=dtype)
     shape = (batch, samples) if group == 1 else (batch, samples, group)
-    idx = torch.randint(0, points, shape, generator=gen).to(device)
+    idx = torch.randint(0, points, shape, generator=gen).to(device=device, dtype=index_dtype)
     grad = torch.randn(batch, channels, *shape[1:], generator=gen).to(device=device, dtype=dtype)
     return features.requires_grad_(), idx, grad
 
 
+def in_turn(fns: dict, device, repeat: int, warmup: int = 1) -> list[tuple[str, float]]:
+    """``[(name, median seconds)]``: each round calls every function once, in turn."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    sync(device)
+    times = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    return [(name, statistics.median(t)) for name, t in times.items()]
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def bench(args, group: int, device: torch.device, dtype: torch.dtype) -> None:
     b, c, n, m = args.batch, args.channels, args.points, args.samples
-    features, idx, grad = make_inputs(b, c, n, m, group, dtype=dtype, device=device)
-    flat = idx.reshape(b, 1, -1).expand(b, c, -1)
+    index_dtype = getattr(torch, args.index_dtype)
+    features, idx, grad = make_inputs(b, c, n, m, group, dtype=dtype, device=device, index_dtype=index_dtype)
+    flat = idx.reshape(b, 1, -1).expand(b, c, -1).to(torch.int64)  # torch.gather takes int64 only
 
     def torch_forward():
         return torch.gather(features, 2, flat)
@@ -59,22 +85,24 @@ def bench(args, group: int, device: torch.device, dtype: torch.dtype) -> None:
     features.grad = None
 
     layout = f"idx ({b}, {m})" if group == 1 else f"idx ({b}, {m}, {group})"
-    shape = f"B={b}, C={c}, N={n}, {layout}, {str(dtype).replace('torch.', '')}"
+    shape = f"B={b}, C={c}, N={n}, {layout} {args.index_dtype}, {str(dtype).replace('torch.', '')}"
+    before = load()
     with torch.no_grad():
-        rows = [
-            ("warpgeo.gather_points", timeit(warpgeo_forward, device, repeat=args.repeat)),
-            ("torch.gather", timeit(torch_forward, device, repeat=args.repeat)),
-        ]
-    report(f"forward, {shape}", rows, "torch.gather")
-    rows = [
-        ("warpgeo.gather_points", timeit(both(warpgeo_forward), device, repeat=args.repeat)),
-        (
-            "warpgeo (deterministic=True)",
-            timeit(both(warpgeo_forward, deterministic=True), device, repeat=args.repeat),
-        ),
-        ("torch.gather", timeit(both(torch_forward), device, repeat=args.repeat)),
-    ]
-    report(f"forward + backward, {shape}", rows, "torch.gather")
+        rows = in_turn(
+            {"warpgeo.gather_points": warpgeo_forward, "torch.gather": torch_forward}, device, args.repeat
+        )
+    report(f"forward, {shape}; {before}, after: {load()}", rows, "torch.gather")
+    before = load()
+    rows = in_turn(
+        {
+            "warpgeo.gather_points": both(warpgeo_forward),
+            "warpgeo (deterministic=True)": both(warpgeo_forward, deterministic=True),
+            "torch.gather": both(torch_forward),
+        },
+        device,
+        args.repeat,
+    )
+    report(f"forward + backward, {shape}; {before}, after: {load()}", rows, "torch.gather")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,7 +122,8 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="K; 1 means idx (B, M) (default 1 32; 1 8 with --quick)",
     )
-    parser.add_argument("--repeat", type=int, default=None, help="timed runs (default 7; 3 with --quick)")
+    parser.add_argument("--index-dtype", default="int64", choices=["int64", "int32"], help="dtype of idx")
+    parser.add_argument("--repeat", type=int, default=None, help="timed rounds (default 9; 3 with --quick)")
     args = parser.parse_args(argv)
     fill_sizes(
         args,
@@ -103,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         points=(16384, 4096),
         samples=(4096, 1024),
         group=([1, 32], [1, 8]),
-        repeat=(7, 3),
+        repeat=(9, 3),
     )
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)

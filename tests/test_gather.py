@@ -257,6 +257,21 @@ def test_row_kernels_take_arrays_with_strided_last_dimension():
     torch.testing.assert_close(result, _loop_scatter(grad, flat, 30), rtol=1e-12, atol=1e-12)
 
 
+def test_large_fresh_outputs_ask_for_huge_pages_inside_their_own_memory(monkeypatch):
+    calls = []
+    monkeypatch.setattr(gather_module, "_madvise_hugepage", lambda: lambda *args: calls.append(args))
+    features = torch.randn(1, 64, 300)
+    idx = torch.randint(-1, 300, (1, 2**17 + 3))  # a (1, 64, 131075) float32 output: just over 32 MiB
+    out = gather_points(features, idx)
+    assert torch.equal(out, _torch_gather(features, idx))
+    assert len(calls) == 1
+    start, length, advice = calls[0]
+    assert advice == 14 and start % 2**21 == 0 and length % 2**21 == 0 and length > 0
+    assert out.data_ptr() <= start and start + length <= out.data_ptr() + out.numel() * 4
+    gather_points(features, idx[:, :1000])  # a small output: no advice
+    assert len(calls) == 1
+
+
 def test_cpu_rows_are_split_among_threads_consistently(monkeypatch):
     features, idx = _inputs(3, 5, 50, 40, dtype=torch.float32, pad=0.1)
     grad = torch.randn(3, 5, 40)
