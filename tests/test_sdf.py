@@ -949,10 +949,12 @@ def test_mesh_of_zero_area_faces_is_refused():
         MeshWorld([(v * 1e19, np.array([[0, 1, 3]]))])
 
 
-def test_thin_closed_part_keeps_its_sign_near_its_mid_plane(device):
+@pytest.mark.parametrize("method", ["ray", "normal"])
+def test_thin_closed_part_keeps_its_sign_near_its_mid_plane(device, method):
     """A 4 cm slab 1.2 m wide: a point 0.2 mm off its mid-plane is inside (the shortcuts must not hand the
-    sign to Warp's pseudo-normal test, whose tie band of 1e-3 average edge lengths is wider than that)."""
-    world = MeshWorld([box_mesh((0.6, 0.6, 0.02))], device=device)
+    sign to Warp's pseudo-normal test, whose tie band of 1e-3 average edge lengths is wider than that; on a
+    closed mesh the closest feature's own pseudo-normal, which has no such band, decides for every method)."""
+    world = MeshWorld([box_mesh((0.6, 0.6, 0.02))], device=device, sign_method=method)
     pts = torch.tensor([[0.138, -0.135, -0.0002], [0.0, 0.0, 0.0001], [0.3, 0.3, 0.0]], device=device)
     np.testing.assert_allclose(
         signed_distance(pts, world).cpu().numpy(), [-0.0198, -0.0199, -0.02], atol=1e-6
@@ -1005,3 +1007,79 @@ def test_a_first_query_creates_and_compiles_only_its_kernel():
     assert line == (
         "([], []) [['float64'], [], []] ['sphere_mesh_cost_float64', 'warpgeo._kernels.sdf_build']"
     ), line
+
+
+def prism(outline, fan, height: float = 1.0) -> trimesh.Trimesh:
+    """A closed prism: the polygon ``outline`` (counter-clockwise, triangulated by ``fan``) extruded to
+    ``height``, built face by face (outward winding)."""
+    outline = np.asarray(outline, dtype=np.float64)
+    n = len(outline)
+    vertices = np.concatenate([np.c_[outline, np.zeros(n)], np.c_[outline, np.full(n, height)]])
+    vertices = vertices.astype(np.float32).astype(np.float64)  # what the Warp mesh holds
+    faces = [(c, b, a) for a, b, c in fan] + [(a + n, b + n, c + n) for a, b, c in fan]
+    for i in range(n):
+        j = (i + 1) % n
+        faces += [(i, j, j + n), (i, j + n, i + n)]
+    mesh = trimesh.Trimesh(vertices, np.array(faces), process=False)
+    assert mesh.is_volume
+    return mesh
+
+
+def _in_polygon(xy: np.ndarray, outline) -> np.ndarray:
+    """Inside a simple polygon (even-odd rule on a +x ray)."""
+    outline = np.asarray(outline, dtype=np.float64)
+    inside = np.zeros(len(xy), dtype=bool)
+    for (x0, y0), (x1, y1) in zip(outline, np.roll(outline, -1, axis=0), strict=True):
+        crosses = (y0 > xy[:, 1]) != (y1 > xy[:, 1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x_at = x0 + (xy[:, 1] - y0) * (x1 - x0) / (y1 - y0)
+        inside ^= crosses & (xy[:, 0] < x_at)
+    return inside
+
+
+#: An L (convex and reflex edges and corners) and a 30-degree wedge (an edge and corners so sharp that the
+#: normal of one of their faces alone would put points beside them on the wrong side), with points around.
+_L = [[0, 0], [2, 0], [2, 1], [1, 1], [1, 2], [0, 2]]
+_WEDGE = [[0, 0], [1, 0], [0.5, 0.5 / math.tan(math.radians(15))]]
+_PRISMS = {
+    "L": (_L, [(3, 4, 5), (3, 5, 0), (3, 0, 1), (3, 1, 2)], [[1, 1, 0.5], [2, 1, 0.5], [0, 0, 0], [1, 1, 1]]),
+    "wedge": (_WEDGE, [(0, 1, 2)], [[0.5, 1.866, 0.5], [0.5, 1.866, 0], [0.5, 1.866, 1], [1, 0, 1]]),
+}
+
+
+@pytest.mark.parametrize("shape", list(_PRISMS))
+@pytest.mark.parametrize("method", ["ray", "normal", "winding"])
+def test_closed_mesh_sign_next_to_edges_and_vertices(device, method, shape):
+    """Near a closed mesh's surface the side comes from the pseudo-normal of the closest feature: points by
+    the edges and corners of posed prisms, inside and out, get the analytic side, the brute-force distance,
+    and the reference path's (the mesh's own sign method's) answer."""
+    outline, fan, anchors = _PRISMS[shape]
+    mesh = prism(outline, fan)
+    pose = [0.3, -0.2, 0.1, math.cos(0.35), 0.0, math.sin(0.35) * 0.6, math.sin(0.35) * 0.8]
+    gen = np.random.default_rng(23)
+    local = np.concatenate(
+        [np.asarray(a) + gen.normal(scale=0.03, size=(250, 3)) for a in anchors]
+        + [mesh.sample(300, seed=5) + gen.normal(scale=0.02, size=(300, 3))]
+    )
+    inside = _in_polygon(local[:, :2], outline) & (local[:, 2] > 0) & (local[:, 2] < 1)
+    assert 100 < inside.sum() < len(local) - 100
+    rot = quat_matrix(pose[3:])
+    world_pts = torch.from_numpy(local @ rot.T + np.asarray(pose[:3]))
+    fast = MeshWorld([mesh], poses=[pose], device=device, sign_method=method)
+    assert fast._grid_tables["grid_flags"].item() == 1
+    assert fast._grid_tables["topo_offsets"].tolist() == [[[0, 0]]]
+    slow = _reference_path(MeshWorld([mesh], poses=[pose], device=device, sign_method=method))
+    d = signed_distance(world_pts.to(device), fast).cpu().numpy()
+    unsigned = triangle_distance_reference(local, mesh.vertices, mesh.faces)
+    sure = unsigned > 1e-6
+    np.testing.assert_array_equal(d[sure] < 0, inside[sure])
+    np.testing.assert_allclose(np.abs(d), unsigned, atol=1e-6)  # the face is chosen in float32
+    reference = signed_distance(world_pts.to(device), slow).cpu().numpy()
+    np.testing.assert_allclose(np.abs(d), np.abs(reference), atol=1e-9)
+    if method != "normal":  # Warp's pseudo-normal test (its tie band) errs by the wedge's sharp corners
+        np.testing.assert_array_equal(d < 0, reference < 0)
+    # the spheres' cost sees the same sides: the exact cost of the analytic side and distance
+    radius = 0.01
+    spheres = torch.cat([world_pts, torch.full((len(local), 1), radius, dtype=torch.float64)], 1).to(device)
+    phi = radius - np.where(inside, -unsigned, unsigned)
+    np.testing.assert_allclose(sphere_mesh_cost(spheres, fast).cpu().numpy(), np.maximum(phi, 0.0), atol=1e-6)

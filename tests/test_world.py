@@ -179,3 +179,52 @@ def test_errors(tmp_path):
         MeshWorld([cube], device="meta")
     with pytest.raises(ValueError, match="envs must be a non-empty list"):
         MeshWorld.from_envs([])
+
+
+def _angle_weighted_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
+    """Each vertex's sum over its faces of (the face's angle there) x (its unit normal), face by face."""
+    out = np.zeros((len(vertices), 3))
+    for face in faces:
+        p = vertices[face].astype(np.float64)
+        normal = np.cross(p[1] - p[0], p[2] - p[0])
+        normal /= np.linalg.norm(normal)
+        for k in range(3):
+            u, v = p[(k + 1) % 3] - p[k], p[(k + 2) % 3] - p[k]
+            cos = np.dot(u, v) / (np.linalg.norm(u) * np.linalg.norm(v))
+            out[face[k]] += math.acos(np.clip(cos, -1.0, 1.0)) * normal
+    return out
+
+
+def test_pseudo_normal_tables_of_closed_meshes():
+    """A closed mesh gets the face across each edge of each face and angle-weighted vertex normals, at its
+    offsets in the world's tables; an open mesh gets none (offsets -1)."""
+    sphere = trimesh.creation.icosphere(subdivisions=2)
+    box = trimesh.creation.box((1.0, 2.0, 0.5))
+    open_mesh = (box.vertices, box.faces[:-2])
+    world = MeshWorld.from_envs([[sphere, open_mesh], [box]])
+    tables = world._grid_tables
+    assert tables["topo_offsets"].tolist() == [
+        [[0, 0], [-1, -1]],
+        [[len(sphere.faces), len(sphere.vertices)], [-1, -1]],
+    ]
+    neighbors = tables["face_neighbors"].numpy()
+    normals = tables["vertex_normals"].numpy()
+    assert neighbors.shape == (len(sphere.faces) + len(box.faces), 3)
+    for mesh, (face_row, vertex_row) in ((sphere, (0, 0)), (box, (len(sphere.faces), len(sphere.vertices)))):
+        faces = np.asarray(mesh.faces)
+        mine = neighbors[face_row : face_row + len(faces)]
+        for f, face in enumerate(faces):
+            for k in range(3):
+                a, b = face[k], face[(k + 1) % 3]
+                g = mine[f, k]
+                assert g != f
+                other = list(faces[g])
+                # the neighbour holds the same edge, the other way round (consistent winding)
+                assert any(other[j] == b and other[(j + 1) % 3] == a for j in range(3)), (f, k, g)
+        expected = _angle_weighted_normals(np.asarray(mesh.vertices, dtype=np.float32), faces)
+        np.testing.assert_allclose(
+            normals[vertex_row : vertex_row + len(mesh.vertices)], expected, atol=1e-12
+        )
+        # outward on these convex meshes
+        centred = np.asarray(mesh.vertices) - np.asarray(mesh.vertices).mean(axis=0)
+        assert ((expected * centred).sum(axis=1) > 0).all()

@@ -71,8 +71,11 @@ def mesh_ids_of(world_id: int) -> torch.Tensor:
 def grid_tables_of(world_id: int) -> dict[str, torch.Tensor]:
     """The SDF kernels' shortcut tables of the live world ``world_id``, by kernel parameter name:
     ``grid_dims`` ``(E, M, 4)`` int32 (cells along x, y, z and the first cell's offset in ``grid_cells``; 0 cells:
-    no grid), ``grid_flags`` ``(E, M)`` int32 (``FLAG_CLOSED``) and ``grid_cells`` ``(G,)`` float32 (cell-centre
-    distances). See ``warpgeo._kernels.sdf``.
+    no grid), ``grid_flags`` ``(E, M)`` int32 (``FLAG_CLOSED``), ``grid_cells`` ``(G,)`` float32 (cell-centre
+    distances), and the closed meshes' pseudo-normal tables: ``topo_offsets`` ``(E, M, 2)`` int32 (each mesh's
+    first row in ``face_neighbors`` and in ``vertex_normals``; -1: none), ``face_neighbors`` ``(F, 3)`` int32
+    (the face across each edge of each face) and ``vertex_normals`` ``(V, 3)`` float64 (angle-weighted). See
+    ``warpgeo._kernels.sdf``.
 
     Raises:
         ValueError: no live :class:`MeshWorld` has this id.
@@ -211,6 +214,10 @@ class MeshWorld:
         flags = np.zeros((num_envs, max_meshes), dtype=np.int32)
         grid_dims = np.zeros((num_envs, max_meshes, 4), dtype=np.int32)
         grid_values: list[np.ndarray] = [np.zeros(0, dtype=np.float32)]
+        # closed meshes' pseudo-normal tables, and each mesh's first rows in them (-1: none; int32 offsets)
+        topo_offsets = np.full((num_envs, max_meshes, 2), -1, dtype=np.int32)
+        neighbor_tables: list[np.ndarray] = [np.zeros((0, 3), dtype=np.int32)]
+        normal_tables: list[np.ndarray] = [np.zeros((0, 3), dtype=np.float64)]
         for e, env in enumerate(envs):
             row = []
             for m, item in enumerate(env):
@@ -230,11 +237,17 @@ class MeshWorld:
                 ids[e, m] = mesh.id
                 bounds[e, m, 0] = vertices.min(axis=0)
                 bounds[e, m, 1] = vertices.max(axis=0)
-                flags[e, m], dims, values = _surface_tables(
+                flags[e, m], dims, values, topology = _surface_tables(
                     mesh, vertices, faces, methods[e][m], bounds[e, m], self._device
                 )
                 grid_dims[e, m] = (*dims, sum(len(v) for v in grid_values))
                 grid_values.append(values)
+                face_rows = sum(len(t) for t in neighbor_tables)
+                vertex_rows = sum(len(t) for t in normal_tables)
+                if topology is not None and max(face_rows, vertex_rows) + max(map(len, topology)) < 2**31:
+                    topo_offsets[e, m] = (face_rows, vertex_rows)
+                    neighbor_tables.append(topology[0])
+                    normal_tables.append(topology[1])
             self._wp_meshes.append(row)
         if self._device.type == "cuda":
             # BVHs are built on Warp's stream; kernels run on torch's. Wait once, here, not per query.
@@ -251,6 +264,9 @@ class MeshWorld:
             "grid_dims": torch.from_numpy(grid_dims).to(self._device),
             "grid_flags": torch.from_numpy(flags).to(self._device),
             "grid_cells": torch.from_numpy(np.concatenate(grid_values)).to(self._device),
+            "topo_offsets": torch.from_numpy(topo_offsets).to(self._device),
+            "face_neighbors": _dense(np.concatenate(neighbor_tables), self._device),
+            "vertex_normals": _dense(np.concatenate(normal_tables), self._device),
         }
         self._enabled = self._present.to(torch.int32)
         self._poses = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
@@ -639,13 +655,17 @@ def _check_queryable(vertices: np.ndarray, faces: np.ndarray, where: str) -> Non
 
 
 def _surface_tables(mesh: Any, vertices: np.ndarray, faces: np.ndarray, method: str, box: np.ndarray, device):
-    """``(flags, (nx, ny, nz), cell-centre distances (nx * ny * nz,) float32)`` of one mesh: the exact
-    shortcuts of the SDF kernels (see ``warpgeo._kernels.sdf``). A closed mesh gets a signed grid, an
-    ``"unsigned"`` one an unsigned grid, any other none (its sign may change away from its surface)."""
-    closed = _is_closed(mesh, vertices, faces, device)
+    """``(flags, (nx, ny, nz), cell-centre distances (nx * ny * nz,) float32, topology)`` of one mesh: the
+    exact shortcuts of the SDF kernels (see ``warpgeo._kernels.sdf``). A closed mesh gets a signed grid and
+    its pseudo-normal tables (``topology = (face_neighbors (F, 3) int32, vertex_normals (V, 3) float64)``,
+    else None), an ``"unsigned"`` one an unsigned grid, any other none (its sign may change away from its
+    surface)."""
+    edge_index = _closed_edges(mesh, vertices, faces, device)
+    closed = edge_index is not None
+    topology = _pseudo_normal_tables(vertices, faces, edge_index) if closed else None
     extent = (box[1] - box[0]).astype(np.float64)
     if not (closed or method == "unsigned") or not (extent > 0).all():
-        return (_FLAG_CLOSED if closed else 0), (0, 0, 0), np.zeros(0, dtype=np.float32)
+        return (_FLAG_CLOSED if closed else 0), (0, 0, 0), np.zeros(0, dtype=np.float32), topology
     cell = float(np.prod(extent) / _GRID_CELLS) ** (1.0 / 3.0)
     dims = np.clip(np.round(extent / cell), 1, _GRID_MAX_AXIS).astype(int)
     size = (extent / dims).astype(np.float32)
@@ -663,22 +683,26 @@ def _surface_tables(mesh: Any, vertices: np.ndarray, faces: np.ndarray, method: 
         with_sign=int(closed and method != "unsigned"),
         out=values,
     )
-    return (_FLAG_CLOSED if closed else 0), tuple(int(n) for n in dims), values.cpu().numpy()
+    return (_FLAG_CLOSED if closed else 0), tuple(int(n) for n in dims), values.cpu().numpy(), topology
 
 
-def _is_closed(mesh: Any, vertices: np.ndarray, faces: np.ndarray, device) -> bool:
-    """Closed: every edge in exactly two faces, with opposite orientations (watertight, consistently
-    wound), no sliver face, and no two faces without a shared vertex intersecting. Inside is then well
-    defined, and the ray vote, the winding number and the pseudo-normal all compute it."""
+def _closed_edges(mesh: Any, vertices: np.ndarray, faces: np.ndarray, device) -> np.ndarray | None:
+    """For a closed mesh, the undirected edge of each directed edge (``(3F,)``: face ``i % F``'s edge
+    ``i // F``, edges ab, bc, ca); None for any other mesh.
+
+    Closed: every edge in exactly two faces, with opposite orientations (watertight, consistently wound), no
+    sliver face, and no two faces without a shared vertex intersecting. Inside is then well defined, and the
+    ray vote, the winding number and the pseudo-normal all compute it."""
     edges = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
     key = np.sort(edges, axis=1)
     _, index, count = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+    index = index.reshape(-1)
     if not (count == 2).all() or _slivers(vertices, faces).any():
-        return False
+        return None
     # each undirected edge twice, once in each direction
     forward = edges[:, 0] < edges[:, 1]
-    if not (np.bincount(index.reshape(-1), weights=forward, minlength=len(count)) == 1).all():
-        return False
+    if not (np.bincount(index, weights=forward, minlength=len(count)) == 1).all():
+        return None
     found = torch.zeros(1, dtype=torch.int32, device=device)
     _interop.launch(
         _interop.kernels("sdf_build").face_intersections,
@@ -688,7 +712,43 @@ def _is_closed(mesh: Any, vertices: np.ndarray, faces: np.ndarray, device) -> bo
         num_faces=len(faces),
         found=found,
     )
-    return int(found.item()) == 0
+    return index if int(found.item()) == 0 else None
+
+
+def _dense(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """``array`` as a row-major tensor on ``device``, also when it is empty (NumPy gives an empty array zero
+    strides, which a Warp vector array refuses)."""
+    out = torch.empty(array.shape, dtype=torch.from_numpy(array).dtype, device=device)
+    return out.copy_(torch.from_numpy(array))
+
+
+def _pseudo_normal_tables(
+    vertices: np.ndarray, faces: np.ndarray, edge_index: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(face_neighbors (F, 3) int32, vertex_normals (V, 3) float64)`` of a closed mesh: the face across
+    each edge of each face (ab, bc, ca) and each vertex's angle-weighted normal (the sum of the unit normals
+    of its faces, each times the face's angle at the vertex), from which the kernels take the side of a point
+    whose closest point lies on an edge or a vertex."""
+    num_faces = len(faces)
+    # each undirected edge is two directed edges: sorted by edge, they come in pairs
+    pairs = np.argsort(edge_index, kind="stable").reshape(-1, 2)
+    neighbors = np.full((3, num_faces), -1, dtype=np.int64)
+    first, second = pairs[:, 0], pairs[:, 1]
+    neighbors[first // num_faces, first % num_faces] = second % num_faces
+    neighbors[second // num_faces, second % num_faces] = first % num_faces
+    tri = vertices.astype(np.float64)[faces]
+    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    vertex_normals = np.zeros((len(vertices), 3))
+    for k in range(3):
+        u = tri[:, (k + 1) % 3] - tri[:, k]
+        v = tri[:, (k + 2) % 3] - tri[:, k]
+        angle = np.arctan2(np.linalg.norm(np.cross(u, v), axis=1), (u * v).sum(axis=1))
+        for axis in range(3):
+            vertex_normals[:, axis] += np.bincount(
+                faces[:, k], weights=angle * normal[:, axis], minlength=len(vertices)
+            )
+    return np.ascontiguousarray(neighbors.T, dtype=np.int32), vertex_normals
 
 
 # the probe: a unit cube without its +x and +y faces. Seen from its centre the four remaining faces make a

@@ -86,9 +86,19 @@ FAR_ABS = wp.constant(1.152921504606846976e18)
 GRID_MARGIN = wp.constant(1.0e-5)
 
 
+#: Which feature of a triangle ``abc`` (corners 0, 1, 2 of a face) holds the closest point to a query
+#: (``closest_point_on_triangle``): its interior, a vertex (``FEATURE_VERTEX + corner``) or an edge
+#: (``FEATURE_EDGE + k``, k = 0: ab, 1: bc, 2: ca; the slot of ``face_neighbors`` across it).
+FEATURE_FACE = wp.constant(0)
+FEATURE_VERTEX = wp.constant(1)
+FEATURE_EDGE = wp.constant(4)
+
+
 @wp.func
 def closest_point_on_triangle(p: Any, a: Any, b: Any, c: Any):
-    """The point of triangle ``abc`` closest to ``p`` (Voronoi-region walk; all in ``p``'s precision)."""
+    """``(q, feature)``: the point ``q`` of triangle ``abc`` closest to ``p`` (Voronoi-region walk; all in
+    ``p``'s precision) and the feature it lies on: the face's interior (``FEATURE_FACE``: ``p - q`` is then
+    along the face normal), a vertex or an edge (see ``FEATURE_VERTEX``, ``FEATURE_EDGE``)."""
     zero = type(p[0])(0.0)
     ab = b - a
     ac = c - a
@@ -96,28 +106,28 @@ def closest_point_on_triangle(p: Any, a: Any, b: Any, c: Any):
     d1 = wp.dot(ab, ap)
     d2 = wp.dot(ac, ap)
     if d1 <= zero and d2 <= zero:
-        return a
+        return a, FEATURE_VERTEX + 0
     bp = p - b
     d3 = wp.dot(ab, bp)
     d4 = wp.dot(ac, bp)
     if d3 >= zero and d4 <= d3:
-        return b
+        return b, FEATURE_VERTEX + 1
     vc = d1 * d4 - d3 * d2
     if vc <= zero and d1 >= zero and d3 <= zero:
-        return a + ab * (d1 / (d1 - d3))
+        return a + ab * (d1 / (d1 - d3)), FEATURE_EDGE + 0
     cp = p - c
     d5 = wp.dot(ab, cp)
     d6 = wp.dot(ac, cp)
     if d6 >= zero and d5 <= d6:
-        return c
+        return c, FEATURE_VERTEX + 2
     vb = d5 * d2 - d1 * d6
     if vb <= zero and d2 >= zero and d6 <= zero:
-        return a + ac * (d2 / (d2 - d6))
+        return a + ac * (d2 / (d2 - d6)), FEATURE_EDGE + 2
     va = d3 * d6 - d5 * d4
     if va <= zero and (d4 - d3) >= zero and (d5 - d6) >= zero:
-        return b + (c - b) * ((d4 - d3) / ((d4 - d3) + (d5 - d6)))
+        return b + (c - b) * ((d4 - d3) / ((d4 - d3) + (d5 - d6))), FEATURE_EDGE + 1
     denom = type(p[0])(1.0) / (va + vb + vc)
-    return a + ab * (vb * denom) + ac * (vc * denom)
+    return a + ab * (vb * denom) + ac * (vc * denom), FEATURE_FACE
 
 
 @wp.func
@@ -206,6 +216,57 @@ def far_distance(mesh: wp.uint64, p: Any):
 
 
 @wp.func
+def pseudo_normal_side(
+    mesh: wp.uint64,
+    face: int,
+    feature: int,
+    diff: wp.vec3d,
+    a: wp.vec3d,
+    b: wp.vec3d,
+    c: wp.vec3d,
+    topo: wp.vec2i,
+    face_neighbors: wp.array(dtype=wp.vec3i),
+    vertex_normals: wp.array(dtype=wp.vec3d),
+):
+    """``(known, inside)`` for ``p = q + diff`` whose closest point ``q`` on a closed mesh lies on ``feature``
+    of ``face`` (corners ``a, b, c``): the side the angle-weighted pseudo-normal of that feature gives (the
+    face normal; the sum of the unit normals of the two faces of an edge; the vertex's angle-weighted
+    normal), exact on closed, consistently wound, manifold meshes. ``known`` is False where the tables lack
+    the feature (``topo``: this mesh's first rows in ``face_neighbors`` / ``vertex_normals``, -1: none) or
+    ``p`` lies on the pseudo-normal's plane."""
+    n = wp.cross(b - a, c - a)
+    m = wp.mesh_get(mesh)
+    if feature >= FEATURE_EDGE:
+        if topo[0] < 0:
+            return False, False
+        row = wp.int64(topo[0]) + wp.int64(face)
+        if row >= wp.int64(face_neighbors.shape[0]):
+            return False, False
+        g = face_neighbors[int(row)][feature - FEATURE_EDGE]
+        if g < 0 or (g + 1) * 3 > m.indices.shape[0]:
+            return False, False
+        ga = wp.vec3d(wp.mesh_get_point(mesh, g * 3 + 0))
+        gb = wp.vec3d(wp.mesh_get_point(mesh, g * 3 + 1))
+        gc = wp.vec3d(wp.mesh_get_point(mesh, g * 3 + 2))
+        n = wp.normalize(n) + wp.normalize(wp.cross(gb - ga, gc - ga))
+    elif feature >= FEATURE_VERTEX:
+        if topo[1] < 0:
+            return False, False
+        corner = face * 3 + (feature - FEATURE_VERTEX)
+        if corner >= m.indices.shape[0]:
+            return False, False
+        vertex = m.indices[corner]
+        row = wp.int64(topo[1]) + wp.int64(vertex)
+        if vertex < 0 or row >= wp.int64(vertex_normals.shape[0]):
+            return False, False
+        n = vertex_normals[int(row)]
+    side = wp.dot(diff, n)
+    if side == wp.float64(0.0) or not wp.isfinite(side):
+        return False, False
+    return True, side < wp.float64(0.0)
+
+
+@wp.func
 def mesh_distance(
     mesh: wp.uint64,
     p: Any,
@@ -216,6 +277,9 @@ def mesh_distance(
     upper: wp.vec3,
     dims: wp.vec4i,
     grid_cells: wp.array(dtype=float),
+    topo: wp.vec2i,
+    face_neighbors: wp.array(dtype=wp.vec3i),
+    vertex_normals: wp.array(dtype=wp.vec3d),
     surface_eps: Any,
 ):
     """Signed distance of ``p`` (mesh frame, precision ``T``) and its gradient, if it is below ``search``.
@@ -236,9 +300,11 @@ def mesh_distance(
             return False, zero, type(p)()
         return far < search, type(surface_eps)(far), direction
     p32 = wp.vec3(p)
+    pd = wp.vec3d(p)
     closed = (flags & FLAG_CLOSED) != 0
-    # the method stays the mesh's own near the surface: Warp's pseudo-normal treats faces within 1e-3 average
-    # edge lengths of the closest as equally close, which flips the sign near the mid-plane of thin parts
+    # Where the side is not known otherwise, the method stays the mesh's own: Warp's pseudo-normal treats faces
+    # within 1e-3 average edge lengths of the closest as equally close, which flips the sign near the
+    # mid-plane of thin parts, so it never stands in for another method.
     method = sign
     search32 = float(search)
     face = int(-1)
@@ -259,6 +325,39 @@ def mesh_distance(
             face = q.face
             if not q.result:  # cannot happen (the bound holds); the full query below settles it
                 face = -1
+    # A closed mesh near its surface (a signed one): one closest-point query without a sign test, bounded by
+    # the cell's bound on |d| where it has one (it always finds the closest face), and the side from the
+    # pseudo-normal of the feature (face, edge, vertex) the closest point lies on: exact on closed meshes,
+    # with no tie band (the closest feature alone decides). Where that is not known, the mesh's own method
+    # decides (below).
+    by_face = False
+    a = wp.vec3d()
+    b = wp.vec3d()
+    c = wp.vec3d()
+    closest = wp.vec3d()
+    feature = FEATURE_FACE
+    if face < 0 and closed and sign != SIGN_UNSIGNED:
+        radius = padded(search32)
+        if slack < UNBOUNDED:
+            radius = padded(wp.abs(s) + slack)
+        q = wp.mesh_query_point_no_sign(mesh, p32, radius)
+        if not q.result:
+            q = wp.mesh_query_point_no_sign(mesh, p32, UNBOUNDED)
+        if q.result:
+            face = q.face
+            by_face = True
+    if face >= 0:
+        a = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 0))
+        b = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 1))
+        c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
+        closest, feature = closest_point_on_triangle(pd, a, b, c)
+        if by_face:
+            known, inside = pseudo_normal_side(
+                mesh, face, feature, pd - closest, a, b, c, topo, face_neighbors, vertex_normals
+            )
+            if not known:
+                face = -1
+                by_face = False
     if face < 0:
         q = query_point(mesh, p32, padded(search32), method)
         if q.result:
@@ -272,14 +371,16 @@ def mesh_distance(
                 return False, zero, type(p)()
             inside = True
             face = q.face
-    a = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 0))
-    b = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 1))
-    c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
-    pd = wp.vec3d(p)
-    diff = pd - closest_point_on_triangle(pd, a, b, c)
+        a = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 0))
+        b = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 1))
+        c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
+        closest, feature = closest_point_on_triangle(pd, a, b, c)
+    diff = pd - closest
     d = type(surface_eps)(wp.length(diff))
     if inside:
         d = -d
+    elif by_face and d >= type(surface_eps)(search):  # outside and beyond the search radius
+        return False, zero, type(p)()
     n = type(p)(wp.normalize(wp.cross(b - a, c - a)))
     if d > surface_eps or d < -surface_eps:
         n = type(p)(diff / wp.float64(d))
@@ -311,6 +412,9 @@ def sphere_cost(
     grid_dims: wp.array2d(dtype=wp.vec4i),
     grid_flags: wp.array2d(dtype=wp.int32),
     grid_cells: wp.array(dtype=float),
+    topo_offsets: wp.array2d(dtype=wp.vec2i),
+    face_neighbors: wp.array(dtype=wp.vec3i),
+    vertex_normals: wp.array(dtype=wp.vec3d),
     eta: Any,
     extra_search: float,
     surface_eps: Any,
@@ -339,6 +443,9 @@ def sphere_cost(
                 bounds[e, m, 1],
                 grid_dims[e, m],
                 grid_cells,
+                topo_offsets[e, m],
+                face_neighbors,
+                vertex_normals,
                 surface_eps,
             )
             if not hit:
@@ -369,6 +476,9 @@ def sphere_mesh_cost(
     grid_dims: wp.array2d(dtype=wp.vec4i),
     grid_flags: wp.array2d(dtype=wp.int32),
     grid_cells: wp.array(dtype=float),
+    topo_offsets: wp.array2d(dtype=wp.vec2i),
+    face_neighbors: wp.array(dtype=wp.vec3i),
+    vertex_normals: wp.array(dtype=wp.vec3d),
     params: wp.array(dtype=Any),
     extra_search: float,
     surface_eps: Any,
@@ -401,6 +511,9 @@ def sphere_mesh_cost(
         grid_dims,
         grid_flags,
         grid_cells,
+        topo_offsets,
+        face_neighbors,
+        vertex_normals,
         params[0],
         extra_search,
         surface_eps,
@@ -421,6 +534,9 @@ def swept_sphere_mesh_cost(
     grid_dims: wp.array2d(dtype=wp.vec4i),
     grid_flags: wp.array2d(dtype=wp.int32),
     grid_cells: wp.array(dtype=float),
+    topo_offsets: wp.array2d(dtype=wp.vec2i),
+    face_neighbors: wp.array(dtype=wp.vec3i),
+    vertex_normals: wp.array(dtype=wp.vec3d),
     params: wp.array(dtype=Any),
     sweep_steps: int,
     surface_eps: Any,
@@ -474,6 +590,9 @@ def swept_sphere_mesh_cost(
             grid_dims,
             grid_flags,
             grid_cells,
+            topo_offsets,
+            face_neighbors,
+            vertex_normals,
             eta,
             0.0,
             surface_eps,
@@ -498,6 +617,9 @@ def signed_distance(
     grid_dims: wp.array2d(dtype=wp.vec4i),
     grid_flags: wp.array2d(dtype=wp.int32),
     grid_cells: wp.array(dtype=float),
+    topo_offsets: wp.array2d(dtype=wp.vec2i),
+    face_neighbors: wp.array(dtype=wp.vec3i),
+    vertex_normals: wp.array(dtype=wp.vec3d),
     surface_eps: Any,
     far: Any,
     compute_grad: int,
@@ -545,6 +667,9 @@ def signed_distance(
                 bounds[e, m, 1],
                 grid_dims[e, m],
                 grid_cells,
+                topo_offsets[e, m],
+                face_neighbors,
+                vertex_normals,
                 surface_eps,
             )
             if hit and d < best:
