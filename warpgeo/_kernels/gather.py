@@ -35,6 +35,12 @@ import warp as wp
 # warpgeo writes every backward itself: skip generating Warp's adjoints (halves the compile time).
 wp.set_module_options({"enable_backward": False})
 
+#: The Warp module (compilation unit) of the one-thread-per-element kernels the CUDA path launches; the CPU
+#: row kernels stay in this file's own module, so that a process's first CPU gather compiles only those
+#: (a module compiles all of its kernels for the device it is first launched on).
+DEVICE_MODULE = "warpgeo._kernels.gather.elements"
+device_kernel = wp.kernel(enable_backward=False, module=DEVICE_MODULE)
+
 #: Channels one CPU thread handles together: the index row is read (and bounds-checked) once for all of them,
 #: and their independent loads overlap. 4 rows of 16384 float32 points (256 KiB) still fit a 512 KiB L2.
 CHANNELS_PER_ROW = wp.constant(4)
@@ -174,7 +180,7 @@ def gather_rows(
             c += 1
 
 
-@wp.kernel
+@device_kernel
 def gather_elements(
     features: wp.array3d(dtype=Any),
     idx: wp.array2d(dtype=wp.int32),
@@ -222,7 +228,7 @@ def scatter_add_rows(
         l += 1
 
 
-@wp.kernel
+@device_kernel
 def scatter_add_atomic(
     grad_out: wp.array3d(dtype=Any),
     idx: wp.array2d(dtype=wp.int32),
@@ -235,7 +241,7 @@ def scatter_add_atomic(
         wp.atomic_add(grad_features, b, c, i, grad_out[b, c, l])
 
 
-@wp.kernel
+@device_kernel
 def scatter_add_segments(
     grad_out: wp.array3d(dtype=Any),
     order: wp.array2d(dtype=wp.int32),
@@ -327,7 +333,7 @@ def weighted_gather_rows(
         out[b, c, m] = _weighted_sum(features, idx, weight, b, c, m)
 
 
-@wp.kernel
+@device_kernel
 def weighted_gather_elements(
     features: wp.array3d(dtype=Any),
     idx: wp.array3d(dtype=wp.int32),
@@ -363,7 +369,7 @@ def weighted_scatter_rows(
                 grad_features[b, c, i] = grad_features[b, c, i] + g * weight[b, m, k]
 
 
-@wp.kernel
+@device_kernel
 def weighted_scatter_atomic(
     grad_out: wp.array3d(dtype=Any),
     idx: wp.array3d(dtype=wp.int32),
@@ -380,7 +386,7 @@ def weighted_scatter_atomic(
             wp.atomic_add(grad_features, b, c, i, g * weight[b, m, k])
 
 
-@wp.kernel
+@device_kernel
 def weighted_scatter_segments(
     grad_out: wp.array3d(dtype=Any),
     weight: wp.array3d(dtype=Any),
