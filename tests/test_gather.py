@@ -558,6 +558,21 @@ def test_weighted_hostile_indices_with_checks_off():
     torch.testing.assert_close(out[0, :, 1], features[0, :, 3] + features[0, :, 9])
 
 
+def test_weighted_int64_indices_beyond_int32_contribute_nothing_with_checks_off():
+    features = torch.randn(2, 3, 10, dtype=torch.float64, requires_grad=True)
+    idx = torch.tensor([[[2**32 + 3, 4, 2**31]], [[-(2**32) + 3, 9, 2**63 - 1]]])  # (2, 1, 3)
+    weight = torch.rand(2, 1, 3, dtype=torch.float64, requires_grad=True)
+    with warpgeo.value_checks(False):
+        out = gather_points(features, idx, weight=weight)
+    expected = torch.stack([features[0, :, 4] * weight[0, 0, 1], features[1, :, 9] * weight[1, 0, 1]])
+    torch.testing.assert_close(out[:, :, 0], expected)
+    out.sum().backward()
+    grad = torch.zeros(2, 3, 10, dtype=torch.float64)
+    grad[0, :, 4], grad[1, :, 9] = weight[0, 0, 1].item(), weight[1, 0, 1].item()
+    torch.testing.assert_close(features.grad, grad)
+    assert torch.equal(weight.grad[:, 0, ::2], torch.zeros(2, 2, dtype=torch.float64))
+
+
 def test_output_is_fresh_for_in_place_edits_with_grad():
     """QueryAndGroup's ``grouped_xyz -= centres`` on the output while the points require grad."""
     xyz = torch.rand(2, 30, 3, requires_grad=True)

@@ -478,7 +478,7 @@ def _weighted_impl(
     kernels = _interop.kernels("gather")
     args = {
         "features": _interop.to_compute(features),
-        "idx": idx.to(torch.int32).contiguous(),
+        "idx": _int32_index(idx, num_points).contiguous(),  # out of range (int64 too) -> -1
         "weight": weight.to(work),
         "out": out,
     }
@@ -529,7 +529,7 @@ def _weighted_backward_impl(
     work = _interop.compute_dtype(features.dtype)
     kernels = _interop.kernels("gather")
     grad = grad_out.to(work).contiguous()
-    flat = idx.to(torch.int32).contiguous()
+    flat = _int32_index(idx, num_points).contiguous()  # out of range (int64 too) -> -1
     w = weight.to(work)
     grad_features = features.new_empty(0)
     grad_weight = weight.new_empty(0)
