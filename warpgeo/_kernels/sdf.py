@@ -17,14 +17,19 @@ Each query kernel is instantiated per precision in a Warp module of its own (:cl
 which the ``@wp.func`` code of this file is compiled: a process's first query compiles one small module, and
 building a world compiles only ``sdf_build`` (the closed-mesh check and the distance grids below).
 
-Two exact shortcuts, both prepared by ``MeshWorld`` when it builds a mesh (``sdf_build``; ``grid_dims[e, m]``,
-``grid_cells``, ``grid_flags[e, m]``):
+Exact shortcuts, all prepared by ``MeshWorld`` when it builds a mesh (``sdf_build``; ``grid_dims[e, m]``,
+``grid_cells``, ``grid_flags[e, m]``, ``topo_offsets[e, m]``, ``face_neighbors``, ``vertex_normals``):
 
 * **Closed meshes** (``FLAG_CLOSED``: every edge in exactly two faces with opposite orientations, no sliver,
-  and no two faces without a shared vertex intersecting): inside is well defined, constant away from the
-  surface, and every sign method computes it there. (Near the surface each mesh keeps its own method:
-  Warp's pseudo-normal test counts faces within 1e-3 average edge lengths of the closest as tied, which
-  flips its sign near the mid-plane of parts thinner than that band.)
+  and no two faces without a shared vertex intersecting): inside is well defined, and every sign method
+  computes it. Near the surface (no grid cell settles it) a signed closed mesh is queried once without a
+  sign test, and the side comes from the angle-weighted pseudo-normal of the feature the closest point lies
+  on (Baerentzen and Aanaes): the face's normal inside a face, the sum of the unit normals of the two faces
+  of an edge (``face_neighbors``: the face across each edge of each face), a vertex's angle-weighted normal
+  (``vertex_normals``); exact on such meshes, and cheaper than the ray vote. It is the closest feature's
+  own: no tie band (Warp's pseudo-normal test counts faces within 1e-3 average edge lengths of the closest
+  as tied, which flips its sign near the mid-plane of parts thinner than that band, so Warp's test never
+  stands in for another method). Where the tables lack the feature, the mesh's own method decides.
 * **A coarse distance grid** over the mesh's box: ``grid_cells[offset + cell]`` is the distance of the cell's
   centre (signed on closed meshes, where the pseudo-normal and the ray vote agree on the centre's side, else
   NaN: unknown, no bound; unsigned for ``"unsigned"`` meshes). With ``h`` the cell's
@@ -48,9 +53,11 @@ meshes beyond its best). Distances beyond the output dtype's range round to inf,
 does.
 
 The world arrays (``mesh_ids``, ``inv_poses``, ``bounds``, ``enabled``, ``sign``, ``grid_dims``,
-``grid_flags``; all ``(E, M, ...)``, and the flat ``grid_cells``) are named as here. Kernels trust no index: an
-``env_index`` outside ``[0, E)`` is an environment without meshes, a slot whose mesh id is 0 (padding) is
-never queried, and a grid cell outside ``grid_cells`` is treated as touching the surface.
+``grid_flags``, ``topo_offsets``; all ``(E, M, ...)``, and the flat ``grid_cells``, ``face_neighbors``,
+``vertex_normals``) are named as here. Kernels trust no index: an ``env_index`` outside ``[0, E)`` is an
+environment without meshes, a slot whose mesh id is 0 (padding) is never queried, a grid cell outside
+``grid_cells`` is treated as touching the surface, and a pseudo-normal table row outside its table (or a
+negative offset) as a feature without a pseudo-normal.
 """
 
 import threading
