@@ -876,23 +876,23 @@ def small_launch_limits(monkeypatch):
     from warpgeo import gather, sdf
 
     launches: list[str] = []
-    real_launch = _interop.launch
+    real_run = _interop._run  # where every launch ends
 
     def lower(limit: int, rows: int) -> list[str]:
         for module in (sdf, gather):
             monkeypatch.setattr(module, "_STRIDE_LIMIT", limit)
             monkeypatch.setattr(module, "_MAX_LAUNCH_ROWS", rows)
 
-        def checked_launch(kernel, dim, **kwargs):
-            for name, t in kwargs.items():
+        def checked_run(kernel, dims, device, block_dim, args):
+            for name, t in args.items():
                 if name in _BLOCKED and isinstance(t, torch.Tensor):
                     for size, stride in zip(t.shape, t.stride(), strict=True):
                         fits = size == 1 or (size < limit and stride * t.element_size() < limit)
                         assert fits, f"{kernel.key}({name}=...) of shape {tuple(t.shape)} beyond {limit}"
             launches.append(kernel.key)
-            return real_launch(kernel, dim, **kwargs)
+            return real_run(kernel, dims, device, block_dim, args)
 
-        monkeypatch.setattr(_interop, "launch", checked_launch)
+        monkeypatch.setattr(_interop, "_run", checked_run)
         return launches
 
     return lower

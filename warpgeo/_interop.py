@@ -566,6 +566,11 @@ def _slot(kernel: Any, device: torch.device, block_dim: int | None) -> _Slot:
     return slot
 
 
+def _run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args: dict) -> None:
+    """Every launch of :func:`launch` and :func:`launch_rows` ends here (one place for tests to watch)."""
+    _slot(kernel, device, block_dim).run(kernel, dims, args, device)
+
+
 def launch(
     kernel: Any,
     dim: int | Sequence[int],
@@ -592,7 +597,7 @@ def launch(
         return
     if tiled:
         dims = (*dims, block_dim)
-    _slot(kernel, device, block_dim).run(kernel, dims, args, device)
+    _run(kernel, dims, device, block_dim, args)
 
 
 #: Below this much work (in the units of ``work_per_row``) a CPU launch is not split among threads: handing a
@@ -639,7 +644,7 @@ def launch_rows(
         workers = min(torch.get_num_threads(), rows, work // _MIN_SPLIT_WORK)
     if workers <= 1:
         args[ROW_START] = 0
-        _slot(kernel, device, None).run(kernel, (rows,), args, device)
+        _run(kernel, (rows,), device, None, args)
         return
     # load (compile) the module here, once, so that the side-by-side launches never race to build it
     kernel.module.load(warp_device(device))

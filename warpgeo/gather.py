@@ -36,8 +36,9 @@ _STRIDE_LIMIT = _interop.INT32_LIMIT
 
 
 def _flat_index(idx: torch.Tensor) -> torch.Tensor:
-    """``(B, M)`` or ``(B, M, K)`` integer -> contiguous ``(B, L)`` int32 (no copy when it already is)."""
-    return idx.reshape(idx.shape[0], math.prod(idx.shape[1:])).to(torch.int32).contiguous()
+    """``(B, M)`` or ``(B, M, K)`` int32 / int64 -> ``(B, L)`` of the same dtype (a view where it can be: the
+    CPU kernels read either index dtype, bounds-checked at 64 bits; see ``_int32_index`` for the others)."""
+    return idx.reshape(idx.shape[0], math.prod(idx.shape[1:]))
 
 
 def _blocks(batch: int, channels: int, args: dict, per_channel: bool):
@@ -133,7 +134,11 @@ def _check_index_range(idx: torch.Tensor, num_points: int) -> None:
     """IndexError unless every index lies in ``[-1, num_points)``: one device-to-host transfer."""
     if idx.numel() == 0 or not _interop.checking_values(idx.device):
         return
-    lo, hi = (int(v) for v in torch.stack(torch.aminmax(idx)).tolist())
+    low, high = torch.aminmax(idx)
+    if idx.device.type == "cpu":
+        lo, hi = low.item(), high.item()
+    else:  # one transfer
+        lo, hi = torch.stack((low, high)).tolist()
     if lo < _SENTINEL_INDEX:
         raise IndexError(f"idx must lie in [-1, N={num_points}) (-1 = no point); found {lo}")
     if hi >= num_points:
@@ -742,13 +747,13 @@ def gather_points(
             weight=weight,
             deterministic=deterministic,
         )
-    _check_shapes(features, idx)
+    # the shapes are checked by the op's implementation (eager) or its fake (traced)
     return _interop.call(
         _gather_op,
         GatherPoints,
         _gather_impl,
         _GATHER_INPUTS,
-        features.requires_grad and torch.is_grad_enabled(),
+        isinstance(features, torch.Tensor) and features.requires_grad and torch.is_grad_enabled(),
         features=features,
         idx=idx,
         deterministic=deterministic,

@@ -105,9 +105,10 @@ def _check_query(x, name: str, width: int, env_index, world: tuple, rank: int = 
 
 
 def _check_params(params, x) -> None:
-    if not isinstance(params, torch.Tensor) or params.dtype != _interop.compute_dtype(x.dtype):
-        raise TypeError(f"params must be a {_interop.compute_dtype(x.dtype)} tensor (eta, weight)")
-    _interop.check_shape(params, "params", (2,))
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if not isinstance(params, torch.Tensor) or params.dtype != compute:
+        raise TypeError(f"params must be a {compute} tensor (eta, weight)")
+    _check_tensor("params", params, compute, (2,), x.device)
 
 
 def _check_values(x, name: str, env_index, num_envs: int, params) -> None:
