@@ -4,7 +4,7 @@ A trajectory optimiser or an IK loop calls the collision cost thousands of times
 calls FPS and a gather per layer: on small inputs what counts is the Python / dispatcher / launch cost per
 call, not the kernel. For each op this times forward + backward (FPS: forward; its indices are not
 differentiable) on 64 points or spheres, and a tiny torch op (``(x * 2).sum().backward()`` on a (64, 4)
-tensor) in the same run, call by call in turn; the overhead is the difference of the medians. Value checks (one device-to-host
+tensor) in the same run, in alternating rounds; the overhead is the difference of the medians. Value checks (one device-to-host
 read per call) are timed on and off. Then, in fresh processes with a warm Warp kernel cache, the latency of
 each op's first call beyond ``import torch`` (``--cold`` also with an empty cache: Warp compiles then).
 
@@ -36,24 +36,27 @@ GOAL_US = 60.0
 def _paired_medians_us(
     fn: Callable[[], object], tiny: Callable[[], object], calls: int, device: torch.device
 ) -> tuple[float, float]:
-    """Median wall time of one call of ``fn`` and of ``tiny``, timed call by call in turn, so that both see
-    the same machine (on a shared machine the load drifts within seconds). CUDA: per call of a batch of 10
-    calls, synchronised once."""
-    for _ in range(max(20, calls // 10)):
-        fn()
-        tiny()
-    times: dict[Callable[[], object], list[float]] = {fn: [], tiny: []}
+    """Median wall time of one call of ``fn`` and of ``tiny``, each timed call by call in a loop of its own
+    (as a training or optimisation loop calls it), in alternating rounds so that both see the same machine
+    (on a shared machine the load drifts within seconds). CUDA: per call of a batch of 10 calls,
+    synchronised once."""
+    rounds = 5
+    per_round = max(1, calls // rounds)
     batch = 10 if device.type == "cuda" else 1
-    for _ in range(max(1, calls // batch)):
+    times: dict[Callable[[], object], list[float]] = {fn: [], tiny: []}
+    for _ in range(rounds):
         for f in (fn, tiny):
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            for _ in range(batch):
+            for _ in range(max(10, per_round // 10)):  # warm-up: the loop's caches
                 f()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times[f].append((time.perf_counter() - start) / batch)
+            for _ in range(max(1, per_round // batch)):
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                start = time.perf_counter()
+                for _ in range(batch):
+                    f()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                times[f].append((time.perf_counter() - start) / batch)
     return statistics.median(times[fn]) * 1e6, statistics.median(times[tiny]) * 1e6
 
 
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     for checks in (True, False):
         with warpgeo.value_checks(checks):
             for name, fn in cases.items():
-                # the torch op is timed call by call beside each case: the machine's load drifts
+                # the torch op is timed in rounds alternating with each case: the machine's load drifts
                 op, tiny = _paired_medians_us(fn, lambda: (x * 2).sum().backward(), calls, device)
                 over = op - tiny
                 flag = "ok" if over <= GOAL_US else "over"

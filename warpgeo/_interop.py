@@ -362,6 +362,7 @@ class _Param:
         "is_array",
         "itemsize",
         "name",
+        "rank",
         "type",
         "vec",
     )
@@ -389,6 +390,8 @@ class _Param:
                 scalar = element
             self.dtype = _TORCH_SCALAR[scalar.__name__]
             self.itemsize = self.dtype.itemsize
+        #: the tensor rank the parameter takes (a vector type adds the trailing dimension)
+        self.rank = self.array_ndim + (1 if self.vec else 0)
 
     def write(self, kernel: Any, value: Any, device: torch.device, buffer: Any, offset: int) -> None:
         """Write ``value`` (a tensor for an array parameter, a number for a scalar one) into ``buffer`` at
@@ -408,31 +411,34 @@ class _Param:
             raise TypeError(
                 f"internal error: {kernel.key}({self.name}=...) takes a tensor, got {type(value).__name__}"
             )
-        if value.dtype != self.dtype:
-            raise TypeError(
-                f"internal error: {kernel.key}({self.name}=...) takes {self.dtype}, got {value.dtype}"
-            )
-        if value.device != device:
-            raise ValueError(
-                f"internal error: {kernel.key}({self.name}=...) is on {value.device}, not {device}"
-            )
-        shape = value.shape
-        strides = value.stride()
+        self.write_array(
+            kernel,
+            value.data_ptr(),
+            value.shape,
+            value.stride(),
+            value.dtype,
+            value.device,
+            device,
+            buffer,
+            offset,
+        )
+
+    def write_array(
+        self, kernel: Any, ptr: int, shape, strides, dtype, on: torch.device, device, buffer: Any, offset: int
+    ) -> None:
+        """Write the descriptor of a tensor (its data pointer, shape, strides, dtype and device ``on``)."""
         ndim = self.array_ndim
-        if len(shape) != ndim + (1 if self.vec else 0) or (
-            self.vec and (shape[-1] != self.vec or (strides[-1] != 1 and shape[-1] > 1))
+        if (
+            dtype != self.dtype
+            or on != device
+            or len(shape) != self.rank
+            or (self.vec and (shape[-1] != self.vec or (strides[-1] != 1 and shape[-1] > 1)))
         ):
-            expected = (
-                f"({ndim} dims, {self.vec}) with a dense last dimension" if self.vec else f"{ndim} dims"
-            )
-            raise ValueError(
-                f"internal error: {kernel.key}({self.name}=...) takes {expected}; got shape {tuple(shape)}, "
-                f"strides {strides}"
-            )
+            self._refuse(kernel, shape, strides, dtype, on, device)
         size = self.itemsize
         # a dimension of size 1 is only ever indexed at 0: its stride is never used (so a one-row slice of a
         # tensor with >= 2 GiB rows, how callers split such tensors into launches, is accepted)
-        dims = shape[:ndim] if not self.vec else shape[:-1]
+        dims = shape[:ndim]
         steps = [st * size if n > 1 else 0 for n, st in zip(dims, strides, strict=False)]
         if ndim and (max(dims) >= INT32_LIMIT or max(steps) >= INT32_LIMIT):
             raise ValueError(
@@ -440,7 +446,22 @@ class _Param:
                 "bytes, beyond what one Warp launch can address (int32 strides)"
             )
         pad = _PAD[ndim]
-        _ARRAY_LAYOUT.pack_into(buffer, offset, value.data_ptr(), 0, *dims, *pad, *steps, *pad, ndim, 0)
+        _ARRAY_LAYOUT.pack_into(buffer, offset, ptr, 0, *dims, *pad, *steps, *pad, ndim, 0)
+
+    def _refuse(self, kernel: Any, shape, strides, dtype, on: torch.device, device: torch.device) -> None:
+        if dtype != self.dtype:
+            raise TypeError(f"internal error: {kernel.key}({self.name}=...) takes {self.dtype}, got {dtype}")
+        if on != device:
+            raise ValueError(f"internal error: {kernel.key}({self.name}=...) is on {on}, not {device}")
+        expected = (
+            f"({self.array_ndim} dims, {self.vec}) with a dense last dimension"
+            if self.vec
+            else f"{self.array_ndim} dims"
+        )
+        raise ValueError(
+            f"internal error: {kernel.key}({self.name}=...) takes {expected}; got shape {tuple(shape)}, "
+            f"strides {strides}"
+        )
 
 
 #: The byte layout of Warp's array descriptor ``warp._src.types.array_t`` (checked against it at first use):
@@ -530,7 +551,7 @@ class _Slot:
                 key = (value.data_ptr(), value.shape, value.stride(), value.dtype, value.device)
                 if key == keys[i]:
                     continue
-                param.write(kernel, value, device, buffer, offset)
+                param.write_array(kernel, *key, device, buffer, offset)
                 keys[i] = key
             elif param.fmt is not None and type(value) in (int, float):
                 if value == keys[i] and type(value) is type(keys[i]):

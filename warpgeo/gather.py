@@ -94,6 +94,14 @@ def _launch_blocks(
     :func:`_blocks`): a row kernel (``launch_rows`` over ``b * ceil(C / channels_per_row) + block``, a row
     handling ``channels_per_row`` channels) or, with ``length``, a grid kernel over ``[B, C, length]``.
     ``(B, C, ...)`` tensors (``_PER_CHANNEL``) are sliced along B and C, the rest along B."""
+    if (
+        length is None
+        and batch * channels <= _MAX_LAUNCH_ROWS
+        and all(t.is_contiguous() and t.numel() * t.element_size() < _STRIDE_LIMIT for t in args.values())
+    ):  # the usual case, decided cheaply: dense tensors under 2 GiB have no dimension or stride beyond it
+        rows = batch * -(-channels // channels_per_row)
+        _interop.launch_rows(kernel, rows, device=device, work_per_row=work_per_row, **args)
+        return
     for bs, cs, nb, nc in _blocks(batch, channels, args, per_channel):
         if nb != batch or nc != channels:
             args_ = {
