@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import gc
 import importlib
 import itertools
 import os
@@ -46,8 +47,23 @@ def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes)
 
 
-@functools.cache
 def warp() -> Any:
+    """Import and initialise Warp once, on first use, and return the ``warp`` module (see :func:`_warp`)."""
+    return _WARP[0] if _WARP else _init_warp()
+
+
+_WARP: list[Any] = []
+
+
+def _init_warp() -> Any:
+    with _no_gc():
+        wp = _warp()
+    _WARP.append(wp)
+    return wp
+
+
+@functools.cache
+def _warp() -> Any:
     """Import and initialise Warp once, on first use, and return the ``warp`` module.
 
     Warp's per-module "load" messages are silenced, and so is its "Could not find or load the NVIDIA CUDA
@@ -107,7 +123,21 @@ def warp() -> Any:
 def kernels(name: str) -> Any:
     """The kernel module ``warpgeo._kernels.<name>``, imported (after Warp is initialised) on first use."""
     warp()
-    return importlib.import_module(f"warpgeo._kernels.{name}")
+    with _no_gc():
+        return importlib.import_module(f"warpgeo._kernels.{name}")
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused: importing Warp and defining kernels allocates enough objects to
+    trigger full collections (~0.15 s each in a process holding torch) that find nothing to free."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import sys
 import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -490,9 +491,12 @@ def _is_vf_pair(item: Any) -> bool:
 
 def _load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
     """``(vertices (V, 3) float32, faces (F, 3) int32)`` of one mesh argument, validated."""
-    import trimesh
-
+    # trimesh is imported only to load a file (its import costs most of a second): an object can only be a
+    # trimesh.Trimesh if the caller has imported trimesh already
+    trimesh = sys.modules.get("trimesh")
     if isinstance(item, (str, os.PathLike)):
+        import trimesh
+
         path = os.fspath(item)
         if not os.path.exists(path):
             raise ValueError(f"{where}: no such mesh file {path!r}")
@@ -512,7 +516,7 @@ def _load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
             )
         vertices, faces = loaded.vertices, loaded.faces
         where = f"{where} ({path})"
-    elif isinstance(item, trimesh.Trimesh):
+    elif trimesh is not None and isinstance(item, trimesh.Trimesh):
         vertices, faces = item.vertices, item.faces
     elif isinstance(item, (tuple, list)) and len(item) == 2:
         vertices, faces = item
