@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import math
+import subprocess
+import sys
 import weakref
 
 import numpy as np
@@ -228,3 +230,19 @@ def test_pseudo_normal_tables_of_closed_meshes():
         # outward on these convex meshes
         centred = np.asarray(mesh.vertices) - np.asarray(mesh.vertices).mean(axis=0)
         assert ((expected * centred).sum(axis=1) > 0).all()
+
+
+def test_a_world_from_arrays_does_not_import_trimesh():
+    """trimesh's import costs most of a second: a world built from (vertices, faces) arrays, and the first
+    op on it, must not pay it; and the garbage collector paused around Warp's import is running again."""
+    code = (
+        "import gc, sys, torch, warpgeo\n"
+        "v = torch.tensor([[0., 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]])\n"
+        "f = torch.tensor([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]])\n"
+        "w = warpgeo.MeshWorld([(v, f)])\n"
+        "d = warpgeo.signed_distance(torch.tensor([[0.1, 0.1, 0.1], [2.0, 0.0, 0.0]]), w)\n"
+        "assert d[0] < 0 < d[1], d\n"
+        "assert 'trimesh' not in sys.modules, 'trimesh was imported'\n"
+        "assert gc.isenabled(), 'the garbage collector was left off'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
