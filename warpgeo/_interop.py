@@ -654,6 +654,8 @@ def launch(
 #: Below this much work (in the units of ``work_per_row``) a CPU launch is not split among threads: handing a
 #: launch to another thread costs ~0.1 ms.
 _MIN_SPLIT_WORK = 1 << 18
+#: Ranges of rows per worker of a split CPU launch (taken one at a time, so that uneven rows balance out).
+_RANGES_PER_WORKER = 4
 #: The parameter through which :func:`launch_rows` tells a kernel the first row of its launch.
 ROW_START = "row_start"
 
@@ -699,12 +701,23 @@ def launch_rows(
         return
     # load (compile) the module here, once, so that the side-by-side launches never race to build it
     kernel.module.load(warp_device(device))
-    bounds = [rows * w // workers for w in range(workers + 1)]
+    # more ranges than workers, handed out one at a time: rows of unequal cost (spheres near or far from
+    # the meshes) even out across the workers
+    parts = min(rows, work // _MIN_SPLIT_WORK, workers * _RANGES_PER_WORKER)
+    bounds = [rows * p // parts for p in range(parts + 1)]
+    ranges = iter(itertools.pairwise(bounds))
+    lock = threading.Lock()
+
+    def work_through() -> None:
+        while True:
+            with lock:
+                span = next(ranges, None)
+            if span is None:
+                return
+            launch(kernel, span[1] - span[0], device=device, row_start=span[0], **args)
+
     pool = _cpu_pool(os.getpid())
-    jobs = [
-        pool.submit(functools.partial(launch, kernel, end - start, device=device, row_start=start, **args))
-        for start, end in itertools.pairwise(bounds)
-    ]
+    jobs = [pool.submit(work_through) for _ in range(workers)]
     for job in jobs:
         job.result()
 
