@@ -1083,3 +1083,25 @@ def test_closed_mesh_sign_next_to_edges_and_vertices(device, method, shape):
     spheres = torch.cat([world_pts, torch.full((len(local), 1), radius, dtype=torch.float64)], 1).to(device)
     phi = radius - np.where(inside, -unsigned, unsigned)
     np.testing.assert_allclose(sphere_mesh_cost(spheres, fast).cpu().numpy(), np.maximum(phi, 0.0), atol=1e-6)
+
+
+def test_parameter_cache_keeps_each_pair_apart(monkeypatch):
+    """(activation_distance, weight) floats are turned into a device tensor once per pair and kept: each pair
+    must keep its own values, beyond the cache's capacity too (later pairs get fresh tensors)."""
+    from warpgeo import sdf
+
+    monkeypatch.setattr(sdf, "_PARAMS", {})
+    monkeypatch.setattr(sdf, "_TRUSTED_PARAMS", {})
+    monkeypatch.setattr(sdf, "_MAX_PARAMS", 2)
+    world = MeshWorld([trimesh.creation.box((1.0, 1.0, 1.0))])
+    spheres = torch.tensor([[0.45, 0.0, 0.0, 0.1], [0.6, 0.0, 0.0, 0.05]])
+    pairs = [(0.0, 1.0), (0.05, 1.0), (0.05, 2.0), (0.1, 0.5), (0.0, 1.0), (0.1, 0.5)]
+    for eta, w in pairs:
+        got = sphere_mesh_cost(spheres, world, activation_distance=eta, weight=w)
+        d = torch.tensor([-0.05, 0.1])  # signed distances of the centres to the box
+        phi = spheres[:, 3] + eta - d
+        want = torch.where(
+            phi <= 0, 0.0, torch.where(phi <= eta, phi**2 / (2 * max(eta, 1e-30)), phi - eta / 2)
+        )
+        torch.testing.assert_close(got, w * want, rtol=1e-5, atol=1e-6)
+    assert len(sdf._PARAMS) == 2

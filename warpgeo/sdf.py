@@ -755,7 +755,7 @@ def _prepare(
 _PARAMS: dict[tuple, torch.Tensor] = {}
 #: ``id -> tensor`` of the tensors in ``_PARAMS``: their values were checked on the host when made.
 _TRUSTED_PARAMS: dict[int, torch.Tensor] = {}
-#: Distinct parameter pairs kept (the cache starts over beyond this).
+#: Distinct parameter pairs kept (later pairs get a fresh tensor per call).
 _MAX_PARAMS = 256
 
 
@@ -804,8 +804,8 @@ def _params(activation_distance, weight, like: torch.Tensor) -> torch.Tensor:
     if like.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         return out  # memory of the graph being captured: not to be kept beyond it
     if len(_PARAMS) >= _MAX_PARAMS:
-        _PARAMS.clear()
-        _TRUSTED_PARAMS.clear()
+        # never evicted: a CUDA graph captured earlier may read a cached tensor on every replay
+        return out
     _PARAMS[(values[0], values[1], dtype, like.device)] = out
     _TRUSTED_PARAMS[id(out)] = out
     return out
