@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -203,6 +204,25 @@ def test_launch_rewrites_what_changed_between_calls():
     points.mul_(2.0)  # new values in the same memory
     _interop.launch_rows(kernel, 1, device=cpu, points=points[:1], factor=5.0, out=out)
     torch.testing.assert_close(out, points[:1] * 5.0)
+
+
+def test_launch_through_recorded_launch_objects(monkeypatch):
+    """The path every CUDA launch takes (Warp's recorded launch, its argument objects rewritten in place and
+    replayed), run on the CPU: same results, and changes between calls reach the kernel."""
+    monkeypatch.setattr(_interop, "_DIRECT_CPU_ENTRY", False)
+    monkeypatch.setattr(_interop, "_THREAD", threading.local())  # fresh slots, made on that path
+    kernel = _scale_kernel()
+    cpu = torch.device("cpu")
+    points = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)
+    out = torch.zeros(2, 4, 3)
+    for factor in (2.0, 3.0, 3):
+        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=factor, out=out)
+        torch.testing.assert_close(out, points * factor)
+    assert _interop._slot(kernel, cpu, None).entry is None
+    other = torch.zeros(2, 4, 3)
+    _interop.launch_rows(kernel, 2, device=cpu, points=points + 1, factor=0.5, out=other)
+    torch.testing.assert_close(other, (points + 1) * 0.5)
+    torch.testing.assert_close(out, points * 3.0)  # the previous output is left alone
 
 
 def test_launch_rows_fills_row_start_itself():

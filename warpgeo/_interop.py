@@ -545,7 +545,12 @@ class _Slot:
         self.dims: tuple[int, ...] | None = None
         packed = self.cmd.params[1:]  # Warp's default argument objects, after the launch bounds
         self.entry = None
-        if wdev.is_cpu and self.cmd.block_dim == 1 and self.cmd.hooks.forward is not None:
+        if (
+            _DIRECT_CPU_ENTRY
+            and wdev.is_cpu
+            and self.cmd.block_dim == 1
+            and self.cmd.hooks.forward is not None
+        ):
             fields = [(p.name, type(packed[p.index])) for p in self.params.values()]
             self.args = type(f"{kernel.key}_args", (ctypes.Structure,), {"_fields_": fields})()
             self.args_ref = ctypes.byref(self.args)
@@ -600,6 +605,11 @@ class _Slot:
         else:
             cmd.launch(warp_stream(device))
 
+
+#: CPU launches call the kernel's compiled entry point with warpgeo's own argument struct; off, they replay
+#: the recorded ``wp.Launch`` whose argument objects are rewritten in place, as every CUDA launch does (the
+#: tests run that path on the CPU this way).
+_DIRECT_CPU_ENTRY = True
 
 #: Per calling thread (``threading.local``): one :class:`_Slot` per kernel, device and block size.
 _THREAD = threading.local()
