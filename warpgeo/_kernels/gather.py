@@ -28,6 +28,7 @@ float64 tensors): exact for every float dtype, bfloat16 included. The backward a
 (half inputs, widened on the host) or float64.
 """
 
+import threading
 from typing import Any
 
 import warp as wp
@@ -121,8 +122,7 @@ def _gather_row(frow: wp.array(dtype=Any), irow: wp.array(dtype=Any), orow: wp.a
         l += 1
 
 
-@wp.kernel
-def gather_rows(
+def gather_rows(  # a kernel of every row module (see _row_module)
     features: wp.array3d(dtype=Any),
     idx: wp.array2d(dtype=Any),
     out: wp.array3d(dtype=Any),
@@ -194,8 +194,7 @@ def gather_elements(
     out[b, c, l] = v
 
 
-@wp.kernel
-def scatter_add_rows(
+def scatter_add_rows(  # a kernel of every row module (see _row_module)
     grad_out: wp.array3d(dtype=Any),
     idx: wp.array2d(dtype=Any),
     grad_features: wp.array3d(dtype=Any),
@@ -276,17 +275,80 @@ def _instances(kernel, scalars, index_arrays=1, row_start=False, index=_INDEX):
     return table
 
 
-def _row_instances(kernel, scalars):
-    """``{index dtype name: {scalar dtype name: overload}}`` of a row kernel."""
-    return {
-        name: _instances(kernel, scalars, row_start=True, index=wp.array2d(dtype=t))
-        for name, t in _INDICES.items()
-    }
+#: The CPU row kernels' Warp modules, one per index dtype and precision, each holding the gather and the
+#: scatter-add (its backward) of that precision: a first forward + backward compiles one module of two
+#: kernels, not every index dtype and precision of both (16 kernels with the weighted ones). ``bits``: the
+#: width the forward copies; ``accumulator``: the backward's float type.
+_ROW_PRECISIONS = {
+    "half": (wp.int16, wp.float32),
+    "single": (wp.int32, wp.float32),
+    "double": (wp.int64, wp.float64),
+}
+_PRECISION_OF = {
+    "gather": {"int16": "half", "int32": "single", "int64": "double"},
+    "scatter": {"float32": "single", "float64": "double"},
+}
+_ROW_MODULES: dict[tuple[str, str], dict[str, Any]] = {}
+_ROW_LOCK = threading.Lock()
 
 
-GATHER_ROWS = _row_instances(gather_rows, _BITS)
+def _row_module(index: str, precision: str) -> dict[str, Any]:
+    """``{"gather": overload, "scatter": overload}`` of one row module, both created on its first use (a
+    kernel added to a module after it was built would make Warp build it again)."""
+    with _ROW_LOCK:
+        found = _ROW_MODULES.get((index, precision))
+        if found is None:
+            name = f"{__name__}.rows_{index}_{precision}"
+            wp.set_module_options({"enable_backward": False}, module=name)
+            bits, accumulator = _ROW_PRECISIONS[precision]
+            rows = wp.array2d(dtype=_INDICES[index])
+            found = {}
+            for role, func, t in (
+                ("gather", gather_rows, bits),
+                ("scatter", scatter_add_rows, accumulator),
+            ):
+                kernel = wp.kernel(func, module=name)
+                found[role] = wp.overload(kernel, [wp.array3d(dtype=t), rows, wp.array3d(dtype=t), wp.int32])
+            _ROW_MODULES[(index, precision)] = found
+    return found
+
+
+class _RowTable(dict):
+    """``{index dtype name: {dtype name: overload}}`` of a row kernel (``role``), created on first lookup."""
+
+    def __init__(self, role: str) -> None:
+        super().__init__()
+        self._role = role
+
+    def __missing__(self, index: str) -> dict[str, Any]:
+        if index not in _INDICES:
+            raise KeyError(index)
+        table = _RowOverloads(self._role, index)
+        self[index] = table
+        return table
+
+    def build_all(self) -> dict:
+        """Every overload, created now (ahead-of-time builds, the code-generation test)."""
+        return {index: {n: self[index][n] for n in _PRECISION_OF[self._role]} for index in _INDICES}
+
+
+class _RowOverloads(dict):
+    def __init__(self, role: str, index: str) -> None:
+        super().__init__()
+        self._role = role
+        self._index = index
+
+    def __missing__(self, name: str) -> Any:
+        kernel = _row_module(self._index, _PRECISION_OF[self._role][name])[
+            self._role
+        ]  # KeyError: no such dtype
+        self[name] = kernel
+        return kernel
+
+
+GATHER_ROWS = _RowTable("gather")
 GATHER_ELEMENTS = _instances(gather_elements, _BITS)
-SCATTER_ADD_ROWS = _row_instances(scatter_add_rows, _ACCUMULATORS)
+SCATTER_ADD_ROWS = _RowTable("scatter")
 SCATTER_ADD_ATOMIC = _instances(scatter_add_atomic, _ACCUMULATORS)
 SCATTER_ADD_SEGMENTS = _instances(scatter_add_segments, _ACCUMULATORS, index_arrays=2)
 
