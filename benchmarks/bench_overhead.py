@@ -76,6 +76,43 @@ def _cases(device: torch.device) -> dict[str, Callable[[], object]]:
     }
 
 
+def _floor_case(device: torch.device) -> Callable[[], object]:
+    """The floor of a gather's forward + backward from Python: a bare autograd Function launching the same
+    two Warp kernels through warpgeo's launcher, with no checks, no template, no dispatch (CPU only: the
+    row kernels). What the op template adds is the gather row minus this one."""
+    from warpgeo import _interop
+
+    kernels = _interop.kernels("gather")
+    gather_kernel = kernels.GATHER_ROWS["int64"]["int32"]
+    scatter_kernel = kernels.SCATTER_ADD_ROWS["int64"]["float32"]
+    block = kernels.CHANNELS_PER_ROW
+
+    class Bare(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, features, idx):
+            b, c, n = features.shape
+            out = torch.empty(b, c, idx.shape[1])
+            args = {"features": features.view(torch.int32), "idx": idx, "out": out.view(torch.int32)}
+            _interop._run(gather_kernel, (b * -(-c // block),), device, None, {**args, "row_start": 0})
+            ctx.save_for_backward(idx)
+            ctx.num_points = n
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            (idx,) = ctx.saved_tensors
+            b, c, _ = grad.shape
+            out = torch.empty(b, c, ctx.num_points)
+            args = {"grad_out": grad.contiguous(), "idx": idx, "grad_features": out, "row_start": 0}
+            _interop._run(scatter_kernel, (b * c,), device, None, args)
+            return out, None
+
+    gen = torch.Generator().manual_seed(0)
+    features = torch.rand(1, 8, 64, generator=gen).requires_grad_()
+    idx = torch.randint(0, 64, (1, 16), generator=gen)
+    return lambda: Bare.apply(features, idx).sum().backward()
+
+
 _FIRST_CALL = {
     "farthest_point_sampling": "warpgeo.farthest_point_sampling(torch.rand(64, 3, device=d), 8)",
     "gather_points": (
@@ -133,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{name:34s} {'on' if checks else 'off':>7s} {op:9.1f} {tiny:9.1f} {over:12.1f}  {flag}"
                 )
+    if device.type == "cpu":
+        op, tiny = _paired_medians_us(_floor_case(device), lambda: (x * 2).sum().backward(), calls, device)
+        print(
+            f"{'floor: bare Function, 2 launches':34s} {'-':>7s} {op:9.1f} {tiny:9.1f} {op - tiny:12.1f}  "
+            "(gather's kernels, no checks: see _floor_case)"
+        )
     print("first call in a fresh process, beyond `import torch` (warm Warp kernel cache; goal ≤ 0.5 s):")
     for op in _FIRST_CALL:
         _first_call_s(op, device, None)  # make sure the cache is warm
