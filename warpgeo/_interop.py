@@ -47,24 +47,16 @@ def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes)
 
 
+@functools.cache
 def warp() -> Any:
-    """Import and initialise Warp once, on first use, and return the ``warp`` module (see :func:`_warp`)."""
-    return _WARP[0] if _WARP else _init_warp()
-
-
-_WARP: list[Any] = []
+    """Import and initialise Warp once, on first use, and return the ``warp`` module (see :func:`_init_warp`;
+    the garbage collector is paused meanwhile, see :func:`_no_gc`)."""
+    with _no_gc():
+        return _init_warp()
 
 
 def _init_warp() -> Any:
-    with _no_gc():
-        wp = _warp()
-    _WARP.append(wp)
-    return wp
-
-
-@functools.cache
-def _warp() -> Any:
-    """Import and initialise Warp once, on first use, and return the ``warp`` module.
+    """Import and initialise Warp.
 
     Warp's per-module "load" messages are silenced, and so is its "Could not find or load the NVIDIA CUDA
     driver" warning on a machine without the driver, unless the user initialised Warp before us (then
@@ -266,10 +258,18 @@ _DTYPE_NAMES: dict[torch.dtype, str] = {}
 def to_compute(t: torch.Tensor) -> torch.Tensor:
     """``t`` in its kernel precision (:func:`compute_dtype`) with a dense last dimension (what a Warp vector
     array of its rows needs); other strides are kept. No copy when it already is both."""
-    t = t.to(compute_dtype(t.dtype))
+    if t.dtype != torch.float32 and t.dtype != torch.float64:
+        t = t.to(torch.float32)
     if t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1:
         t = t.contiguous()
     return t
+
+
+def dense_below(tensors: Iterable[torch.Tensor], limit: int = INT32_LIMIT) -> bool:
+    """True when every tensor is contiguous and smaller than ``limit`` bytes: then none has a dimension or a
+    byte stride reaching ``limit`` (one Warp launch can take them all as they are) — a cheap test that spares
+    the usual call the analysis of how to split a launch."""
+    return all(t.is_contiguous() and t.numel() * t.element_size() < limit for t in tensors)
 
 
 def check_float(t: Any, name: str) -> None:
@@ -385,7 +385,6 @@ class _Param:
 
     __slots__ = (
         "array_ndim",
-        "ctype",
         "dtype",
         "fmt",
         "index",
@@ -407,9 +406,11 @@ class _Param:
         self.dtype = None
         self.itemsize = 0
         self.array_ndim = 0
-        #: the ctypes type of the packed value, and its ``struct`` format for plain scalars (None: composite)
-        self.ctype: Any = None
+        #: the ``struct`` format of a plain scalar parameter (None: an array or a composite such as a vec3)
         self.fmt: struct.Struct | None = None
+        if not self.is_array and wp.types.type_is_scalar(arg.type) and hasattr(arg.type, "_type_"):
+            fmt = _SCALAR_FORMATS.get(arg.type._type_)
+            self.fmt = struct.Struct(fmt) if fmt is not None else None
         if self.is_array:
             element = arg.type.dtype
             self.array_ndim = arg.type.ndim
@@ -561,13 +562,8 @@ class _Slot:
             self.args = None
             self.args_ref = None
             self.targets = [(p, packed[p.index], 0) for p in self.params.values()]
-        #: per target, the key of the tensor whose descriptor it holds (see :meth:`run`)
-        self.keys: list[tuple | None] = [None] * len(self.targets)
-        for p in self.params.values():
-            if not p.is_array and p.ctype is None:
-                p.ctype = type(packed[p.index])
-                fmt = _SCALAR_FORMATS.get(p.ctype)
-                p.fmt = struct.Struct(fmt) if fmt is not None else None
+        #: per target, the key of the tensor (or the scalar) it holds (see :meth:`run`)
+        self.keys: list[Any] = [None] * len(self.targets)
 
     def run(self, kernel: Any, dims: tuple[int, ...], args: dict[str, Any], device: torch.device) -> None:
         params = self.params
@@ -742,6 +738,7 @@ __all__ = [
     "check_shape",
     "checking_values",
     "compute_dtype",
+    "dense_below",
     "grads",
     "kernels",
     "launch",

@@ -97,8 +97,8 @@ def _launch_blocks(
     if (
         length is None
         and batch * channels <= _MAX_LAUNCH_ROWS
-        and all(t.is_contiguous() and t.numel() * t.element_size() < _STRIDE_LIMIT for t in args.values())
-    ):  # the usual case, decided cheaply: dense tensors under 2 GiB have no dimension or stride beyond it
+        and _interop.dense_below(args.values(), _STRIDE_LIMIT)
+    ):  # the usual case
         rows = batch * -(-channels // channels_per_row)
         _interop.launch_rows(kernel, rows, device=device, work_per_row=work_per_row, **args)
         return

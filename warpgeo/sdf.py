@@ -147,13 +147,6 @@ def _check_sweep_steps(sweep_steps) -> int:
     return sweep_steps
 
 
-def _work(x: torch.Tensor) -> torch.Tensor:
-    """``x`` in its compute dtype with a dense last dimension (the kernels read it as vectors)."""
-    if x.dtype != torch.float32 and x.dtype != torch.float64:
-        x = x.to(torch.float32)
-    return x if x.stride(-1) == 1 or x.shape[-1] <= 1 else x.contiguous()
-
-
 def _launch_blocks(
     kernel,
     name: str,
@@ -176,9 +169,7 @@ def _launch_blocks(
     """
     limit = _STRIDE_LIMIT
     rows = math.prod(grid)
-    if rows <= _MAX_LAUNCH_ROWS and all(
-        t.is_contiguous() and t.numel() * t.element_size() < limit for t in blocked.values()
-    ):  # the usual case, decided cheaply: dense tensors under 2 GiB have no dimension or stride beyond it
+    if rows <= _MAX_LAUNCH_ROWS and _interop.dense_below(blocked.values(), limit):  # the usual case
         _interop.launch_rows(
             kernel, rows, device=device, work_per_row=work_per_row, env_index=env_index, **blocked, **whole
         )
@@ -287,7 +278,7 @@ def _cost_impl(
         raise ValueError(f"max_distance must be finite and >= 0; got {max_distance}")
     if _interop.checking_values(spheres.device):
         _check_values(spheres, "spheres", env_index, mesh_ids.shape[0], params)
-    work = _work(spheres)
+    work = _interop.to_compute(spheres)
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
     _launch_blocks(
@@ -336,7 +327,7 @@ def _swept_impl(
     _check_sweep_steps(sweep_steps)
     if _interop.checking_values(spheres.device):
         _check_values(spheres, "spheres", env_index, mesh_ids.shape[0], params)
-    work = _work(spheres)
+    work = _interop.to_compute(spheres)
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad, 2)
     _launch_blocks(
@@ -380,7 +371,7 @@ def _distance_impl(
     mesh_ids = _check_query(points, "points", 3, env_index, world)
     if _interop.checking_values(points.device):
         _check_values(points, "points", env_index, mesh_ids.shape[0], None)
-    work = _work(points)
+    work = _interop.to_compute(points)
     dist = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
     _launch_blocks(
