@@ -258,8 +258,9 @@ _DTYPE_NAMES: dict[torch.dtype, str] = {}
 def to_compute(t: torch.Tensor) -> torch.Tensor:
     """``t`` in its kernel precision (:func:`compute_dtype`) with a dense last dimension (what a Warp vector
     array of its rows needs); other strides are kept. No copy when it already is both."""
-    if t.dtype != torch.float32 and t.dtype != torch.float64:
-        t = t.to(torch.float32)
+    compute = compute_dtype(t.dtype)
+    if t.dtype != compute:
+        t = t.to(compute)
     if t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1:
         t = t.contiguous()
     return t

@@ -72,7 +72,7 @@ def _check_world(world_id, inv_poses, bounds, enabled, sign, *, dtype: torch.dty
     if mesh_ids.device != device:
         raise ValueError(f"the world lives on {mesh_ids.device}; the query is on {device}")
     envs, slots = mesh_ids.shape
-    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    compute = _interop.compute_dtype(dtype)
     _check_tensor("inv_poses", inv_poses, compute, (envs, slots, 7), device)
     _check_tensor("bounds", bounds, torch.float32, (envs, slots, 2, 3), device)
     _check_tensor("enabled", enabled, torch.int32, (envs, slots), device)
@@ -105,7 +105,7 @@ def _check_query(x, name: str, width: int, env_index, world: tuple, rank: int = 
 
 
 def _check_params(params, x) -> None:
-    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    compute = _interop.compute_dtype(x.dtype)
     if not isinstance(params, torch.Tensor) or params.dtype != compute:
         raise TypeError(f"params must be a {compute} tensor (eta, weight)")
     _check_tensor("params", params, compute, (2,), x.device)
@@ -753,7 +753,7 @@ _MAX_PARAMS = 256
 def _params(activation_distance, weight, like: torch.Tensor) -> torch.Tensor:
     """``(eta, weight)`` as a (2,) tensor on ``like``'s device in its compute dtype, without reading device
     values (floats are checked here; tensor values by the op's value checks)."""
-    dtype = torch.float64 if like.dtype == torch.float64 else torch.float32
+    dtype = _interop.compute_dtype(like.dtype)
     if type(activation_distance) in (float, int) and type(weight) in (float, int):  # the usual case: cached
         key = (activation_distance, weight, dtype, like.device)
         found = _PARAMS.get(key)
