@@ -499,6 +499,8 @@ class _Param:
 #: The byte layout of Warp's array descriptor ``warp._src.types.array_t`` (checked against it at first use):
 #: data, grad, shape[4], strides[4], ndim, flags, padding.
 _ARRAY_LAYOUT = struct.Struct("<QQ4i4iHH4x")
+#: The descriptor's first field, the data pointer (all :meth:`_Slot.run` rewrites when only it changed).
+_POINTER = struct.Struct("<Q")
 #: Zeros filling the four shape / stride slots of a descriptor past an array's dimensions.
 _PAD = tuple((0,) * (4 - n) for n in range(5))
 #: ``struct`` formats of the plain scalar ctypes Warp packs kernel scalars as.
@@ -538,7 +540,7 @@ class _Slot:
     on torch's current stream.
     """
 
-    __slots__ = ("args", "args_ref", "cmd", "dims", "entry", "keys", "params", "targets")
+    __slots__ = ("args", "args_ref", "cmd", "dims", "entry", "keys", "params", "ptrs", "targets")
 
     def __init__(self, kernel: Any, device: torch.device, block_dim: int | None) -> None:
         wdev = warp_device(device)
@@ -563,7 +565,9 @@ class _Slot:
             self.args = None
             self.args_ref = None
             self.targets = [(p, packed[p.index], 0) for p in self.params.values()]
-        #: per target, the key of the tensor (or the scalar) it holds (see :meth:`run`)
+        #: per target: the data pointer of the tensor it holds, and the rest of what its descriptor depends on
+        #: (shape, strides, dtype, device) — or the scalar it holds, with None as the pointer (see :meth:`run`)
+        self.ptrs: list[int | None] = [None] * len(self.targets)
         self.keys: list[Any] = [None] * len(self.targets)
 
     def run(self, kernel: Any, dims: tuple[int, ...], args: dict[str, Any], device: torch.device) -> None:
@@ -575,24 +579,31 @@ class _Slot:
                 f"internal error: launch of {kernel.key}: missing arguments {missing}, unexpected {unexpected}"
             )
         keys = self.keys
+        ptrs = self.ptrs
         for i, (param, buffer, offset) in enumerate(self.targets):
             value = args[param.name]
             if param.is_array and type(value) is torch.Tensor:
-                # what the descriptor depends on: the same key writes the same bytes (a world's tensors come
-                # back call after call; the caching allocator hands a same-sized output the same memory)
-                key = (value.data_ptr(), value.shape, value.stride(), value.dtype, value.device)
-                if key == keys[i]:
-                    continue
-                param.write_array(kernel, *key, device, buffer, offset)
-                keys[i] = key
+                # What the descriptor depends on. Mostly nothing changed (a world's tensors come back call after
+                # call) or only the pointer (a fresh output of the same shape): then it is all that is written.
+                ptr = value.data_ptr()
+                key = (value.shape, value.stride(), value.dtype, value.device)
+                if key != keys[i]:
+                    param.write_array(kernel, ptr, *key, device, buffer, offset)  # checks the key
+                    keys[i] = key
+                    ptrs[i] = ptr
+                elif ptr != ptrs[i]:
+                    _POINTER.pack_into(buffer, offset, ptr)
+                    ptrs[i] = ptr
             elif param.fmt is not None and type(value) in (int, float):
                 if value == keys[i] and type(value) is type(keys[i]):
                     continue
                 param.write(kernel, value, device, buffer, offset)
                 keys[i] = value
+                ptrs[i] = None
             else:
                 param.write(kernel, value, device, buffer, offset)
                 keys[i] = None
+                ptrs[i] = None
         cmd = self.cmd
         if dims != self.dims:
             cmd.set_dim(dims)  # Warp validates the grid
