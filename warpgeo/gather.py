@@ -38,6 +38,8 @@ _STRIDE_LIMIT = _interop.INT32_LIMIT
 def _flat_index(idx: torch.Tensor) -> torch.Tensor:
     """``(B, M)`` or ``(B, M, K)`` int32 / int64 -> ``(B, L)`` of the same dtype (a view where it can be: the
     CPU kernels read either index dtype, bounds-checked at 64 bits; see ``_int32_index`` for the others)."""
+    if idx.dim() == 2:
+        return idx
     return idx.reshape(idx.shape[0], math.prod(idx.shape[1:]))
 
 
@@ -233,6 +235,15 @@ def _scatter_impl(
     Indices outside ``[0, num_points)`` contribute nothing (the forward has rejected all but -1).
     """
     _check_scatter_shapes(grad_out, idx, num_points)
+    return _scatter_grad(grad_out, idx, num_points, deterministic)
+
+
+def _scatter_grad(
+    grad_out: torch.Tensor, idx: torch.Tensor, num_points: int, deterministic: bool
+) -> torch.Tensor:
+    """:func:`_scatter_impl` without its shape checks: for the eager backward of a gather, whose ``idx`` and
+    ``num_points`` the forward checked and whose ``grad_out`` autograd has checked against the forward's
+    output (shape, device; dtype cast to it)."""
     batch, channels = grad_out.shape[0], grad_out.shape[1]
     flat_idx = _flat_index(idx)
     grad = _interop.to_compute(grad_out).reshape(batch, channels, flat_idx.shape[1])
@@ -435,7 +446,7 @@ def _backward_gather(ctx, grad_out):
     if grad_out is None or not ctx.needs_input_grad[0]:
         return _interop.grads(_GATHER_INPUTS)
     (idx,) = ctx.saved_tensors
-    scatter = _interop.pick(_scatter_op, _scatter_impl, grad_out, idx)
+    scatter = _interop.pick(_scatter_op, _scatter_grad, grad_out, idx)
     return _interop.grads(_GATHER_INPUTS, features=scatter(grad_out, idx, ctx.num_points, ctx.deterministic))
 
 
