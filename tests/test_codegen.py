@@ -70,7 +70,7 @@ def kernel_modules() -> dict[str, str]:
         homes = {h for h in homes if h.startswith("warpgeo._kernels.")}
         if homes:
             keys = sorted(module.kernels)
-            shown = "+".join(keys) if len(keys) <= 2 else f"{len(keys)} kernels"
+            shown = "+".join(keys) if len(keys) <= 2 else f"{name.rsplit('.', 1)[-1]}({len(keys)} kernels)"
             found[name] = f"{'+'.join(sorted(h.rsplit('.', 1)[1] for h in homes))}:{shown}"
     return dict(sorted(found.items(), key=lambda item: item[1]))
 

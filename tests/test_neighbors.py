@@ -85,6 +85,40 @@ def test_every_kernel_path_agrees_with_brute_force(method, k):
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_each_search_is_one_warp_module_per_precision(monkeypatch, method):
+    """A Warp module is what a first call compiles (cold start): every launch of one knn or ball_query call
+    is of one module, its own (not the other search's, not the other precision's), and the file's own Warp
+    module holds no kernel (nothing compiles every neighbour kernel at once)."""
+    import warp as wp
+
+    from warpgeo import _interop
+
+    launched: list[str] = []
+    real_run = _interop._run  # where every launch ends
+
+    def watch(kernel, dims, device, block_dim, args):
+        launched.append(kernel.module.name)
+        return real_run(kernel, dims, device, block_dim, args)
+
+    monkeypatch.setattr(_interop, "_run", watch)
+    seen = {}
+    for dtype in (torch.float16, torch.float32, torch.float64):
+        queries, points = _cloud(2, 30, 700, dtype=dtype)
+        for search in ("knn", "ball"):
+            launched.clear()
+            if search == "knn":
+                neighbors._knn(queries, points, None, None, 4, method)
+            else:
+                neighbors._ball_query(queries, points, None, None, 0.1, 4, True, method)
+            assert len(launched) >= 1 and len(set(launched)) == 1, (search, dtype, launched)
+            seen[search, dtype] = launched[0]
+    for search in ("knn", "ball"):  # half runs in float32
+        assert seen[search, torch.float16] == seen[search, torch.float32]
+    assert len({seen[key] for key in seen if key[1] != torch.float16}) == 4, seen
+    assert not wp.get_module("warpgeo._kernels.neighbors").kernels
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_ties_go_to_the_lowest_index(device, method):
     # an integer lattice with duplicates: many exactly equal distances
     grid = torch.stack(torch.meshgrid(*[torch.arange(4.0)] * 3, indexing="ij"), dim=-1).reshape(-1, 3)

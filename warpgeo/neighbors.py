@@ -149,14 +149,15 @@ def _empty_lengths(t: torch.Tensor | None, device: torch.device) -> torch.Tensor
 
 
 def _grid(
-    points, point_lengths, mode: int, cell_size: float, method: str, bounds=None
+    kernels: dict, points, point_lengths, mode: int, cell_size: float, method: str, bounds=None
 ) -> dict[str, torch.Tensor]:
     """The grid of ``points`` (B, N, 3) in compute dtype: the query kernels' grid arguments by name.
 
-    ``method``: ``"counting"`` (a Warp counting sort, a thread per cloud: the CPU path) or ``"sort"``
-    (``torch.sort``, stable, and ``searchsorted``: the CUDA path). Both give the same layout.
+    ``kernels``: the search's module (``KNN_GRID`` / ``BALL_QUERY_GRID`` of the points' precision), which
+    holds the grid kernels. ``method``: ``"counting"`` (a Warp counting sort, a thread per cloud: the CPU
+    path) or ``"sort"`` (``torch.sort``, stable, and ``searchsorted``: the CUDA path). Both give the same
+    layout.
     """
-    kernels = _interop.kernels("neighbors")
     batch, n = points.shape[0], points.shape[1]
     device = points.device
     lengths = _empty_lengths(point_lengths, device)
@@ -171,7 +172,7 @@ def _grid(
         "slack": torch.empty(batch, **f64),
     }
     _interop.launch(
-        kernels.grid_setup,
+        kernels["grid_setup"],
         batch,
         device=device,
         lo=lo.to(torch.float64).contiguous(),
@@ -186,7 +187,7 @@ def _grid(
     )
     cells = torch.empty(batch, n, dtype=torch.int32, device=device)
     _interop.launch(
-        _interop.overload(kernels.ASSIGN_CELLS, points.dtype),
+        kernels["assign_cells"],
         [batch, n],
         device=device,
         points=points,
@@ -202,7 +203,7 @@ def _grid(
         sorted_points = torch.empty_like(points)
         sorted_index = torch.empty(batch, n, dtype=torch.int32, device=device)
         _interop.launch_rows(
-            _interop.overload(kernels.COUNTING_SORT_ROWS, points.dtype),
+            kernels["counting_sort_rows"],
             batch,
             device=device,
             work_per_row=n + cap,
@@ -286,12 +287,13 @@ def _ball_query(
     }
     method = _method(points, method)
     if method == "brute":
-        kernel = _interop.overload(kernels.BALL_QUERY_BRUTE, points.dtype)
+        kernel = _interop.overload(kernels.BALL_QUERY_BRUTE, points.dtype)["ball_query_brute"]
         extra = {"points": points, "point_lengths": _empty_lengths(point_lengths, device)}
         work = n
     else:
-        kernel = _interop.overload(kernels.BALL_QUERY_ROWS, points.dtype)
-        extra = _grid(points, point_lengths, 0, radius * _BALL_CELL, method, bounds)
+        grid = _interop.overload(kernels.BALL_QUERY_GRID, points.dtype)
+        kernel = grid["ball_query_rows"]
+        extra = _grid(grid, points, point_lengths, 0, radius * _BALL_CELL, method, bounds)
         work = _ROW_WORK
     _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
     return out
@@ -413,12 +415,13 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=N
     }
     method = _method(points, method)
     if method == "brute":
-        kernel = _interop.overload(kernels.KNN_BRUTE, points.dtype)
+        kernel = _interop.overload(kernels.KNN_BRUTE, points.dtype)["knn_brute"]
         extra = {"points": points, "point_lengths": _empty_lengths(point_lengths, device)}
         work = n
     else:
-        kernel = _interop.overload(kernels.KNN_ROWS, points.dtype)
-        extra = _grid(points, point_lengths, 1, 0.0, method, bounds)
+        grid = _interop.overload(kernels.KNN_GRID, points.dtype)
+        kernel = grid["knn_rows"]
+        extra = _grid(grid, points, point_lengths, 1, 0.0, method, bounds)
         work = _ROW_WORK
     _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
     return dists.to(dtype), idx

@@ -26,6 +26,10 @@ Queries (a thread per query row ``b * M + m``):
 * :func:`ball_query_brute` / :func:`knn_brute`: the same answers by scanning every point in index order,
   for small clouds (no grid to build).
 
+Each search is compiled apart, per point precision (:class:`PerModule`): ``KNN_BRUTE``, ``KNN_GRID``,
+``BALL_QUERY_BRUTE``, ``BALL_QUERY_GRID``, each ``{"float32" | "float64": {kernel name: kernel}}``, a Warp
+module per entry created on first lookup (the grid kernels are compiled into both grid modules).
+
 Distances are computed in float64 from the points' compute dtype (``vec3f`` or ``vec3d``: the difference of
 two float32 values is exact in float64), so the order does not depend on the input dtype. Every cell
 coordinate is clamped into the grid and NaN is mapped to cell 0, so no input can make a kernel read out of
@@ -33,12 +37,10 @@ bounds; a point whose coordinates a cell boundary splits by rounding is still fo
 distances used for pruning subtract ``slack`` (a bound on the rounding of the cell assignment).
 """
 
+import threading
 from typing import Any
 
 import warp as wp
-
-# warpgeo writes every backward itself: skip generating Warp's adjoints (halves the compile time).
-wp.set_module_options({"enable_backward": False})
 
 #: Index written where a row has no (more) neighbours.
 SENTINEL_INDEX = wp.constant(wp.int64(-1))
@@ -74,7 +76,6 @@ def finite_extent(x: wp.float64):
     return out
 
 
-@wp.kernel
 def grid_setup(
     lo: wp.array(dtype=wp.vec3d),
     hi: wp.array(dtype=wp.vec3d),
@@ -165,7 +166,6 @@ def grid_dims(dims: wp.array2d(dtype=wp.int32), b: int, cap: int):
     return nx, ny, nz
 
 
-@wp.kernel
 def assign_cells(
     points: wp.array2d(dtype=Any),
     lengths: wp.array(dtype=wp.int64),
@@ -190,7 +190,6 @@ def assign_cells(
     out_cell[b, i] = wp.int32(c)
 
 
-@wp.kernel
 def counting_sort_rows(
     points: wp.array2d(dtype=Any),
     cells: wp.array2d(dtype=wp.int32),
@@ -305,7 +304,6 @@ def pad_indices(out_idx: wp.array3d(dtype=wp.int64), b: int, m: int, count: int)
         out_idx[b, m, j] = SENTINEL_INDEX
 
 
-@wp.kernel
 def ball_query_rows(
     queries: wp.array2d(dtype=Any),
     query_lengths: wp.array(dtype=wp.int64),
@@ -365,7 +363,6 @@ def ball_query_rows(
     pad_indices(out_idx, b, m, count)
 
 
-@wp.kernel
 def ball_query_brute(
     queries: wp.array2d(dtype=Any),
     query_lengths: wp.array(dtype=wp.int64),
@@ -464,7 +461,6 @@ def finish_knn(
             out_idx[b, m, j] = SENTINEL_INDEX
 
 
-@wp.kernel
 def knn_rows(
     queries: wp.array2d(dtype=Any),
     query_lengths: wp.array(dtype=wp.int64),
@@ -554,7 +550,6 @@ def knn_rows(
     finish_knn(out_idx, out_d2, b, m, count)
 
 
-@wp.kernel
 def knn_brute(
     queries: wp.array2d(dtype=Any),
     query_lengths: wp.array(dtype=wp.int64),
@@ -580,19 +575,57 @@ def knn_brute(
     finish_knn(out_idx, out_d2, b, m, count)
 
 
-# Explicit instances, keyed by the points' compute dtype name, so that Warp builds the module once.
+# --------------------------------------------------------------------------------------------------------
+# Warp modules
+# --------------------------------------------------------------------------------------------------------
+
+#: Options of every neighbour kernel module: warpgeo writes every backward itself (no adjoints: half the
+#: compile time).
+OPTIONS = {"enable_backward": False}
 _VEC = {"float32": wp.vec3f, "float64": wp.vec3d}
+#: The grid kernels every grid search launches (``counting_sort_rows`` on the CPU only: CUDA sorts with
+#: torch), with their point-array parameters (typed by the precision).
+_GRID = ((grid_setup, ()), (assign_cells, ("points",)), (counting_sort_rows, ("points", "sorted_points")))
+_LOCK = threading.Lock()
 
 
-def _table(kernel, *array_params):
-    return {
-        name: wp.overload(kernel, {p: wp.array2d(dtype=v) for p in array_params}) for name, v in _VEC.items()
-    }
+class PerModule(dict):
+    """``{precision name: {kernel name: overload}}``: the kernels one search launches, for one point precision
+    (``"float32"`` / ``"float64"``), alone in a Warp module of their own, created on first lookup.
+
+    A module is Warp's compilation unit: a process's first ``knn`` on a large cloud then compiles the four
+    kernels of that search in that precision, not every neighbour kernel of this file in both precisions.
+    """
+
+    def __init__(self, name: str, kernels: tuple) -> None:
+        super().__init__()
+        self._name = name
+        self._kernels = kernels
+
+    def __missing__(self, precision: str) -> dict[str, Any]:
+        vec = _VEC[precision]  # KeyError: no such precision
+        with _LOCK:
+            found = self.get(precision)
+            if found is None:
+                module = f"{__name__}.{self._name}_{precision}"
+                wp.set_module_options(OPTIONS, module=module)
+                found = {}
+                for func, arrays in self._kernels:
+                    kernel = wp.kernel(func, module=module)
+                    if arrays:
+                        kernel = wp.overload(kernel, dict.fromkeys(arrays, wp.array2d(dtype=vec)))
+                    found[func.__name__] = kernel
+                self[precision] = found
+        return found
+
+    def build_all(self) -> dict:
+        """Every precision's module, created now (the code-generation test)."""
+        return {precision: self[precision] for precision in _VEC}
 
 
-ASSIGN_CELLS = _table(assign_cells, "points")
-COUNTING_SORT_ROWS = _table(counting_sort_rows, "points", "sorted_points")
-BALL_QUERY_ROWS = _table(ball_query_rows, "queries", "sorted_points")
-BALL_QUERY_BRUTE = _table(ball_query_brute, "queries", "points")
-KNN_ROWS = _table(knn_rows, "queries", "sorted_points")
-KNN_BRUTE = _table(knn_brute, "queries", "points")
+#: Small clouds: a scan of every point (one kernel).
+KNN_BRUTE = PerModule("knn_brute", ((knn_brute, ("queries", "points")),))
+BALL_QUERY_BRUTE = PerModule("ball_query_brute", ((ball_query_brute, ("queries", "points")),))
+#: Larger clouds: the grid (built per call) and the search over it.
+KNN_GRID = PerModule("knn_grid", (*_GRID, (knn_rows, ("queries", "sorted_points"))))
+BALL_QUERY_GRID = PerModule("ball_query_grid", (*_GRID, (ball_query_rows, ("queries", "sorted_points"))))
