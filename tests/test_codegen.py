@@ -70,7 +70,9 @@ def kernel_modules() -> dict[str, str]:
         homes = {h for h in homes if h.startswith("warpgeo._kernels.")}
         if homes:
             keys = sorted(module.kernels)
-            shown = "+".join(keys) if len(keys) <= 2 else f"{name.rsplit('.', 1)[-1]}({len(keys)} kernels)"
+            # a named module by its name (warpgeo._kernels.gather.rows_int32_single), one of Warp's "unique"
+            # modules (named after their kernel and a hash) by its kernels
+            shown = name.rsplit(".", 1)[-1] if "." in name else "+".join(keys)
             found[name] = f"{'+'.join(sorted(h.rsplit('.', 1)[1] for h in homes))}:{shown}"
     return dict(sorted(found.items(), key=lambda item: item[1]))
 

@@ -37,8 +37,9 @@ import warp as wp
 wp.set_module_options({"enable_backward": False})
 
 #: The Warp module (compilation unit) of the one-thread-per-element kernels the CUDA path launches; the CPU
-#: row kernels stay in this file's own module, so that a process's first CPU gather compiles only those
-#: (a module compiles all of its kernels for the device it is first launched on).
+#: row kernels live in modules of their own, per index dtype and precision (``_row_module``) or per
+#: precision (``_weighted_row_module``), so that a process's first CPU gather compiles only the kernels it
+#: launches (a module compiles all of its kernels for the device it is first launched on).
 DEVICE_MODULE = "warpgeo._kernels.gather.elements"
 device_kernel = wp.kernel(enable_backward=False, module=DEVICE_MODULE)
 
@@ -379,8 +380,7 @@ def _weighted_sum(
     return acc
 
 
-@wp.kernel
-def weighted_gather_rows(
+def weighted_gather_rows(  # a kernel of every weighted row module (see _weighted_row_module)
     features: wp.array3d(dtype=Any),
     idx: wp.array3d(dtype=wp.int32),
     weight: wp.array3d(dtype=Any),
@@ -407,8 +407,7 @@ def weighted_gather_elements(
     out[b, c, m] = _weighted_sum(features, idx, weight, b, c, m)
 
 
-@wp.kernel
-def weighted_scatter_rows(
+def weighted_scatter_rows(  # a kernel of every weighted row module (see _weighted_row_module)
     grad_out: wp.array3d(dtype=Any),
     idx: wp.array3d(dtype=wp.int32),
     weight: wp.array3d(dtype=Any),
@@ -469,8 +468,7 @@ def weighted_scatter_segments(
     grad_features[b, c, n] = acc
 
 
-@wp.kernel
-def weighted_grad_weight_rows(
+def weighted_grad_weight_rows(  # a kernel of every weighted row module (see _weighted_row_module)
     grad_out: wp.array3d(dtype=Any),
     features: wp.array3d(dtype=Any),
     idx: wp.array3d(dtype=wp.int32),
@@ -495,20 +493,65 @@ def weighted_grad_weight_rows(
 _IDX3 = wp.array3d(dtype=wp.int32)
 
 
-def _weighted(kernel, params, row_start=False):
+def _weighted(kernel, params):
     """Instances over the accumulators; ``params`` lists each parameter's kind: "f" a float array3d,
     "i" the (B, M, K) index, "o" an int32 array2d."""
     table = {}
     for name, t in _ACCUMULATORS.items():
         kinds = {"f": wp.array3d(dtype=t), "i": _IDX3, "o": _INDEX}
-        types = [kinds[p] for p in params] + ([wp.int32] if row_start else [])
-        table[name] = wp.overload(kernel, types)
+        table[name] = wp.overload(kernel, [kinds[p] for p in params])
     return table
 
 
-WEIGHTED_GATHER_ROWS = _weighted(weighted_gather_rows, "fiff", row_start=True)
+#: The weighted CPU row kernels' Warp modules, one per precision, each holding the forward and both backwards
+#: of that precision (``weighted_grad_weight_rows`` runs on CUDA too): a first weighted gather compiles one
+#: module of three kernels, not both precisions of all three.
+_WEIGHTED_ROWS = {
+    "gather": (weighted_gather_rows, "fiff"),
+    "scatter": (weighted_scatter_rows, "fiff"),
+    "grad_weight": (weighted_grad_weight_rows, "ffif"),
+}
+_WEIGHTED_ROW_MODULES: dict[str, dict[str, Any]] = {}
+
+
+def _weighted_row_module(precision: str) -> dict[str, Any]:
+    """``{role: overload}`` of the weighted row module of ``precision`` (``"float32"`` / ``"float64"``), its
+    kernels all created on its first use (see ``_row_module``)."""
+    t = _ACCUMULATORS[precision]  # KeyError: no such dtype
+    with _ROW_LOCK:
+        found = _WEIGHTED_ROW_MODULES.get(precision)
+        if found is None:
+            name = f"{__name__}.weighted_rows_{precision}"
+            wp.set_module_options({"enable_backward": False}, module=name)
+            kinds = {"f": wp.array3d(dtype=t), "i": _IDX3}
+            found = {}
+            for role, (func, params) in _WEIGHTED_ROWS.items():
+                kernel = wp.kernel(func, module=name)
+                found[role] = wp.overload(kernel, [kinds[p] for p in params] + [wp.int32])
+            _WEIGHTED_ROW_MODULES[precision] = found
+    return found
+
+
+class _WeightedRowTable(dict):
+    """``{dtype name: overload}`` of a weighted row kernel (``role``), created on first lookup."""
+
+    def __init__(self, role: str) -> None:
+        super().__init__()
+        self._role = role
+
+    def __missing__(self, name: str) -> Any:
+        kernel = _weighted_row_module(name)[self._role]
+        self[name] = kernel
+        return kernel
+
+    def build_all(self) -> dict:
+        """Every overload, created now (the code-generation test)."""
+        return {name: self[name] for name in _ACCUMULATORS}
+
+
+WEIGHTED_GATHER_ROWS = _WeightedRowTable("gather")
 WEIGHTED_GATHER_ELEMENTS = _weighted(weighted_gather_elements, "fiff")
-WEIGHTED_SCATTER_ROWS = _weighted(weighted_scatter_rows, "fiff", row_start=True)
+WEIGHTED_SCATTER_ROWS = _WeightedRowTable("scatter")
 WEIGHTED_SCATTER_ATOMIC = _weighted(weighted_scatter_atomic, "fiff")
 WEIGHTED_SCATTER_SEGMENTS = _weighted(weighted_scatter_segments, "ffoof")
-WEIGHTED_GRAD_WEIGHT_ROWS = _weighted(weighted_grad_weight_rows, "ffif", row_start=True)
+WEIGHTED_GRAD_WEIGHT_ROWS = _WeightedRowTable("grad_weight")
