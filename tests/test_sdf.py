@@ -666,9 +666,13 @@ def test_cpu_launch_split_among_threads_gives_the_same_answer(monkeypatch):
 
 
 def _reference_path(world: MeshWorld) -> MeshWorld:
-    """``world`` with its shortcuts off (no closed flag, no grid): every query takes the plain path."""
+    """``world`` with its shortcuts off (no closed flag, no grid, no broad phase: posed boxes without bounds):
+    every query takes the plain path."""
     world._grid_tables["grid_dims"].zero_()
     world._grid_tables["grid_flags"].zero_()
+    bounds = world._grid_tables["world_bounds"]
+    bounds[..., 0, :] = -math.inf
+    bounds[..., 1, :] = math.inf
     return world
 
 
@@ -735,6 +739,44 @@ def test_shortcuts_match_the_reference_path(device, method, dtype):
         assert (d0 >= 0).all()
     else:
         assert (d0 < -0.05).sum() > 50  # deep inside
+
+
+def _without_broad_phase(world: MeshWorld) -> MeshWorld:
+    """``world`` with its broad phase off (posed boxes without bounds) and every other shortcut on."""
+    bounds = world._grid_tables["world_bounds"]
+    bounds[..., 0, :] = -math.inf
+    bounds[..., 1, :] = math.inf
+    return world
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_broad_phase_changes_nothing_and_follows_set_poses(device, dtype):
+    """The posed-box broad phase drops only pairs that score nothing: cost, gradient and signed distance are
+    bit for bit those of the same world without it (closed, open and unsigned meshes), also after set_poses
+    has moved every mesh far from where it was (a stale box would miss all of those collisions)."""
+    meshes = [*_CLOSED_SCENE, _open_bin(0.6, 0.4)]
+    methods = ["ray", "normal", "unsigned", "winding"]
+    fast = MeshWorld(meshes, poses=[*_CLOSED_POSES, _CLOSED_POSES[0]], device=device, sign_method=methods)
+    slow = MeshWorld(meshes, poses=[*_CLOSED_POSES, _CLOSED_POSES[0]], device=device, sign_method=methods)
+    moved = [[p[0] + 5.0, p[1] - 3.0, *p[2:]] for p in [*_CLOSED_POSES, _CLOSED_POSES[1]]]
+    gen = torch.Generator().manual_seed(31)
+    for poses in (None, moved):
+        if poses is not None:
+            fast.set_poses(poses)
+            slow.set_poses(poses)
+        _without_broad_phase(slow)
+        placed = poses if poses is not None else [*_CLOSED_POSES, _CLOSED_POSES[0]]
+        pts = _probe_points(meshes, placed, 200, seed=32).to(device, dtype)
+        radii = (torch.rand(len(pts), 1, generator=gen, dtype=torch.float64) * 0.08).to(device, dtype)
+        out = []
+        for world in (fast, slow):
+            s = torch.cat([pts, radii], 1).requires_grad_(True)
+            cost = sphere_mesh_cost(s, world, activation_distance=0.02)
+            (grad,) = torch.autograd.grad(cost.sum(), s)
+            out.append([t.detach().cpu() for t in (cost, grad, signed_distance(pts, world))])
+        for a, b in zip(*out, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert (out[0][0] > 0).sum() > 200 and (out[0][0] == 0).sum() > 200
 
 
 def test_normal_equals_ray_on_closed_meshes(device):

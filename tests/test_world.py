@@ -246,3 +246,68 @@ def test_a_world_from_arrays_does_not_import_trimesh():
         "assert gc.isenabled(), 'the garbage collector was left off'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+
+
+def _posed_vertices(mesh: trimesh.Trimesh, pose) -> np.ndarray:
+    """The mesh's (float32) vertices posed by ``[x, y, z, qw, qx, qy, qz]``, in float64 (a naive reference)."""
+    w, x, y, z = (float(v) for v in pose[3:])
+    rot = np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+    return mesh.vertices.astype(np.float32).astype(np.float64) @ rot.T + np.asarray(
+        pose[:3], dtype=np.float64
+    )
+
+
+def test_world_bounds_hold_the_posed_meshes(device):
+    """The broad phase's posed boxes: each holds its mesh's posed vertices, before and after set_poses, with
+    little to spare, and padding slots stay empty boxes at the origin."""
+    gen = torch.Generator().manual_seed(21)
+    meshes = [
+        trimesh.creation.box(extents=(2.0, 0.2, 0.1)),
+        trimesh.creation.icosphere(subdivisions=2, radius=0.3),
+        trimesh.creation.torus(major_radius=1.0, minor_radius=0.2),
+    ]
+
+    def poses(n: int) -> torch.Tensor:
+        q = torch.randn(n, 4, generator=gen, dtype=torch.float64)
+        return torch.cat(
+            [torch.rand(n, 3, generator=gen, dtype=torch.float64) * 20 - 10, q / q.norm(dim=1, keepdim=True)],
+            1,
+        )
+
+    first = poses(3)
+    world = MeshWorld.from_envs([meshes, meshes[:1]], poses=[first, first[:1]], device=device)
+    for step in range(3):
+        current = world.poses
+        boxes = world._grid_tables["world_bounds"].cpu().double().numpy()
+        assert boxes.shape == (2, 3, 2, 3)
+        for e, count in enumerate(world.num_meshes):
+            for m in range(count):
+                v = _posed_vertices(meshes[m], current[e, m].cpu().numpy())
+                lo, hi = boxes[e, m]
+                assert (v >= lo).all() and (v <= hi).all(), (step, e, m)
+                # tight: the posed box of the mesh's box, which is at most sqrt(3) times the vertices' extent
+                spread = v.max(0) - v.min(0)
+                assert (hi - lo <= math.sqrt(3) * spread.max() + 1e-3).all()
+        np.testing.assert_array_equal(boxes[1, 1:], 0.0)  # padding: empty box, identity pose
+        world.set_poses(torch.stack([poses(3), torch.cat([poses(1), poses(2)])]))
+
+
+def test_world_bounds_round_outwards_beyond_float32():
+    """A float64 pose beyond float32's range gives a box bound of the largest float32 or inf, never one
+    that cuts the mesh off; ordinary poses get finite bounds rounded outwards."""
+    world = MeshWorld([_cube()], poses=[[1e39, -1e39, 1.0, 1.0, 0.0, 0.0, 0.0]])
+    lo, hi = world._grid_tables["world_bounds"][0, 0].double()
+    big = float(np.finfo(np.float32).max)
+    assert lo.tolist()[:2] == [big, -math.inf] and hi.tolist()[:2] == [math.inf, -big]
+    assert lo[2] <= 0.5 and hi[2] >= 1.5
+    world.set_poses([[0.1, 0.2, 0.3, 1.0, 0.0, 0.0, 0.0]])
+    lo, hi = world._grid_tables["world_bounds"][0, 0].double()
+    exact = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
+    assert (lo <= exact - 0.5).all() and (hi >= exact + 0.5).all()
+    assert (lo > exact - 0.5 - 1e-5).all() and (hi < exact + 0.5 + 1e-5).all()

@@ -75,7 +75,9 @@ def grid_tables_of(world_id: int) -> dict[str, torch.Tensor]:
     no grid), ``grid_flags`` ``(E, M)`` int32 (``FLAG_CLOSED``), ``grid_cells`` ``(G,)`` float32 (cell-centre
     distances), and the closed meshes' pseudo-normal tables: ``topo_offsets`` ``(E, M, 2)`` int32 (each mesh's
     first row in ``face_neighbors`` and in ``vertex_normals``; -1: none), ``face_neighbors`` ``(F, 3)`` int32
-    (the face across each edge of each face) and ``vertex_normals`` ``(V, 3)`` float64 (angle-weighted). See
+    (the face across each edge of each face) and ``vertex_normals`` ``(V, 3)`` float64 (angle-weighted); and the
+    broad phase's ``world_bounds`` ``(E, M, 2, 3)`` float32, each mesh's box posed in the world (rounded
+    outwards), which :meth:`MeshWorld.set_poses` updates in place with ``inv_poses``. See
     ``warpgeo._kernels.sdf``.
 
     Raises:
@@ -278,6 +280,8 @@ class MeshWorld:
         self._sign = torch.from_numpy(signs).to(self._device)
         self._inv_poses = _inverse_warp_transform(self._poses)
         self._inv_poses32 = self._inv_poses.to(torch.float32)
+        # the kernels' broad phase: each mesh's box posed in the world (live, like the poses)
+        self._grid_tables["world_bounds"] = _posed_boxes(self._bounds, self._poses)
         self._id = next(_WORLD_IDS)
         _LIVE_WORLDS[self._id] = weakref.ref(self)
         weakref.finalize(self, _LIVE_WORLDS.pop, self._id, None)
@@ -360,6 +364,7 @@ class MeshWorld:
         self._poses.copy_(value)
         self._inv_poses.copy_(_inverse_warp_transform(value))
         self._inv_poses32.copy_(self._inv_poses)
+        self._grid_tables["world_bounds"].copy_(_posed_boxes(self._bounds, value))
 
     def set_enabled(self, mask: Any) -> None:
         """Switch meshes on and off (a disabled mesh contributes nothing); rebuilds nothing.
@@ -612,6 +617,35 @@ def _quat_rotate(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     w, u = q[..., :1], q[..., 1:]
     t = 2.0 * torch.cross(u, v, dim=-1)
     return v + w * t + torch.cross(u, t, dim=-1)
+
+
+#: Relative padding of a posed box (of its largest coordinate and its diagonal): far more than the rounding of
+#: a float32 transform of a point into the mesh's frame, so the broad phase never drops a pair the exact path
+#: would score.
+_POSED_BOX_PAD = 2.0**-20
+
+
+def _posed_boxes(bounds: torch.Tensor, poses: torch.Tensor) -> torch.Tensor:
+    """``(E, M, 2, 3)`` float32: the world-frame axis-aligned box ``(lower, upper)`` around each mesh's box
+    ``bounds`` (``(E, M, 2, 3)``, mesh frame) posed by ``poses`` (``(E, M, 7)`` float64, unit quaternions),
+    padded and rounded outwards (beyond float32's range: the largest float32 or inf), so that it holds the
+    posed mesh. Tensor operations only (no host sync)."""
+    box = bounds.to(torch.float64)
+    lo, hi = box[..., 0, :], box[..., 1, :]
+    centre, half = (lo + hi) / 2, (hi - lo) / 2
+    q = poses[..., 3:]
+    # the box's half-extent along world axis k: sum over mesh axes j of |R[k, j]| * half[j]
+    axes = torch.eye(3, dtype=torch.float64, device=box.device).expand(*q.shape[:-1], 3, 3)
+    columns = _quat_rotate(q[..., None, :].expand(*q.shape[:-1], 3, 4), axes)  # (E, M, 3 (j), 3 (k))
+    extent = (columns.abs() * half[..., :, None]).sum(dim=-2)
+    middle = _quat_rotate(q, centre) + poses[..., :3]
+    pad = _POSED_BOX_PAD * (middle.abs() + extent).amax(dim=-1, keepdim=True)
+    lower, upper = middle - extent - pad, middle + extent + pad
+    lower32, upper32 = lower.to(torch.float32), upper.to(torch.float32)
+    inf = torch.tensor(float("inf"), dtype=torch.float32, device=box.device)
+    lower32 = torch.where(lower32.double() > lower, torch.nextafter(lower32, -inf), lower32)
+    upper32 = torch.where(upper32.double() < upper, torch.nextafter(upper32, inf), upper32)
+    return torch.stack([lower32, upper32], dim=-2).contiguous()
 
 
 def _inverse_warp_transform(poses: torch.Tensor) -> torch.Tensor:

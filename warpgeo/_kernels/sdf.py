@@ -17,7 +17,11 @@ Each query kernel is instantiated per precision in a Warp module of its own (:cl
 which the ``@wp.func`` code of this file is compiled: a process's first query compiles one small module, and
 building a world compiles only ``sdf_build`` (the closed-mesh check and the distance grids below).
 
-Exact shortcuts, all prepared by ``MeshWorld`` when it builds a mesh (``sdf_build``; ``grid_dims[e, m]``,
+Exact shortcuts. First a broad phase: ``world_bounds[e, m]`` is the box of mesh ``m`` posed in the world
+(``MeshWorld`` keeps it with the poses, padded and rounded outwards), and a point farther from it along an axis
+than the search radius skips the mesh without moving to its frame. Then, a point outside the box of a closed
+mesh (in the mesh's frame) is outside the mesh: one closest-point query bounded by the search radius, with
+no sign test. The others are prepared by ``MeshWorld`` when it builds a mesh (``sdf_build``; ``grid_dims[e, m]``,
 ``grid_cells``, ``grid_flags[e, m]``, ``topo_offsets[e, m]``, ``face_neighbors``, ``vertex_normals``):
 
 * **Closed meshes** (``FLAG_CLOSED``: every edge in exactly two faces with opposite orientations, no sliver,
@@ -52,10 +56,11 @@ that far from a mesh (the cost kernels skip meshes beyond their search radius fi
 meshes beyond its best). Distances beyond the output dtype's range round to inf, as any float operation
 does.
 
-The world arrays (``mesh_ids``, ``inv_poses``, ``bounds``, ``enabled``, ``sign``, ``grid_dims``,
+The world arrays (``mesh_ids``, ``inv_poses``, ``bounds``, ``world_bounds``, ``enabled``, ``sign``, ``grid_dims``,
 ``grid_flags``, ``topo_offsets``; all ``(E, M, ...)``, and the flat ``grid_cells``, ``face_neighbors``,
 ``vertex_normals``) are named as here. Kernels trust no index: an ``env_index`` outside ``[0, E)`` is an
-environment without meshes, a slot whose mesh id is 0 (padding) is never queried, a grid cell outside
+environment without meshes, a slot whose mesh id is 0 (padding) is never queried, a slot without a
+``world_bounds`` entry has no broad phase, a grid cell outside
 ``grid_cells`` is treated as touching the surface, and a pseudo-normal table row outside its table (or a
 negative offset) as a feature without a pseudo-normal.
 """
@@ -316,8 +321,18 @@ def mesh_distance(
     search32 = float(search)
     face = int(-1)
     inside = False
-    s, slack = cell_bounds(p32, lower, upper, dims, grid_cells)
-    if wp.abs(s) > slack and (closed or sign == SIGN_UNSIGNED):
+    s = float(0.0)
+    slack = UNBOUNDED
+    if box > zero and (closed or sign == SIGN_UNSIGNED):
+        # outside the box of a closed mesh is outside the mesh (and an unsigned mesh has no inside): the closest
+        # face within the search radius, if any, and no sign (nor grid: its cells cover the box only)
+        q = wp.mesh_query_point_no_sign(mesh, p32, padded(search32))
+        if not q.result:
+            return False, zero, type(p)()
+        face = q.face
+    else:
+        s, slack = cell_bounds(p32, lower, upper, dims, grid_cells)
+    if face < 0 and wp.abs(s) > slack and (closed or sign == SIGN_UNSIGNED):
         # p's cell does not touch the surface, and its side is known
         if s > 0.0 or sign == SIGN_UNSIGNED:
             if type(search)(wp.abs(s) - slack) >= search:
@@ -388,10 +403,9 @@ def mesh_distance(
         d = -d
     elif by_face and d >= type(surface_eps)(search):  # outside and beyond the search radius
         return False, zero, type(p)()
-    n = type(p)(wp.normalize(wp.cross(b - a, c - a)))
     if d > surface_eps or d < -surface_eps:
-        n = type(p)(diff / wp.float64(d))
-    return True, d, n
+        return True, d, type(p)(diff / wp.float64(d))
+    return True, d, type(p)(wp.normalize(wp.cross(b - a, c - a)))
 
 
 @wp.func
@@ -408,12 +422,28 @@ def environment(b: int, env_index: wp.array(dtype=wp.int64), num_envs: int):
 
 
 @wp.func
+def beyond_world_box(c: Any, world_bounds: wp.array3d(dtype=wp.vec3), e: int, m: int, reach: Any):
+    """Whether the world-frame point ``c`` lies farther than ``reach`` from the posed box of mesh ``(e, m)``
+    along some axis (so farther from the mesh): the broad phase, without moving ``c`` to the mesh's frame.
+    False where ``world_bounds`` has no such entry (no test)."""
+    if e >= world_bounds.shape[0] or m >= world_bounds.shape[1] or world_bounds.shape[2] < 2:
+        return False
+    lo = world_bounds[e, m, 0]
+    hi = world_bounds[e, m, 1]
+    for k in range(3):  # noqa: SIM110 (Warp compiles no generator expressions)
+        if c[k] < type(reach)(lo[k]) - reach or c[k] > type(reach)(hi[k]) + reach:
+            return True
+    return False
+
+
+@wp.func
 def sphere_cost(
     sphere: Any,
     e: int,
     mesh_ids: wp.array2d(dtype=wp.int64),
     inv_poses: wp.array2d(dtype=Any),
     bounds: wp.array3d(dtype=wp.vec3),
+    world_bounds: wp.array3d(dtype=wp.vec3),
     enabled: wp.array2d(dtype=wp.int32),
     sign: wp.array2d(dtype=wp.int32),
     grid_dims: wp.array2d(dtype=wp.vec4i),
@@ -437,6 +467,8 @@ def sphere_cost(
         search = r + eta + type(r)(extra_search)
         for m in range(mesh_ids.shape[1]):
             if enabled[e, m] == 0 or mesh_ids[e, m] == NO_MESH:
+                continue
+            if beyond_world_box(centre, world_bounds, e, m, search):
                 continue
             xf = inv_poses[e, m]
             p = wp.transform_point(xf, centre)
@@ -478,6 +510,7 @@ def sphere_mesh_cost(
     mesh_ids: wp.array2d(dtype=wp.int64),
     inv_poses: wp.array2d(dtype=Any),
     bounds: wp.array3d(dtype=wp.vec3),
+    world_bounds: wp.array3d(dtype=wp.vec3),
     enabled: wp.array2d(dtype=wp.int32),
     sign: wp.array2d(dtype=wp.int32),
     grid_dims: wp.array2d(dtype=wp.vec4i),
@@ -513,6 +546,7 @@ def sphere_mesh_cost(
         mesh_ids,
         inv_poses,
         bounds,
+        world_bounds,
         enabled,
         sign,
         grid_dims,
@@ -536,6 +570,7 @@ def swept_sphere_mesh_cost(
     mesh_ids: wp.array2d(dtype=wp.int64),
     inv_poses: wp.array2d(dtype=Any),
     bounds: wp.array3d(dtype=wp.vec3),
+    world_bounds: wp.array3d(dtype=wp.vec3),
     enabled: wp.array2d(dtype=wp.int32),
     sign: wp.array2d(dtype=wp.int32),
     grid_dims: wp.array2d(dtype=wp.vec4i),
@@ -592,6 +627,7 @@ def swept_sphere_mesh_cost(
             mesh_ids,
             inv_poses,
             bounds,
+            world_bounds,
             enabled,
             sign,
             grid_dims,
@@ -619,6 +655,7 @@ def signed_distance(
     mesh_ids: wp.array2d(dtype=wp.int64),
     inv_poses: wp.array2d(dtype=Any),
     bounds: wp.array3d(dtype=wp.vec3),
+    world_bounds: wp.array3d(dtype=wp.vec3),
     enabled: wp.array2d(dtype=wp.int32),
     sign: wp.array2d(dtype=wp.int32),
     grid_dims: wp.array2d(dtype=wp.vec4i),
@@ -661,13 +698,16 @@ def signed_distance(
         for m in range(mesh_ids.shape[1]):
             if enabled[e, m] == 0 or mesh_ids[e, m] == NO_MESH:
                 continue
+            # only a distance below the best so far matters: outside, within it; inside, at any depth
+            reach = wp.max(wp.min(best, bound), type(far)(0.0))
+            if beyond_world_box(p_world, world_bounds, e, m, reach):
+                continue
             xf = inv_poses[e, m]
             p = wp.transform_point(xf, p_world)
-            # only a distance below the best so far matters: outside, within it; inside, at any depth
             hit, d, n = mesh_distance(
                 wp.uint64(mesh_ids[e, m]),
                 p,
-                wp.max(wp.min(best, bound), type(far)(0.0)),
+                reach,
                 sign[e, m],
                 grid_flags[e, m],
                 bounds[e, m, 0],
