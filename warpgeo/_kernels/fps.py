@@ -6,7 +6,7 @@ Three kernels, one greedy order (the largest distance to the chosen set, ties to
   can split a batch among threads;
 * :func:`fps_tree` (CPU, large clouds): the same order, from a binary tree of boxes over small buckets of
   nearby points, whose subtrees a new sample cannot change are skipped whole;
-* ``fps_cuda.fps_block`` (CUDA, its own module so that a CPU build never compiles it): one block per
+* ``fps_cuda.fps_block`` (CUDA, modules of its own so that a CPU build never compiles it): one block per
   cloud, a block-wide arg-max per step.
 
 ``points`` are ``vec3f`` or ``vec3d``; either way distances are computed in float64 (the difference of two

@@ -1,18 +1,14 @@
-"""Farthest point sampling on CUDA: one block per cloud (its own module: a CPU build never compiles it)."""
+"""Farthest point sampling on CUDA: one block per cloud (a module per precision: a CPU build never compiles
+it, a first CUDA call compiles the precision it launches)."""
 
 from typing import Any
 
 import warp as wp
 
-from warpgeo._kernels.fps import NO_POINT, begin_row, cloud, scan
-
-# warpgeo writes every backward itself: skip generating Warp's adjoints. No fused multiply-adds: the same
-# squared distances as the CPU kernels, bit for bit.
-wp.set_module_options({"enable_backward": False, "fuse_fp": False})
+from warpgeo._kernels.fps import NO_POINT, begin_row, cloud, per_precision, scan
 
 
-@wp.kernel
-def fps_block(
+def fps_block(  # instantiated per precision below, with the options of every FPS module (no FMA)
     points: wp.array2d(dtype=Any),
     lengths: wp.array(dtype=wp.int64),
     num_samples: wp.array(dtype=wp.int64),
@@ -43,6 +39,5 @@ def fps_block(
         cur = wp.tile_min(wp.tile(candidate))[0]
 
 
-_POINTS = {"float32": wp.array2d(dtype=wp.vec3f), "float64": wp.array2d(dtype=wp.vec3d)}
-#: one overload per point precision, both built with the module
-FPS_BLOCK = {name: wp.overload(fps_block, {"points": arr}) for name, arr in _POINTS.items()}
+#: ``{dtype name: kernel}``, each precision alone in a Warp module of its own (see ``fps.per_precision``)
+FPS_BLOCK = per_precision(fps_block)
