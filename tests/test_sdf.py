@@ -705,11 +705,11 @@ _CLOSED_POSES = [
 @pytest.mark.parametrize("method", ["ray", "normal", "winding", "unsigned"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_shortcuts_match_the_reference_path(device, method, dtype):
-    """Closed-mesh sign and distance grids change no distance, cost or gradient (posed box, icosphere,
-    torus; points deep inside, near the surfaces and around)."""
+    """Closed-mesh sign and distance grids and the cuboid's closed form change no distance, cost or gradient
+    (posed box, icosphere, torus; points deep inside, near the surfaces and around)."""
     fast = MeshWorld(_CLOSED_SCENE, poses=_CLOSED_POSES, device=device, sign_method=method)
-    assert fast._grid_tables["grid_flags"].tolist() == [[1, 1, 1]]
-    assert (fast._grid_tables["grid_dims"][..., 0] > 0).all()
+    assert fast._grid_tables["grid_flags"].tolist() == [[3, 1, 1]]  # the box is a cuboid (closed form)
+    assert (fast._grid_tables["grid_dims"][0, 1:, 0] > 0).all()
     slow = _reference_path(MeshWorld(_CLOSED_SCENE, poses=_CLOSED_POSES, device=device, sign_method=method))
     pts = _probe_points(_CLOSED_SCENE, _CLOSED_POSES, 300, seed=11).to(device, dtype)
     gen = torch.Generator().manual_seed(12)
@@ -872,7 +872,7 @@ def test_self_intersecting_mesh_is_not_closed(device):
     )
     world = MeshWorld([both], device=device)
     assert world._grid_tables["grid_flags"].item() == 0
-    assert MeshWorld([a], device=device)._grid_tables["grid_flags"].item() == 1
+    assert MeshWorld([a], device=device)._grid_tables["grid_flags"].item() == 3  # closed, a cuboid
     pts = torch.from_numpy(np.random.default_rng(17).uniform(-0.5, 0.6, size=(500, 3))).to(device)
     np.testing.assert_array_equal(
         signed_distance(pts, world).cpu().numpy(),
@@ -924,8 +924,12 @@ def test_per_mesh_sign_method_errors():
 # --------------------------------------------------------------------------------------------------------
 
 
-def test_far_points_get_their_distance(device):
+@pytest.mark.parametrize("path", ["cuboid", "reference"])
+def test_far_points_get_their_distance(device, path):
+    """The cuboid's closed form and the plain path (no grid: no bound from one, not a cap near 3.4e38)."""
     world = MeshWorld([box_mesh((0.5, 0.5, 0.5))], device=device)
+    if path == "reference":
+        world = _reference_path(world)
     for dtype in (torch.float32, torch.float64):
         pts = torch.tensor([[1e18, 0.0, 0.0], [0.0, -3e20, 0.0], [1e7, 1e7, 0.0]], dtype=dtype, device=device)
         d = signed_distance(pts, world).cpu().double().numpy()
@@ -1025,29 +1029,30 @@ _FIRST_QUERY = """
 import re, torch, trimesh, warpgeo
 from warp._src.context import user_modules
 from warpgeo import _interop
+def loaded():  # unique modules are named <kernel>_<8 hex digits of its hash>
+    return sorted(re.sub("_[0-9a-f]{8}$", "", name) for name, m in user_modules.items() if m.execs)
 world = warpgeo.MeshWorld([trimesh.creation.box((1, 1, 1))])
+after_box = loaded()
+warpgeo.MeshWorld([trimesh.creation.icosphere(1)])
 after_build = sorted(_interop.kernels("sdf").SPHERE_MESH_COST), sorted(_interop.kernels("sdf").SIGNED_DISTANCE)
 warpgeo.sphere_mesh_cost(torch.rand(8, 4, dtype=torch.float64, requires_grad=True), world).sum().backward()
 kernels = _interop.kernels("sdf")
 tables = [sorted(t) for t in (kernels.SPHERE_MESH_COST, kernels.SWEPT_SPHERE_MESH_COST, kernels.SIGNED_DISTANCE)]
-loaded = sorted(  # unique modules are named <kernel>_<8 hex digits of its hash>
-    re.sub("_[0-9a-f]{8}$", "", name) for name, m in user_modules.items() if m.execs
-)
-print(after_build, tables, loaded)
+print(after_box, after_build, tables, loaded())
 """
 
 
 def test_a_first_query_creates_and_compiles_only_its_kernel():
     """Per-precision kernel modules, created on first lookup: a fresh process that builds a world and runs
     one float64 sphere_mesh_cost has created only that kernel and loaded (compiled) only the build module
-    and that kernel's module."""
+    and that kernel's module; a world of cuboids (closed form) loads no module at all."""
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-c", _FIRST_QUERY], capture_output=True, text=True, check=True)
     line = out.stdout.strip().splitlines()[-1]
     assert line == (
-        "([], []) [['float64'], [], []] ['sphere_mesh_cost_float64', 'warpgeo._kernels.sdf_build']"
+        "[] ([], []) [['float64'], [], []] ['sphere_mesh_cost_float64', 'warpgeo._kernels.sdf_build']"
     ), line
 
 

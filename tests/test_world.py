@@ -201,8 +201,9 @@ def test_pseudo_normal_tables_of_closed_meshes():
     """A closed mesh gets the face across each edge of each face and angle-weighted vertex normals, at its
     offsets in the world's tables; an open mesh gets none (offsets -1)."""
     sphere = trimesh.creation.icosphere(subdivisions=2)
-    box = trimesh.creation.box((1.0, 2.0, 0.5))
-    open_mesh = (box.vertices, box.faces[:-2])
+    cuboid = trimesh.creation.box((1.0, 2.0, 0.5))
+    open_mesh = (cuboid.vertices, cuboid.faces[:-2])
+    box = cuboid.subdivide()  # closed, and no cuboid (those get no tables: their distance is in closed form)
     world = MeshWorld.from_envs([[sphere, open_mesh], [box]])
     tables = world._grid_tables
     assert tables["topo_offsets"].tolist() == [
@@ -311,3 +312,62 @@ def test_world_bounds_round_outwards_beyond_float32():
     exact = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
     assert (lo <= exact - 0.5).all() and (hi >= exact + 0.5).all()
     assert (lo > exact - 0.5 - 1e-5).all() and (hi < exact + 0.5 + 1e-5).all()
+
+
+def _box_faces(v: np.ndarray, faces: np.ndarray) -> MeshWorld:
+    return MeshWorld([(v, faces)])
+
+
+def _cuboid(extents, diagonal: int) -> tuple[np.ndarray, np.ndarray]:
+    """A box's 8 corners (index 4x + 2y + z) and 12 outward faces, each side split along its first (0) or
+    second (1) diagonal; and the overlapping pair (2): the two halves of each side share an edge."""
+    corners = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], dtype=np.float64)
+    faces = []
+    for axis in range(3):
+        u, w = [a for a in range(3) if a != axis]
+        for side in (0, 1):
+            quad = []
+            for cu, cw in ((0, 0), (1, 0), (1, 1), (0, 1)):
+                c = [0, 0, 0]
+                c[axis], c[u], c[w] = side, cu, cw
+                quad.append(4 * c[0] + 2 * c[1] + c[2])
+            # (q0, q1, q2) has normal e_u x e_w: reverse the quad where that points into the box
+            if (np.cross(np.eye(3)[u], np.eye(3)[w])[axis] > 0) != (side == 1):
+                quad = quad[::-1]
+            q0, q1, q2, q3 = quad
+            faces += [
+                [(q0, q1, q2), (q0, q2, q3)],
+                [(q0, q1, q3), (q1, q2, q3)],
+                [(q0, q1, q2), (q0, q1, q3)],
+            ][diagonal]
+    return corners * np.asarray(extents) - np.asarray(extents) / 2, np.array(faces)
+
+
+def test_cuboids_are_told_apart():
+    """A cuboid (exactly its box's surface, wound outwards) gets the closed and box flags and no grid or
+    tables, whichever diagonal its sides are split along and whether its vertices are shared or not; a face
+    turned inwards, two halves of a side that overlap instead of tiling it, a missing face, a subdivided box
+    (more faces) and a box with a dent are not cuboids (and keep their own paths)."""
+    extents = (1.0, 2.0, 0.5)
+    for v, f in (_cuboid(extents, 0), _cuboid(extents, 1)):
+        assert trimesh.Trimesh(v, f, process=False).is_volume  # the reference says: a closed, outward box
+        tables = _box_faces(v, f)._grid_tables
+        assert tables["grid_flags"].item() == 3 and tables["grid_dims"][0, 0].tolist()[:3] == [0, 0, 0]
+        assert tables["topo_offsets"].tolist() == [[[-1, -1]]]
+        unshared = (v[f].reshape(-1, 3), np.arange(36).reshape(12, 3))
+        assert _box_faces(*unshared)._grid_tables["grid_flags"].item() == 3
+    box = trimesh.creation.box(extents)
+    assert MeshWorld([box])._grid_tables["grid_flags"].item() == 3
+    v, f = _cuboid(extents, 0)
+    inward = f.copy()
+    inward[5] = inward[5][::-1]
+    dented = v.copy()
+    dented[0] = dented[0] * 0.5  # a corner pulled in: no longer on its box's corner
+    overlapping = _cuboid(extents, 2)
+    for vertices, faces in ((v, inward), overlapping, (v, f[:-1]), (dented, f)):
+        assert not _box_faces(vertices, faces)._grid_tables["grid_flags"].item() & 2
+    subdivided = box.subdivide()
+    flags = _box_faces(np.asarray(subdivided.vertices), np.asarray(subdivided.faces))._grid_tables[
+        "grid_flags"
+    ]
+    assert flags.item() == 1

@@ -664,6 +664,7 @@ _COORDINATE_LIMIT = 2.0**60
 _GRID_CELLS = 8192
 _GRID_MAX_AXIS = 64
 _FLAG_CLOSED = 1  # warpgeo._kernels.sdf.FLAG_CLOSED
+_FLAG_BOX = 2  # warpgeo._kernels.sdf.FLAG_BOX
 
 
 def _slivers(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
@@ -697,7 +698,10 @@ def _surface_tables(mesh: Any, vertices: np.ndarray, faces: np.ndarray, method: 
     exact shortcuts of the SDF kernels (see ``warpgeo._kernels.sdf``). A closed mesh gets a signed grid and
     its pseudo-normal tables (``topology = (face_neighbors (F, 3) int32, vertex_normals (V, 3) float64)``,
     else None), an ``"unsigned"`` one an unsigned grid, any other none (its sign may change away from its
-    surface)."""
+    surface). A cuboid (exactly the surface of its box, see :func:`_is_cuboid`) gets neither: the kernels
+    compute its distance in closed form, and building it launches no kernel."""
+    if _is_cuboid(vertices, faces, box):
+        return _FLAG_CLOSED | _FLAG_BOX, (0, 0, 0), np.zeros(0, dtype=np.float32), None
     edge_index = _closed_edges(mesh, vertices, faces, device)
     closed = edge_index is not None
     topology = _pseudo_normal_tables(vertices, faces, edge_index) if closed else None
@@ -722,6 +726,38 @@ def _surface_tables(mesh: Any, vertices: np.ndarray, faces: np.ndarray, method: 
         out=values,
     )
     return (_FLAG_CLOSED if closed else 0), tuple(int(n) for n in dims), values.cpu().numpy(), topology
+
+
+def _is_cuboid(vertices: np.ndarray, faces: np.ndarray, box: np.ndarray) -> bool:
+    """Whether the mesh is exactly the surface of its box ``(lower, upper)`` (with positive extents), wound
+    outwards: 12 faces whose vertices all lie on corners of the box (by coordinates: duplicated vertices are
+    fine), two on each of its six sides, which split that side along a diagonal (together they hold its four
+    corners, sharing two opposite ones), each with its normal pointing out of the box. Such a mesh is closed
+    and does not intersect itself, and its distance is the box's."""
+    lower, upper = box.astype(np.float64)
+    if len(faces) != 12 or not (upper > lower).all():
+        return False
+    tri = vertices.astype(np.float64)[faces]  # (12, 3 corners, 3 axes)
+    at_upper = tri == upper
+    if not ((tri == lower) | at_upper).all():
+        return False
+    normals = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    sides = []
+    for axis in range(3):
+        others = [a for a in range(3) if a != axis]
+        for outward, on in ((-1.0, ~at_upper[..., axis]), (1.0, at_upper[..., axis])):
+            members = np.flatnonzero(on.all(axis=1))  # the faces lying in this side's plane
+            if len(members) != 2 or not (normals[members, axis] * outward > 0).all():
+                return False
+            # each vertex as its corner of the side (its two other coordinates: lower 0 / upper 1)
+            corners = [{tuple(c) for c in at_upper[f][:, others].tolist()} for f in members]
+            if len(corners[0]) != 3 or len(corners[1]) != 3 or len(corners[0] | corners[1]) != 4:
+                return False
+            first, second = sorted(corners[0] & corners[1])
+            if first[0] == second[0] or first[1] == second[1]:  # they share an edge, not a diagonal
+                return False
+            sides.extend(members.tolist())
+    return sorted(sides) == list(range(12))
 
 
 def _closed_edges(mesh: Any, vertices: np.ndarray, faces: np.ndarray, device) -> np.ndarray | None:

@@ -89,6 +89,9 @@ SIGN_UNSIGNED = wp.constant(3)
 NO_MESH = wp.constant(wp.int64(0))
 #: ``grid_flags`` bit: the mesh is closed (see the module docstring); its grid is signed.
 FLAG_CLOSED = wp.constant(1)
+#: ``grid_flags`` bit: the mesh is exactly the surface of its box (a cuboid), wound outwards: its distance
+#: is the box's, in closed form.
+FLAG_BOX = wp.constant(2)
 #: A point farther from a mesh's box than this many box diagonals takes the far path (nearest vertex): from
 #: here on the nearest vertex (relative error <= 2**-23, falling as 1/D^2) beats the float32 face choice.
 FAR_RATIO = wp.constant(2048.0)
@@ -279,6 +282,49 @@ def pseudo_normal_side(
 
 
 @wp.func
+def cuboid_distance(p: Any, lower: wp.vec3, upper: wp.vec3, search: Any, sign: int, surface_eps: Any):
+    """``mesh_distance`` of a mesh that is exactly the surface of its box ``(lower, upper)`` (``FLAG_BOX``), in
+    closed form, in float64: outside, the distance from the box's closest point; inside, to the nearest
+    side (negative, or positive for ``"unsigned"``). Within ``surface_eps`` of the surface the gradient is
+    the outward normal of the side nearest ``p`` (the side it is farthest beyond, outside)."""
+    zero = type(surface_eps)(0.0)
+    pd = wp.vec3d(p)
+    lo = wp.vec3d(lower)
+    hi = wp.vec3d(upper)
+    diff = pd - wp.min(wp.max(pd, lo), hi)
+    # the side nearest p from inside (or the one p is farthest beyond): axis and outward direction
+    nearest = pd[0] - lo[0]
+    axis = int(0)
+    outward = wp.float64(-1.0)
+    for k in range(3):
+        if pd[k] - lo[k] < nearest:
+            nearest = pd[k] - lo[k]
+            axis = k
+            outward = wp.float64(-1.0)
+        if hi[k] - pd[k] < nearest:
+            nearest = hi[k] - pd[k]
+            axis = k
+            outward = wp.float64(1.0)
+    normal = wp.vec3d()
+    normal[axis] = outward
+    if diff[0] != wp.float64(0.0) or diff[1] != wp.float64(0.0) or diff[2] != wp.float64(0.0):
+        d = scaled_length(diff)
+        if d >= wp.float64(search):
+            return False, zero, type(p)()
+        if d > wp.float64(surface_eps):
+            scale = wp.max(wp.max(wp.abs(diff[0]), wp.abs(diff[1])), wp.abs(diff[2]))
+            return True, type(surface_eps)(d), type(p)(wp.normalize(diff / scale))
+        return True, type(surface_eps)(d), type(p)(normal)
+    if sign == SIGN_UNSIGNED:  # the distance to the surface, growing inwards
+        if nearest >= wp.float64(search):
+            return False, zero, type(p)()
+        if nearest > wp.float64(surface_eps):
+            return True, type(surface_eps)(nearest), type(p)(-normal)
+        return True, type(surface_eps)(nearest), type(p)(normal)
+    return True, type(surface_eps)(-nearest), type(p)(normal)
+
+
+@wp.func
 def mesh_distance(
     mesh: wp.uint64,
     p: Any,
@@ -305,6 +351,8 @@ def mesh_distance(
     box = box_distance(p, lower, upper)
     if box > search:
         return False, zero, type(p)()
+    if (flags & FLAG_BOX) != 0:
+        return cuboid_distance(p, lower, upper, search, sign, surface_eps)
     extent = type(box)(wp.length(upper - lower))
     if box > extent * type(box)(FAR_RATIO) or box > type(box)(FAR_ABS):
         found, far, direction = far_distance(mesh, p)
@@ -693,7 +741,8 @@ def signed_distance(
                 p = wp.transform_point(inv_poses[e, m], p_world)
                 s, r = cell_bounds(wp.vec3(p), bounds[e, m, 0], bounds[e, m, 1], grid_dims[e, m], grid_cells)
                 upper = type(far)(padded(wp.abs(s) + r))
-                if wp.isfinite(upper) and upper < bound:
+                # (0, UNBOUNDED) is no bound (no grid): padded, it would read as a cap of ~3.4e38
+                if r < UNBOUNDED and wp.isfinite(upper) and upper < bound:
                     bound = upper
         for m in range(mesh_ids.shape[1]):
             if enabled[e, m] == 0 or mesh_ids[e, m] == NO_MESH:
