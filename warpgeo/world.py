@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 import sys
 import weakref
@@ -642,9 +643,10 @@ def _posed_boxes(bounds: torch.Tensor, poses: torch.Tensor) -> torch.Tensor:
     pad = _POSED_BOX_PAD * (middle.abs() + extent).amax(dim=-1, keepdim=True)
     lower, upper = middle - extent - pad, middle + extent + pad
     lower32, upper32 = lower.to(torch.float32), upper.to(torch.float32)
-    inf = torch.tensor(float("inf"), dtype=torch.float32, device=box.device)
-    lower32 = torch.where(lower32.double() > lower, torch.nextafter(lower32, -inf), lower32)
-    upper32 = torch.where(upper32.double() < upper, torch.nextafter(upper32, inf), upper32)
+    down = torch.nextafter(lower32, torch.full_like(lower32, -math.inf))  # a fill on the device, no host copy
+    up = torch.nextafter(upper32, torch.full_like(upper32, math.inf))
+    lower32 = torch.where(lower32.double() > lower, down, lower32)
+    upper32 = torch.where(upper32.double() < upper, up, upper32)
     return torch.stack([lower32, upper32], dim=-2).contiguous()
 
 
