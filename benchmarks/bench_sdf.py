@@ -16,6 +16,11 @@ It also counts missed collisions: spheres that a full query says collide (union 
 centre below r + eta, with no search bound) but whose cost is 0 — with and without ``max_distance`` —
 and checks warpgeo's distances against Open3D's where it is available.
 
+Two threads: torch's OpenMP workers spin for a while after each parallel torch op (the value check's sum, the
+backward's product) and take a core from warpgeo's launch threads; ``OMP_WAIT_POLICY=PASSIVE`` (set before
+Python starts) puts them to sleep at once. The header prints the setting, and the load average: on a shared
+machine a split launch's ranges take their CPU time but not their wall time.
+
 Per core (``torch.set_num_threads(1)``, Open3D ``nthreads=1``), it also times the *cuRobo-semantics* mode
 (``benchmarks/_curobo_like.py``): the same cost from one closest-point query per sphere and mesh bounded
 by cuRobo's default ``max_dist`` of 0.1 — which misses every centre deeper inside a mesh than that — as the
@@ -59,6 +64,11 @@ def main(argv: list[str] | None = None) -> None:
     pcu = import_peer("point_cloud_utils", "point-cloud-utils", " (on the CPU)")
     if hasattr(os, "getloadavg"):
         print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+    # torch's OpenMP workers spin for a while after each parallel op (libgomp's default) and then compete for the
+    # cores with warpgeo's launch threads: passive, they sleep at once (set before Python starts)
+    print(
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset: OpenMP workers spin after each op)')}"
+    )
 
     meshes = scene_meshes()
     world = warpgeo.MeshWorld(meshes, poses=SCENE_POSES, device=device, sign_method=args.sign_method)
