@@ -4,8 +4,9 @@ A trajectory optimiser or an IK loop calls the collision cost thousands of times
 calls FPS and a gather per layer: on small inputs what counts is the Python / dispatcher / launch cost per
 call, not the kernel. For each op this times forward + backward (FPS: forward; its indices are not
 differentiable) on 64 points or spheres, and a tiny torch op (``(x * 2).sum().backward()`` on a (64, 4)
-tensor) in the same run, in alternating rounds; the overhead is the difference of the medians. Value checks (one device-to-host
-read per call) are timed on and off. Then, in fresh processes with a warm Warp kernel cache, the latency of
+tensor) in the same run, in alternating rounds; the overhead is the median over the rounds of each round's
+difference of medians (its lowest and highest round beside it). Value checks (one device-to-host read per
+call) are timed on and off. Then, in fresh processes with a warm Warp kernel cache, the latency of
 each op's first call beyond ``import torch`` (``--cold`` also with an empty cache: Warp compiles then).
 
     python benchmarks/bench_overhead.py                 # CPU
@@ -35,19 +36,23 @@ GOAL_US = 60.0
 
 def _paired_medians_us(
     fn: Callable[[], object], tiny: Callable[[], object], calls: int, device: torch.device
-) -> tuple[float, float]:
-    """Median wall time of one call of ``fn`` and of ``tiny``, each timed call by call in a loop of its own
-    (as a training or optimisation loop calls it), in alternating rounds so that both see the same machine
-    (on a shared machine the load drifts within seconds). CUDA: per call of a batch of 10 calls,
-    synchronised once."""
-    rounds = 5
-    per_round = max(1, calls // rounds)
+) -> tuple[float, float, float, tuple[float, float]]:
+    """``fn`` beside ``tiny``, each timed call by call in a loop of its own (as a training or optimisation
+    loop calls it), in ``_ROUNDS`` alternating rounds so that both see the same machine. Returns, in µs, the
+    median call of ``fn`` and of ``tiny`` over all rounds, and the overhead: the median over the rounds of
+    each round's difference of medians, with the lowest and highest round (this VM's speed drifts by up to
+    2x within minutes: a difference within a round is steadier than one between pooled medians). CUDA: per
+    call of a batch of 10 calls, synchronised once."""
+    per_round = max(1, calls // _ROUNDS)
     batch = 10 if device.type == "cuda" else 1
-    times: dict[Callable[[], object], list[float]] = {fn: [], tiny: []}
-    for _ in range(rounds):
+    pooled: dict[Callable[[], object], list[float]] = {fn: [], tiny: []}
+    differences = []
+    for _ in range(_ROUNDS):
+        medians = {}
         for f in (fn, tiny):
             for _ in range(max(10, per_round // 10)):  # warm-up: the loop's caches
                 f()
+            times = []
             for _ in range(max(1, per_round // batch)):
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
@@ -56,8 +61,20 @@ def _paired_medians_us(
                     f()
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
-                times[f].append((time.perf_counter() - start) / batch)
-    return statistics.median(times[fn]) * 1e6, statistics.median(times[tiny]) * 1e6
+                times.append((time.perf_counter() - start) / batch)
+            pooled[f] += times
+            medians[f] = statistics.median(times)
+        differences.append((medians[fn] - medians[tiny]) * 1e6)
+    return (
+        statistics.median(pooled[fn]) * 1e6,
+        statistics.median(pooled[tiny]) * 1e6,
+        statistics.median(differences),
+        (min(differences), max(differences)),
+    )
+
+
+#: Alternating rounds of each case and the tiny torch op.
+_ROUNDS = 10
 
 
 def _cases(device: torch.device) -> dict[str, Callable[[], object]]:
@@ -219,24 +236,23 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.rand(64, 4, device=device, requires_grad=True)
     cases = _cases(device)
     print(
-        f"{'case':34s} {'checks':>7s} {'op µs':>9s} {'torch µs':>9s} {'overhead µs':>12s}  goal ≤ {GOAL_US:.0f}"
+        f"{'case':34s} {'checks':>7s} {'op µs':>9s} {'torch µs':>9s} {'overhead µs':>12s} {'rounds':>13s}"
+        f"  goal ≤ {GOAL_US:.0f}"
     )
+
+    def row(name: str, checks: str, fn: Callable[[], object], note: str | None = None) -> None:
+        # the torch op is timed in rounds alternating with each case: the machine's load drifts
+        op, tiny, over, (low, high) = _paired_medians_us(fn, lambda: (x * 2).sum().backward(), calls, device)
+        flag = note or ("ok" if over <= GOAL_US else "over")
+        spread = f"[{low:.0f}, {high:.0f}]"
+        print(f"{name:34s} {checks:>7s} {op:9.1f} {tiny:9.1f} {over:12.1f} {spread:>13s}  {flag}")
+
     for checks in (True, False):
         with warpgeo.value_checks(checks):
             for name, fn in cases.items():
-                # the torch op is timed in rounds alternating with each case: the machine's load drifts
-                op, tiny = _paired_medians_us(fn, lambda: (x * 2).sum().backward(), calls, device)
-                over = op - tiny
-                flag = "ok" if over <= GOAL_US else "over"
-                print(
-                    f"{name:34s} {'on' if checks else 'off':>7s} {op:9.1f} {tiny:9.1f} {over:12.1f}  {flag}"
-                )
+                row(name, "on" if checks else "off", fn)
     if device.type == "cpu":
-        op, tiny = _paired_medians_us(_floor_case(device), lambda: (x * 2).sum().backward(), calls, device)
-        print(
-            f"{'floor: bare Function, 2 launches':34s} {'-':>7s} {op:9.1f} {tiny:9.1f} {op - tiny:12.1f}  "
-            "(gather's kernels, no checks: see _floor_case)"
-        )
+        row("floor: bare Function, 2 launches", "-", _floor_case(device), "(gather's kernels, no checks)")
     print("first call in a fresh process, beyond `import torch` (warm Warp kernel cache; goal ≤ 0.5 s):")
     for op in _FIRST_CALL:
         _first_call_s([op], device, None)  # make sure the cache is warm
