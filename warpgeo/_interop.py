@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from warpgeo import _compile
+
 #: Floating dtypes accepted for points, spheres and features.
 FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 #: Integer dtypes accepted for index inputs (outputs are always int64).
@@ -52,7 +54,9 @@ def warp() -> Any:
     """Import and initialise Warp once, on first use, and return the ``warp`` module (see :func:`_init_warp`;
     the garbage collector is paused meanwhile, see :func:`_no_gc`)."""
     with _no_gc():
-        return _init_warp()
+        wp = _init_warp()
+    _compile.install()  # a process's first module compiles without waiting for Warp's header
+    return wp
 
 
 def _init_warp() -> Any:
@@ -545,7 +549,8 @@ class _Slot:
     def __init__(self, kernel: Any, device: torch.device, block_dim: int | None) -> None:
         wdev = warp_device(device)
         self.params = _params(kernel)
-        self.cmd = warp().Launch(kernel, wdev, block_dim=block_dim)  # loads (compiles) the module
+        with _compile.loading():
+            self.cmd = warp().Launch(kernel, wdev, block_dim=block_dim)  # loads (compiles) the module
         self.dims: tuple[int, ...] | None = None
         packed = self.cmd.params[1:]  # Warp's default argument objects, after the launch bounds
         self.entry = None
@@ -718,7 +723,8 @@ def launch_rows(
         _run(kernel, (rows,), device, None, args)
         return
     # load (compile) the module here, once, so that the side-by-side launches never race to build it
-    kernel.module.load(warp_device(device))
+    with _compile.loading():
+        kernel.module.load(warp_device(device))
     # more ranges than workers, handed out one at a time: rows of unequal cost (spheres near or far from
     # the meshes) even out across the workers
     parts = min(rows, work // _MIN_SPLIT_WORK, workers * _RANGES_PER_WORKER)
