@@ -164,20 +164,28 @@ wp = _interop.warp()
 def one(a: wp.array(dtype=float)):
     a[wp.tid()] = 1.0
 
-device = _interop.warp_device(d)
-wp.launch(one, 1, inputs=[wp.zeros(1, dtype=float, device=device)], device=device)
+_interop.launch(one, 1, device=d, a=torch.zeros(1, device=d))
 """
 
 
+#: How a process with an empty cache compiles: warpgeo's way (its first module beside Warp's precompiled
+#: header, ``warpgeo._compile``), Warp's own (the header built first, then every module with it), or with
+#: Warp's precompiled headers off.
+_COMPILES = {
+    "warpgeo": "",
+    "Warp's": "import warpgeo._compile\nwarpgeo._compile.install = lambda: None\n",
+    "no headers": "import warp\nwarp.config.use_precompiled_headers = False\n",
+}
+
+
 def _first_call_s(
-    ops: list[str], device: torch.device, cache: str | None, headers: bool | None = None
+    ops: list[str], device: torch.device, cache: str | None, compiles: str = "warpgeo"
 ) -> tuple[float, float]:
     """Wall and CPU seconds (all threads) from after ``import torch`` to the end of the first call of each of
-    ``ops`` (a name of ``_FIRST_CALL``, or ``"floor"``), one after the other, in a fresh process.
-
-    ``headers``: ``wp.config.use_precompiled_headers`` for the process (None: Warp's default, on)."""
+    ``ops`` (a name of ``_FIRST_CALL``, or ``"floor"``), one after the other, in a fresh process that
+    compiles as ``_COMPILES[compiles]`` says."""
     calls = "\n".join(_FLOOR if op == "floor" else _FIRST_CALL[op] for op in ops)
-    setting = "" if headers is None else f"import warp; warp.config.use_precompiled_headers = {headers}\n"
+    setting = _COMPILES[compiles]
     code = (
         "import time, torch\nt = time.perf_counter(); c = time.process_time()\n"
         f"{setting}import warpgeo\nd = torch.device({str(device)!r})\n{calls}\n"
@@ -201,24 +209,25 @@ def _load() -> str:
 
 
 def _cold(device: torch.device) -> None:
-    """First calls with an empty Warp kernel cache: per op, all ops in one process, and the floor; each with
-    Warp's precompiled headers on (Warp's default) and off.
+    """First calls with an empty Warp kernel cache: per op, all ops in one process, and the floor; each
+    compiled warpgeo's way, Warp's way and with Warp's precompiled headers off (``_COMPILES``).
 
-    A process's first module build makes Warp's precompiled header (about 1.4 s more than a build without),
-    which every later module of the process reuses (a build then skips parsing Warp's headers, ~2 s): off is
-    faster for a process that compiles one module, on for one that compiles more."""
+    Warp's precompiled header spares every module of a process but the first the ~2 s of parsing Warp's
+    headers, and costs the first one ~1.3 s more to build. warpgeo compiles its first module without it
+    while the header builds on another core: the first op does not wait for the header, and later ones
+    use it."""
     print(
-        "first call with an empty Warp kernel cache, beyond `import torch` (goal ≤ 3 s), "
-        "Warp's precompiled headers on (default) | off:"
+        "first call with an empty Warp kernel cache, beyond `import torch` (goal ≤ 3 s), wall and CPU s, "
+        f"compiled: {' | '.join(_COMPILES)}"
     )
     rows = [(op, [op]) for op in _FIRST_CALL]
     rows += [("all of them, one process", list(_FIRST_CALL)), ("floor: a one-line Warp kernel", ["floor"])]
     for label, ops in rows:
         figures = []
-        for headers in (None, False):
+        for compiles in _COMPILES:
             with tempfile.TemporaryDirectory() as cache:
-                wall, cpu = _first_call_s(ops, device, cache, headers)
-            figures.append(f"{wall:6.2f} s wall {cpu:6.2f} s CPU")
+                wall, cpu = _first_call_s(ops, device, cache, compiles)
+            figures.append(f"{wall:5.2f} {cpu:5.2f}")
         print(f"  {label:30s} {' | '.join(figures)}  {_load()}")
 
 

@@ -16,7 +16,8 @@ The first op of a process returns as soon as its own module is built (about 1.3 
 two cores), and later compiles of the process wait for the header and use it, as before. Nothing else
 changes: the module's hash, its cache entry and its code are those Warp makes (the header only spares
 re-parsing), and the user's own Warp modules compile as Warp compiles them. On a single core, with
-``warp.config.use_precompiled_headers`` off, or where the header already exists, Warp's own path runs.
+``warp.config.use_precompiled_headers`` off, where the header already exists, or where the load average
+leaves no core idle, Warp's own path runs.
 
 This wraps ``warp._src.build.build_cpu`` (Warp 1.19); where that function is not found with the
 parameters used here, nothing is wrapped.
@@ -108,6 +109,20 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def _idle_core() -> bool:
+    """Whether a core is free for the header build: two or more cores, and a load average (over the last
+    minute, this process's own thread included) that leaves one idle. On a busy machine the build would take
+    the module's compile's core, and the first op would come later than Warp's own way."""
+    cores = _cores()
+    if cores < 2:
+        return False
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average (Windows): assume the cores are there
+        return True
+    return load <= cores - 1.5
+
+
 def _plan(original: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The settings for one of warpgeo's compiles: Warp's own, or (the header not built yet in this folder)
     the compile without the header while a thread builds it; a later compile waits for that build."""
@@ -118,7 +133,7 @@ def _plan(original: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any
     with _LOCK:
         job = _HEADERS.get(key)
         if job is None:
-            if _cores() < 2 or _has_header(folder):
+            if _has_header(folder) or not _idle_core():
                 return kwargs
             job = _HEADERS[key] = Future()
             builder = threading.Thread(
