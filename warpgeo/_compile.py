@@ -110,8 +110,8 @@ def _cores() -> int:
 
 
 def _idle_core() -> bool:
-    """Whether a core is free for the header build: two or more cores, and a load average (over the last
-    minute, this process's own thread included) that leaves one idle. On a busy machine the build would take
+    """Whether a core is free for the header build: two or more cores, and a load average over the last
+    minute that leaves at least one of them idle on average. On a busy machine the build would take
     the module's compile's core, and the first op would come later than Warp's own way."""
     cores = _cores()
     if cores < 2:
@@ -120,7 +120,7 @@ def _idle_core() -> bool:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # no load average (Windows): assume the cores are there
         return True
-    return load <= cores - 1.5
+    return load <= cores - 1
 
 
 def _plan(original: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
