@@ -1152,3 +1152,134 @@ def test_parameter_cache_keeps_each_pair_apart(monkeypatch):
         )
         torch.testing.assert_close(got, w * want, rtol=1e-5, atol=1e-6)
     assert len(sdf._PARAMS) == 2
+
+
+# --------------------------------------------------------------------------------------------------------
+# the plane tree of convex closed meshes (deep inside: the face of the nearest plane)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _convex_shapes() -> dict[str, trimesh.Trimesh]:
+    gen = np.random.default_rng(5)
+    blob = gen.normal(size=(120, 3))
+    blob /= np.linalg.norm(blob, axis=1, keepdims=True)
+    return {
+        "icosphere": sphere_mesh(0.3, 3),
+        # elongated: the plane distances have local minima that are not the global one
+        "ellipsoid": trimesh.convex.convex_hull(blob * [0.5, 0.12, 0.07]),
+        # fans of coplanar faces on the caps: feet on shared edges (the bounded query decides there)
+        "cylinder": trimesh.creation.cylinder(radius=0.2, height=0.3, sections=24),
+        "hull": trimesh.convex.convex_hull(gen.uniform(-0.3, 0.3, size=(60, 3))),
+    }
+
+
+def _inside_points(mesh: trimesh.Trimesh, n: int, seed: int) -> np.ndarray:
+    """Points inside a convex mesh (by its face planes): uniform, and just inside faces, edges and vertices."""
+    gen = np.random.default_rng(seed)
+    lo, hi = mesh.bounds
+    pts = gen.uniform(lo, hi, size=(20 * n, 3))
+    centre = mesh.vertices.mean(axis=0)
+    tri = mesh.vertices[mesh.faces]
+    edges = (tri + np.roll(tri, 1, axis=1)).reshape(-1, 3) / 2
+    features = np.concatenate([tri.mean(axis=1), edges, mesh.vertices])
+    near = features + (centre - features) * gen.uniform(1e-4, 0.05, size=(len(features), 1))
+    pts = np.concatenate([pts, near[gen.permutation(len(near))[:n]]])
+    offsets = (mesh.face_normals * tri[:, 0]).sum(axis=1)
+    inside = (pts @ mesh.face_normals.T < offsets).all(axis=1)
+    return pts[inside][: 2 * n]
+
+
+def _no_plane_tree(world: MeshWorld) -> MeshWorld:
+    world._grid_tables["cone_offsets"].fill_(-1)
+    return world
+
+
+def test_plane_tree_only_for_convex_closed_meshes(device):
+    shapes = _convex_shapes()
+    world = MeshWorld(list(shapes.values()), device=device)
+    assert (world._grid_tables["cone_offsets"][0, :, 3] > 0).all()
+    two = trimesh.util.concatenate([sphere_mesh(0.2, 2), sphere_mesh(0.2, 2).apply_translation([1, 0, 0])])
+    dented = sphere_mesh(0.3, 3)
+    dented.vertices[0] *= 0.8
+    others = [torus_mesh(), box_mesh(), two, dented, _open_bin()]
+    world = MeshWorld(others, device=device, sign_method="winding")
+    assert (world._grid_tables["cone_offsets"] == -1).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_plane_tree_matches_brute_force_inside_convex_meshes(device, dtype):
+    """Deep inside and just inside faces, edges and vertices of posed convex meshes: distances against a brute
+    force over every face, and cost and gradient against the world without plane trees; after set_poses too."""
+    shapes = _convex_shapes()
+    meshes = list(shapes.values())
+    gen = torch.Generator().manual_seed(21)
+    fast = MeshWorld(meshes, device=device)
+    slow = _no_plane_tree(MeshWorld(meshes, device=device))
+    # the face is chosen in float32 (as by the BVH query): a near-tie may go to a face 1e-8 farther
+    tol = 2e-6 if dtype == torch.float32 else 1e-7
+    for _ in range(2):
+        poses = torch.stack([random_pose(gen) for _ in meshes])
+        poses[:, :3] *= 5.0  # apart
+        fast.set_poses(poses)
+        slow.set_poses(poses)
+        for m, mesh in enumerate(meshes):
+            local = _inside_points(mesh, 150, seed=m)
+            expected = -triangle_distance_reference(local, mesh.vertices.astype(np.float32), mesh.faces)
+            assert (expected < -0.03).sum() > 50
+            pose = poses[m].numpy()
+            world_pts = local @ quat_matrix(pose[3:]).T + pose[:3]
+            pts = torch.from_numpy(world_pts).to(device, dtype)
+            d = signed_distance(pts, fast).cpu().double().numpy()
+            np.testing.assert_allclose(d, expected, atol=tol, rtol=0, err_msg=f"{list(shapes)[m]}")
+            radii = torch.rand(len(pts), 1, generator=gen, dtype=torch.float64).to(device, dtype) * 0.05
+            out = []
+            for world in (fast, slow):
+                s = torch.cat([pts, radii], 1).requires_grad_(True)
+                cost = sphere_mesh_cost(s, world, activation_distance=0.02)
+                (g,) = torch.autograd.grad(cost.sum(), s)
+                out.append((cost.detach().cpu().double().numpy(), g.cpu().double().numpy()))
+            np.testing.assert_allclose(out[0][0], out[1][0], atol=tol, rtol=0)
+            # a near-tie between two faces (coplanar fans, rounding) may pick the other: same distance
+            close = np.abs(out[0][1] - out[1][1]).max(axis=1) < (1e-3 if dtype == torch.float32 else 1e-6)
+            assert close.mean() > 0.99
+
+
+def test_plane_tree_is_used():
+    """A tree that names face 0 for every plane: points on face 0's normal past the centre (closest to the
+    opposite face) get the distance to face 0, whose foot lies inside it. The plane tree decides there,
+    and the check that the foot lies inside the chosen face is all that stands behind it."""
+    mesh = sphere_mesh(0.3, 3)
+    tri = mesh.vertices[mesh.faces[0]]
+    normal = mesh.face_normals[0]
+    depth = np.linspace(0.35, 0.5, 20)[:, None]
+    pts = torch.from_numpy(tri.mean(axis=0) - depth * normal)
+    world = MeshWorld([mesh])
+    before = signed_distance(pts, world)
+    np.testing.assert_allclose(
+        -before.numpy(),
+        triangle_distance_reference(pts.numpy(), mesh.vertices.astype(np.float32), mesh.faces),
+        atol=1e-6,
+    )
+    world._grid_tables["cone_faces"].fill_(0)
+    after = signed_distance(pts, world)
+    assert (after - before).abs().min() > 0.1
+
+
+def test_hostile_plane_tree_never_crashes():
+    mesh = sphere_mesh(0.3, 3)
+    pts = torch.from_numpy(_inside_points(mesh, 100, seed=4)).float()
+    assert (MeshWorld([mesh])._grid_tables["cone_offsets"][..., 3] > 0).all()
+    for change in (
+        lambda t: t["cone_links"].fill_(-(2**31)),
+        lambda t: t["cone_links"].fill_(2**31 - 1),
+        lambda t: t["cone_links"][:, 0].fill_(0),  # every subtree ends at the root
+        lambda t: t["cone_faces"].fill_(2**31 - 1),
+        lambda t: t["cone_faces"].fill_(-5),
+        lambda t: t["cone_offsets"].fill_(2**31 - 1),
+        lambda t: t["cone_offsets"][..., 3].fill_(2**31 - 1),
+        lambda t: t["cone_nodes"].fill_(float("nan")),
+    ):
+        world = MeshWorld([mesh])
+        change(world._grid_tables)
+        d = signed_distance(pts, world)
+        assert torch.isfinite(d).all()

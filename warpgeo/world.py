@@ -76,7 +76,11 @@ def grid_tables_of(world_id: int) -> dict[str, torch.Tensor]:
     no grid), ``grid_flags`` ``(E, M)`` int32 (``FLAG_CLOSED``), ``grid_cells`` ``(G,)`` float32 (cell-centre
     distances), and the closed meshes' pseudo-normal tables: ``topo_offsets`` ``(E, M, 2)`` int32 (each mesh's
     first row in ``face_neighbors`` and in ``vertex_normals``; -1: none), ``face_neighbors`` ``(F, 3)`` int32
-    (the face across each edge of each face) and ``vertex_normals`` ``(V, 3)`` float64 (angle-weighted); and the
+    (the face across each edge of each face) and ``vertex_normals`` ``(V, 3)`` float64 (angle-weighted); the
+    convex closed meshes' plane trees (see :func:`_plane_tree`): ``cone_offsets`` ``(E, M, 4)`` int32 (first
+    rows in ``cone_nodes``, ``cone_links``, ``cone_planes`` / ``cone_faces``, and the node count; -1: none),
+    ``cone_nodes`` ``(N, 4)`` float32, ``cone_links`` ``(K, 3)`` int32, ``cone_planes`` ``(F, 4)`` float32 and
+    ``cone_faces`` ``(F,)`` int32; and the
     broad phase's ``world_bounds`` ``(E, M, 2, 3)`` float32, each mesh's box posed in the world (rounded
     outwards), which :meth:`MeshWorld.set_poses` updates in place with ``inv_poses``. See
     ``warpgeo._kernels.sdf``.
@@ -222,6 +226,10 @@ class MeshWorld:
         topo_offsets = np.full((num_envs, max_meshes, 2), -1, dtype=np.int32)
         neighbor_tables: list[np.ndarray] = [np.zeros((0, 3), dtype=np.int32)]
         normal_tables: list[np.ndarray] = [np.zeros((0, 3), dtype=np.float64)]
+        # convex closed meshes' plane trees (see _plane_tree), and each mesh's first rows in them
+        cone_offsets = np.full((num_envs, max_meshes, 4), -1, dtype=np.int32)
+        cone_tables: list[list[np.ndarray]] = [[np.zeros((0, 4), np.float32)], [np.zeros((0, 3), np.int32)]]
+        cone_tables += [[np.zeros((0, 4), np.float32)], [np.zeros(0, np.int32)]]
         for e, env in enumerate(envs):
             row = []
             for m, item in enumerate(env):
@@ -252,6 +260,12 @@ class MeshWorld:
                     topo_offsets[e, m] = (face_rows, vertex_rows)
                     neighbor_tables.append(topology[0])
                     normal_tables.append(topology[1])
+                    tree = _plane_tree(vertices, faces, topology[0])
+                    rows = [sum(len(t) for t in tables) for tables in cone_tables]
+                    if tree is not None and max(rows) + max(map(len, tree)) < 2**31:
+                        cone_offsets[e, m] = (rows[0], rows[1], rows[2], len(tree[1]))
+                        for tables, part in zip(cone_tables, tree, strict=True):
+                            tables.append(part)
             self._wp_meshes.append(row)
         if self._device.type == "cuda":
             # BVHs are built on Warp's stream; kernels run on torch's. Wait once, here, not per query.
@@ -271,6 +285,11 @@ class MeshWorld:
             "topo_offsets": torch.from_numpy(topo_offsets).to(self._device),
             "face_neighbors": _dense(np.concatenate(neighbor_tables), self._device),
             "vertex_normals": _dense(np.concatenate(normal_tables), self._device),
+            "cone_offsets": torch.from_numpy(cone_offsets).to(self._device),
+            "cone_nodes": _dense(np.concatenate(cone_tables[0]), self._device),
+            "cone_links": _dense(np.concatenate(cone_tables[1]), self._device),
+            "cone_planes": _dense(np.concatenate(cone_tables[2]), self._device),
+            "cone_faces": _dense(np.concatenate(cone_tables[3]), self._device),
         }
         self._enabled = self._present.to(torch.int32)
         self._poses = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
@@ -825,6 +844,106 @@ def _pseudo_normal_tables(
                 faces[:, k], weights=angle * normal[:, axis], minlength=len(vertices)
             )
     return np.ascontiguousarray(neighbors.T, dtype=np.int32), vertex_normals
+
+
+#: Faces per leaf of a plane tree.
+_PLANE_LEAF = 8
+#: Relative tolerance of the convexity test (of the mesh's extent): coplanar neighbours pass.
+_CONVEX_TOL = 1.0e-6
+#: Radians added to each cone's half-angle in a plane tree (float32 rounds a cosine near 1 by ~3.5e-4 rad).
+_CONE_PAD = 1.0e-3
+
+
+def _is_convex(vertices: np.ndarray, faces: np.ndarray, neighbors: np.ndarray) -> bool:
+    """Whether a closed mesh (``neighbors``: the face across each edge of each face) is convex: one connected
+    surface, convex at every edge (the far corner of each neighbour face on the inner side of the face's
+    plane, up to rounding). Only decides whether a mesh gets a plane tree: the kernels' use of the tree is
+    exact on any mesh (see ``warpgeo._kernels.sdf``)."""
+    tri = vertices.astype(np.float64)[faces]
+    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    tol = _CONVEX_TOL * float(np.linalg.norm(vertices.max(axis=0) - vertices.min(axis=0)))
+    for k in range(3):
+        other = neighbors[:, k]
+        if (other < 0).any():
+            return False
+        # the neighbour's corner that is not on the shared edge: the one not among this face's vertices
+        theirs = faces[other]
+        far = np.zeros(len(faces), dtype=np.int64)
+        for j in range(3):
+            free = (theirs[:, j, None] != faces).all(axis=1)
+            far = np.where(free, theirs[:, j], far)
+        if ((vertices.astype(np.float64)[far] - tri[:, 0]) * normal).sum(axis=1).max() > tol:
+            return False
+    # connected: labels spread along the neighbours (pointer jumping) until they settle
+    label = np.arange(len(faces))
+    while True:
+        spread = np.minimum(label, label[neighbors].min(axis=1))
+        spread = spread[spread]
+        if (spread == label).all():
+            return bool((label == 0).all())
+        label = spread
+
+
+def _plane_tree(vertices: np.ndarray, faces: np.ndarray, neighbors: np.ndarray) -> tuple | None:
+    """The plane tree of a convex closed mesh (None for any other): ``(nodes (1 + 2K, 4) float32, links
+    (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``.
+
+    Each face's plane ``(n, b)`` (unit normal, ``b = n . (a - o)`` for a corner ``a`` and the origin ``o``, the
+    box centre) in leaf order, with the face's index. The K nodes in depth-first order split the faces by
+    their normals (median along the axis of widest spread) down to ``_PLANE_LEAF`` faces; node ``k`` holds
+    rows ``1 + 2k`` = (cone axis ``u``, the least ``b`` below it) and ``2 + 2k`` = (cos, sin of the cone's
+    half-angle), and link ``k`` = (the node after its subtree, first plane row, plane count; 0 for an inner
+    node). Row 0 is (``o``, the margin that covers the float32 rounding of the kernels' bounds). For a point
+    ``p = o + w``, every face below node ``k`` is at least ``b_min - max over the cone of n . w`` from it."""
+    if len(faces) < 2 * _PLANE_LEAF or not _is_convex(vertices, faces, neighbors):
+        return None
+    points = vertices.astype(np.float64)
+    tri = points[faces]
+    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    origin = ((points.min(axis=0) + points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
+    offset = (normal * (tri[:, 0] - origin)).sum(axis=1)
+    nodes: list[tuple] = []
+    links: list[list[int]] = []
+    order: list[np.ndarray] = []
+    placed = 0
+    pending = [np.arange(len(faces))]  # depth-first: the first half of a split is taken next
+    while pending:
+        members = pending.pop()
+        k = len(nodes)
+        axis = normal[members].sum(axis=0)
+        length = np.linalg.norm(axis)
+        axis = axis / length if length > 1e-12 else np.array([1.0, 0.0, 0.0])
+        # the cone's half-angle, widened far beyond the float32 rounding of its cosine and sine
+        angle = min(math.pi, float(np.arccos(np.clip(normal[members] @ axis, -1.0, 1.0)).max()) + _CONE_PAD)
+        nodes.append((*axis, offset[members].min(), math.cos(angle), math.sin(angle)))
+        if len(members) <= _PLANE_LEAF:
+            links.append([k + 1, placed, len(members)])
+            order.append(members)
+            placed += len(members)
+        else:
+            spread = normal[members].max(axis=0) - normal[members].min(axis=0)
+            ranked = members[np.argsort(normal[members, int(np.argmax(spread))], kind="stable")]
+            half = len(ranked) // 2
+            links.append([-1, 0, 0])
+            pending.append(ranked[half:])
+            pending.append(ranked[:half])
+    # the node after each subtree: subtrees are contiguous in depth-first order
+    size = [1] * len(nodes)
+    for k in range(len(nodes) - 1, -1, -1):
+        if links[k][2] == 0:
+            child = k + 1
+            size[k] = 1 + size[child] + size[child + size[child]]
+        links[k][0] = k + size[k]
+    ordered = np.concatenate(order)
+    scale = float(np.abs(points).max() + np.linalg.norm(points.max(axis=0) - points.min(axis=0)))
+    table = np.zeros((1 + 2 * len(nodes), 4), dtype=np.float32)
+    table[0] = (*origin, 1.0e-5 * scale)
+    table[1::2] = [n[:4] for n in nodes]
+    table[2::2, :2] = [n[4:] for n in nodes]
+    planes = np.concatenate([normal[ordered], offset[ordered, None]], axis=1).astype(np.float32)
+    return table, np.asarray(links, dtype=np.int32), planes, ordered.astype(np.int32)
 
 
 # the probe: a unit cube without its +x and +y faces. Seen from its centre the four remaining faces make a

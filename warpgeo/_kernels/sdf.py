@@ -43,6 +43,16 @@ no sign test. The others are prepared by ``MeshWorld`` when it builds a mesh (``
   in an inside cell is found with a closest-point query bounded by ``|s| + h`` and no sign test (instead
   of the unbounded query and the sign vote). Both give the same face as the full query: the bound only
   prunes faces that cannot be the closest.
+* **A plane tree** (convex closed meshes; ``cone_offsets[e, m]``, ``cone_nodes``, ``cone_links``,
+  ``cone_planes``, ``cone_faces``, built by ``MeshWorld``): deep inside a convex mesh every face is nearly
+  as far as the closest (a sphere's centre), and the BVH query visits most of them. But every face is at
+  least as far from ``p`` as its plane, so the face ``f`` of the plane nearest ``p``, where ``p``'s foot on
+  that plane lies inside ``f``, is a closest face (exact on any mesh: convexity only makes it the usual
+  case). The planes are found in a tree over the face normals: below a node whose normals lie in a cone of
+  axis ``u`` and half-angle ``alpha`` and whose planes are at least ``b_min`` from the origin ``o``, every
+  plane is at least ``b_min - max(n . (p - o))`` over the cone from ``p``, and a subtree whose bound (less a
+  rounding margin) exceeds the nearest plane so far is skipped. Used for points in an inside cell of the
+  grid; where the foot falls outside its face (a tie, rounding), the bounded query runs as before.
 
 Far points. A point farther from a mesh's box than ``FAR_RATIO`` (2048) times the box's diagonal (or than
 ``FAR_ABS``, where Warp's float32 squared distances would overflow) is outside, and its distance is the
@@ -57,12 +67,13 @@ meshes beyond its best). Distances beyond the output dtype's range round to inf,
 does.
 
 The world arrays (``mesh_ids``, ``inv_poses``, ``bounds``, ``world_bounds``, ``enabled``, ``sign``, ``grid_dims``,
-``grid_flags``, ``topo_offsets``; all ``(E, M, ...)``, and the flat ``grid_cells``, ``face_neighbors``,
-``vertex_normals``) are named as here. Kernels trust no index: an ``env_index`` outside ``[0, E)`` is an
+``grid_flags``, ``topo_offsets``, ``cone_offsets``; all ``(E, M, ...)``, and the flat ``grid_cells``,
+``face_neighbors``, ``vertex_normals``, ``cone_*``) are named as here. Kernels trust no index: an ``env_index`` outside ``[0, E)`` is an
 environment without meshes, a slot whose mesh id is 0 (padding) is never queried, a slot without a
 ``world_bounds`` entry has no broad phase, a grid cell outside
-``grid_cells`` is treated as touching the surface, and a pseudo-normal table row outside its table (or a
-negative offset) as a feature without a pseudo-normal.
+``grid_cells`` is treated as touching the surface, a pseudo-normal table row outside its table (or a
+negative offset) as a feature without a pseudo-normal, and a plane tree whose rows fall outside its tables
+(or a face index outside the mesh) as no tree (or no such leaf); its walk always moves forward.
 """
 
 import threading
@@ -209,6 +220,118 @@ def cell_bounds(
 
 
 @wp.func
+def cone_cap(w: wp.vec3, ww: float, wl: float, axis: wp.vec4, angle: wp.vec4):
+    """``max(n . w)`` over the unit vectors ``n`` within the angle ``alpha`` of the unit ``axis`` (``angle =
+    (cos alpha, sin alpha, ...)``), with ``ww = |w|^2`` and ``wl = |w|``: ``|w| cos(max(beta - alpha, 0))``,
+    ``beta`` the angle between ``axis`` and ``w``."""
+    t = axis[0] * w[0] + axis[1] * w[1] + axis[2] * w[2]
+    if t >= wl * angle[0]:
+        return wl
+    return t * angle[0] + wp.sqrt(wp.max(ww - t * t, 0.0)) * angle[1]
+
+
+@wp.func
+def scan_planes(
+    w: wp.vec3,
+    best: float,
+    found: int,
+    plane_base: int,
+    link: wp.vec3i,
+    num_faces: int,
+    cone_planes: wp.array(dtype=wp.vec4),
+    cone_faces: wp.array(dtype=wp.int32),
+):
+    """``(best, found)`` updated with the planes of a leaf (``link = (next, first row, count)``) nearer ``w``."""
+    first = wp.int64(plane_base) + wp.int64(link[1])
+    last = first + wp.int64(link[2])
+    if link[1] < 0 or last > wp.int64(cone_planes.shape[0]) or last > wp.int64(cone_faces.shape[0]):
+        return best, found
+    nearest = best
+    face = found
+    for j in range(int(first), int(last)):
+        plane = cone_planes[j]
+        v = wp.abs(plane[3] - (plane[0] * w[0] + plane[1] * w[1] + plane[2] * w[2]))
+        if v < nearest:
+            f = cone_faces[j]
+            if f >= 0 and f < num_faces:
+                nearest = v
+                face = f
+    return nearest, face
+
+
+@wp.func
+def plane_face(
+    p: wp.vec3,
+    start: float,
+    table: wp.vec4i,
+    num_faces: int,
+    cone_nodes: wp.array(dtype=wp.vec4),
+    cone_links: wp.array(dtype=wp.vec3i),
+    cone_planes: wp.array(dtype=wp.vec4),
+    cone_faces: wp.array(dtype=wp.int32),
+):
+    """The face whose plane is nearest ``p`` (the smallest ``|n . p - b|`` over every face of the mesh), found
+    below ``start`` (-1: none found, or no table): the plane tree of a convex closed mesh (see the module
+    docstring). ``table = (first node row, first link row, first plane row, number of nodes)``."""
+    node_base = table[0]
+    link_base = table[1]
+    plane_base = table[2]
+    count = table[3]
+    if node_base < 0 or link_base < 0 or plane_base < 0 or count <= 0:
+        return -1
+    if wp.int64(node_base) + wp.int64(2) * wp.int64(count) >= wp.int64(cone_nodes.shape[0]):
+        return -1
+    if wp.int64(link_base) + wp.int64(count) > wp.int64(cone_links.shape[0]):
+        return -1
+    head = cone_nodes[node_base]  # the tree's origin and the rounding margin of its bounds
+    w = p - wp.vec3(head[0], head[1], head[2])
+    margin = head[3]
+    ww = wp.dot(w, w)
+    wl = wp.sqrt(ww)
+    best = start
+    found = int(-1)
+    # first down the branch of the smaller bound to a leaf: its nearest plane is a tight bound for the rest
+    k = int(0)
+    for _depth in range(count):
+        link = cone_links[link_base + k]
+        if link[2] > 0:
+            break
+        second = link_base + k + 1
+        if k + 1 >= count or second >= cone_links.shape[0]:
+            break
+        other = cone_links[second][0]
+        if other <= k + 1 or other >= count:
+            break
+        near = cone_nodes[node_base + 1 + 2 * (k + 1)]
+        far = cone_nodes[node_base + 1 + 2 * other]
+        if near[3] - cone_cap(w, ww, wl, near, cone_nodes[node_base + 2 + 2 * (k + 1)]) <= far[3] - cone_cap(
+            w, ww, wl, far, cone_nodes[node_base + 2 + 2 * other]
+        ):
+            k = k + 1
+        else:
+            k = other
+    link = cone_links[link_base + k]
+    if link[2] > 0:
+        best, found = scan_planes(w, best, found, plane_base, link, num_faces, cone_planes, cone_faces)
+    k = int(0)
+    while k < count:
+        axis = cone_nodes[node_base + 1 + 2 * k]
+        angle = cone_nodes[node_base + 2 + 2 * k]
+        link = cone_links[link_base + k]
+        following = wp.max(link[0], k + 1)
+        # every plane of the subtree is at least axis[3] - max(n . w) from p (|v| >= v), as is its face
+        if axis[3] - cone_cap(w, ww, wl, axis, angle) - margin <= best:
+            if link[2] > 0:
+                best, found = scan_planes(
+                    w, best, found, plane_base, link, num_faces, cone_planes, cone_faces
+                )
+            else:
+                following = k + 1  # descend
+        k = following
+    return found
+
+
+@wp.func
 def far_distance(mesh: wp.uint64, p: Any):
     """Distance and unit direction from the nearest vertex (of a face) of the mesh to a far point ``p``."""
     m = wp.mesh_get(mesh)
@@ -338,6 +461,11 @@ def mesh_distance(
     topo: wp.vec2i,
     face_neighbors: wp.array(dtype=wp.vec3i),
     vertex_normals: wp.array(dtype=wp.vec3d),
+    cone: wp.vec4i,
+    cone_nodes: wp.array(dtype=wp.vec4),
+    cone_links: wp.array(dtype=wp.vec3i),
+    cone_planes: wp.array(dtype=wp.vec4),
+    cone_faces: wp.array(dtype=wp.int32),
     surface_eps: Any,
 ):
     """Signed distance of ``p`` (mesh frame, precision ``T``) and its gradient, if it is below ``search``.
@@ -390,11 +518,30 @@ def mesh_distance(
                 return False, zero, type(p)()
             face = q.face
         else:
-            q = wp.mesh_query_point_no_sign(mesh, p32, padded(wp.abs(s) + slack))
             inside = True
-            face = q.face
-            if not q.result:  # cannot happen (the bound holds); the full query below settles it
-                face = -1
+            # a convex mesh: the face of the nearest plane, if p's foot on that plane lies inside the face
+            face = plane_face(
+                p32,
+                padded(wp.abs(s) + slack),
+                cone,
+                wp.mesh_get(mesh).indices.shape[0] // 3,
+                cone_nodes,
+                cone_links,
+                cone_planes,
+                cone_faces,
+            )
+            if face >= 0:
+                a = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 0))
+                b = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 1))
+                c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
+                closest, feature = closest_point_on_triangle(pd, a, b, c)
+                if feature != FEATURE_FACE:
+                    face = -1
+            if face < 0:
+                q = wp.mesh_query_point_no_sign(mesh, p32, padded(wp.abs(s) + slack))
+                face = q.face
+                if not q.result:  # cannot happen (the bound holds); the full query below settles it
+                    face = -1
     # A closed mesh near its surface (a signed one): one closest-point query without a sign test, bounded by
     # the cell's bound on |d| where it has one (it always finds the closest face), and the side from the
     # pseudo-normal of the feature (face, edge, vertex) the closest point lies on: exact on closed meshes,
@@ -500,6 +647,11 @@ def sphere_cost(
     topo_offsets: wp.array2d(dtype=wp.vec2i),
     face_neighbors: wp.array(dtype=wp.vec3i),
     vertex_normals: wp.array(dtype=wp.vec3d),
+    cone_offsets: wp.array2d(dtype=wp.vec4i),
+    cone_nodes: wp.array(dtype=wp.vec4),
+    cone_links: wp.array(dtype=wp.vec3i),
+    cone_planes: wp.array(dtype=wp.vec4),
+    cone_faces: wp.array(dtype=wp.int32),
     eta: Any,
     extra_search: float,
     surface_eps: Any,
@@ -533,6 +685,11 @@ def sphere_cost(
                 topo_offsets[e, m],
                 face_neighbors,
                 vertex_normals,
+                cone_offsets[e, m],
+                cone_nodes,
+                cone_links,
+                cone_planes,
+                cone_faces,
                 surface_eps,
             )
             if not hit:
@@ -567,6 +724,11 @@ def sphere_mesh_cost(
     topo_offsets: wp.array2d(dtype=wp.vec2i),
     face_neighbors: wp.array(dtype=wp.vec3i),
     vertex_normals: wp.array(dtype=wp.vec3d),
+    cone_offsets: wp.array2d(dtype=wp.vec4i),
+    cone_nodes: wp.array(dtype=wp.vec4),
+    cone_links: wp.array(dtype=wp.vec3i),
+    cone_planes: wp.array(dtype=wp.vec4),
+    cone_faces: wp.array(dtype=wp.int32),
     params: wp.array(dtype=Any),
     extra_search: float,
     surface_eps: Any,
@@ -603,6 +765,11 @@ def sphere_mesh_cost(
         topo_offsets,
         face_neighbors,
         vertex_normals,
+        cone_offsets,
+        cone_nodes,
+        cone_links,
+        cone_planes,
+        cone_faces,
         params[0],
         extra_search,
         surface_eps,
@@ -627,6 +794,11 @@ def swept_sphere_mesh_cost(
     topo_offsets: wp.array2d(dtype=wp.vec2i),
     face_neighbors: wp.array(dtype=wp.vec3i),
     vertex_normals: wp.array(dtype=wp.vec3d),
+    cone_offsets: wp.array2d(dtype=wp.vec4i),
+    cone_nodes: wp.array(dtype=wp.vec4),
+    cone_links: wp.array(dtype=wp.vec3i),
+    cone_planes: wp.array(dtype=wp.vec4),
+    cone_faces: wp.array(dtype=wp.int32),
     params: wp.array(dtype=Any),
     sweep_steps: int,
     surface_eps: Any,
@@ -684,6 +856,11 @@ def swept_sphere_mesh_cost(
             topo_offsets,
             face_neighbors,
             vertex_normals,
+            cone_offsets,
+            cone_nodes,
+            cone_links,
+            cone_planes,
+            cone_faces,
             eta,
             0.0,
             surface_eps,
@@ -712,6 +889,11 @@ def signed_distance(
     topo_offsets: wp.array2d(dtype=wp.vec2i),
     face_neighbors: wp.array(dtype=wp.vec3i),
     vertex_normals: wp.array(dtype=wp.vec3d),
+    cone_offsets: wp.array2d(dtype=wp.vec4i),
+    cone_nodes: wp.array(dtype=wp.vec4),
+    cone_links: wp.array(dtype=wp.vec3i),
+    cone_planes: wp.array(dtype=wp.vec4),
+    cone_faces: wp.array(dtype=wp.int32),
     surface_eps: Any,
     far: Any,
     compute_grad: int,
@@ -766,6 +948,11 @@ def signed_distance(
                 topo_offsets[e, m],
                 face_neighbors,
                 vertex_normals,
+                cone_offsets[e, m],
+                cone_nodes,
+                cone_links,
+                cone_planes,
+                cone_faces,
                 surface_eps,
             )
             if hit and d < best:
