@@ -1037,7 +1037,8 @@ warpgeo.MeshWorld([trimesh.creation.icosphere(1)])
 after_build = sorted(_interop.kernels("sdf").SPHERE_MESH_COST), sorted(_interop.kernels("sdf").SIGNED_DISTANCE)
 warpgeo.sphere_mesh_cost(torch.rand(8, 4, dtype=torch.float64, requires_grad=True), world).sum().backward()
 kernels = _interop.kernels("sdf")
-tables = [sorted(t) for t in (kernels.SPHERE_MESH_COST, kernels.SWEPT_SPHERE_MESH_COST, kernels.SIGNED_DISTANCE)]
+names = ("SPHERE_MESH_COST", "SWEPT_SPHERE_MESH_COST", "SIGNED_DISTANCE")
+tables = [sorted(getattr(kernels, n + end)) for end in ("", "_CUBOIDS") for n in names]
 print(after_box, after_build, tables, loaded())
 """
 
@@ -1045,14 +1046,16 @@ print(after_box, after_build, tables, loaded())
 def test_a_first_query_creates_and_compiles_only_its_kernel():
     """Per-precision kernel modules, created on first lookup: a fresh process that builds a world and runs
     one float64 sphere_mesh_cost has created only that kernel and loaded (compiled) only the build module
-    and that kernel's module; a world of cuboids (closed form) loads no module at all."""
+    and that kernel's module; a world of cuboids (closed form) loads no module at all to be built, and its
+    queries run the kernels made for cuboids (no BVH query in them)."""
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-c", _FIRST_QUERY], capture_output=True, text=True, check=True)
     line = out.stdout.strip().splitlines()[-1]
     assert line == (
-        "[] ([], []) [['float64'], [], []] ['sphere_mesh_cost_float64', 'warpgeo._kernels.sdf_build']"
+        "[] ([], []) [[], [], [], ['float64'], [], []] "
+        "['sphere_mesh_cost_cuboids_float64', 'warpgeo._kernels.sdf_build']"
     ), line
 
 

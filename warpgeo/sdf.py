@@ -16,7 +16,7 @@ import math
 import torch
 
 from . import _interop
-from .world import MeshWorld, grid_tables_of, mesh_ids_of
+from .world import MeshWorld, all_cuboids, grid_tables_of, mesh_ids_of
 
 __all__ = ["SdfMesh", "SweptSdfMesh", "signed_distance", "sphere_mesh_cost", "swept_sphere_mesh_cost"]
 
@@ -218,6 +218,13 @@ def _launch_blocks(
             run(slice(b, b + 1), slice(n0, n1), inner * (n1 - n0))
 
 
+def _table(world_id: int, name: str):
+    """The SDF kernel table ``name`` (``SPHERE_MESH_COST``, ...) for the world ``world_id``: the one made for a
+    world of cuboids (``<name>_CUBOIDS``) where every mesh is one (it compiles in a fraction of the general
+    kernel's time), the general one otherwise."""
+    return getattr(_interop.kernels("sdf"), f"{name}_CUBOIDS" if all_cuboids(world_id) else name)
+
+
 def _world_kernel_args(world_id: int, mesh_ids, inv_poses, bounds, enabled, sign) -> dict:
     """The world's kernel parameters by name: its fields, its mesh ids and its distance-grid tables."""
     return {
@@ -282,7 +289,7 @@ def _cost_impl(
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
     _launch_blocks(
-        _interop.overload(_interop.kernels("sdf").SPHERE_MESH_COST, work.dtype),
+        _interop.overload(_table(world_id, "SPHERE_MESH_COST"), work.dtype),
         "spheres",
         work.shape[:-1],
         device=work.device,
@@ -331,7 +338,7 @@ def _swept_impl(
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad, 2)
     _launch_blocks(
-        _interop.overload(_interop.kernels("sdf").SWEPT_SPHERE_MESH_COST, work.dtype),
+        _interop.overload(_table(world_id, "SWEPT_SPHERE_MESH_COST"), work.dtype),
         "spheres",
         work.shape[:-1],
         device=work.device,
@@ -375,7 +382,7 @@ def _distance_impl(
     dist = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
     _launch_blocks(
-        _interop.overload(_interop.kernels("sdf").SIGNED_DISTANCE, work.dtype),
+        _interop.overload(_table(world_id, "SIGNED_DISTANCE"), work.dtype),
         "points",
         work.shape[:-1],
         device=work.device,

@@ -92,6 +92,18 @@ def grid_tables_of(world_id: int) -> dict[str, torch.Tensor]:
     return _LIVE_WORLDS[world_id]()._grid_tables
 
 
+def all_cuboids(world_id: int) -> bool:
+    """Whether every mesh of the live world ``world_id`` is a cuboid (``FLAG_BOX``: the surface of its box,
+    computed in closed form), so that its queries can run the kernels made for that
+    (``warpgeo._kernels.sdf.CUBOIDS``).
+
+    Raises:
+        ValueError: no live :class:`MeshWorld` has this id.
+    """
+    mesh_ids_of(world_id)  # the same check and message
+    return _LIVE_WORLDS[world_id]()._all_cuboids
+
+
 class MeshWorld:
     """Triangle meshes in one or more environments, posed in the world frame, for the SDF ops.
 
@@ -302,6 +314,7 @@ class MeshWorld:
         self._inv_poses32 = self._inv_poses.to(torch.float32)
         # the kernels' broad phase: each mesh's box posed in the world (live, like the poses)
         self._grid_tables["world_bounds"] = _posed_boxes(self._bounds, self._poses)
+        self._all_cuboids = all(flags[e, m] & _FLAG_BOX for e, n in enumerate(counts) for m in range(n))
         self._id = next(_WORLD_IDS)
         _LIVE_WORLDS[self._id] = weakref.ref(self)
         weakref.finalize(self, _LIVE_WORLDS.pop, self._id, None)
