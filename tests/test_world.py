@@ -371,3 +371,168 @@ def test_cuboids_are_told_apart():
         "grid_flags"
     ]
     assert flags.item() == 1
+
+
+# --------------------------------------------------------------------------------------------------------
+# the closed-mesh check: intersecting faces that share no vertex, against an exact rational reference
+# --------------------------------------------------------------------------------------------------------
+
+
+def _exact_segment_meets_triangle(p, q, a, b, c) -> bool:
+    """Whether segment ``pq`` meets the closed triangle ``abc`` (Fractions: exact): the segment's parameter
+    and the barycentric coordinates of the crossing by Cramer's rule, or, for a segment in the triangle's
+    plane, an end inside the triangle or a crossing with one of its edges."""
+
+    def sub(x, y):
+        return [x[i] - y[i] for i in range(3)]
+
+    def cross(x, y):
+        return [x[1] * y[2] - x[2] * y[1], x[2] * y[0] - x[0] * y[2], x[0] * y[1] - x[1] * y[0]]
+
+    def dot(x, y):
+        return sum(x[i] * y[i] for i in range(3))
+
+    d, e1, e2, s = sub(q, p), sub(b, a), sub(c, a), sub(p, a)
+    n = cross(e1, e2)
+    det = -dot(d, n)  # p + t d = a + u e1 + v e2
+    if det != 0:
+        t = dot(s, n) / det
+        u = -dot(d, cross(s, e2)) / det
+        v = -dot(d, cross(e1, s)) / det
+        return 0 <= t <= 1 and u >= 0 and v >= 0 and u + v <= 1
+    if dot(s, n) != 0:  # parallel to the plane, off it
+        return False
+
+    def inside(x):  # x in the plane: barycentric signs against the normal
+        return all(dot(cross(sub(y, x), sub(z, x)), n) >= 0 for y, z in ((a, b), (b, c), (c, a)))
+
+    if inside(p) or inside(q):
+        return True
+    for y, z in ((a, b), (b, c), (c, a)):  # coplanar segments pq and yz: solve p + t d = y + w (z - y)
+        f = sub(z, y)
+        m = cross(d, f)
+        if dot(m, m) == 0:  # parallel: collinear and overlapping?
+            if dot(cross(sub(y, p), d), cross(sub(y, p), d)) == 0:
+                ts = [dot(sub(x, p), d) / dot(d, d) for x in (y, z)]
+                if min(ts) <= 1 and max(ts) >= 0:
+                    return True
+            continue
+        g = sub(y, p)
+        t = dot(cross(g, f), m) / dot(m, m)
+        w = dot(cross(g, d), m) / dot(m, m)
+        if 0 <= t <= 1 and 0 <= w <= 1:
+            return True
+    return False
+
+
+def _exact_intersecting_pairs(vertices: np.ndarray, faces: np.ndarray) -> int:
+    """Pairs of faces sharing no vertex whose closed triangles meet, from the float32 vertices the world
+    queries: pairs that a plane of one face separates by far more than float64 rounding are disjoint, the
+    rest are tested exactly (Fractions)."""
+    from fractions import Fraction
+
+    v32 = np.asarray(vertices, dtype=np.float32)
+    tri = v32.astype(np.float64)[faces]
+    lo, hi = tri.min(axis=1), tri.max(axis=1)
+    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    scale = np.abs(tri).max() + 1.0
+    count = 0
+    for f in range(len(faces)):
+        g = np.arange(f + 1, len(faces))
+        g = g[((lo[g] <= hi[f]) & (hi[g] >= lo[f])).all(axis=1)]
+        g = g[~np.isin(faces[g], faces[f]).any(axis=1)]
+        for first in (True, False):  # a plane of one face with the other strictly on one side
+            x, y = (f, g) if first else (g, f)
+            side = np.einsum("...j,...kj->...k", normal[x], tri[y] - tri[x][..., None, 0, :])
+            margin = 1e-9 * scale * np.linalg.norm(normal[x], axis=-1)[..., None]
+            g = g[~((side > margin).all(axis=1) | (side < -margin).all(axis=1))]
+        for h in g:
+            t0 = [[Fraction(float(x)) for x in v32[i]] for i in faces[f]]
+            t1 = [[Fraction(float(x)) for x in v32[i]] for i in faces[h]]
+            if any(
+                _exact_segment_meets_triangle(s[i], s[(i + 1) % 3], *t)
+                for s, t in ((t0, t1), (t1, t0))
+                for i in range(3)
+            ):
+                count += 1
+    return count
+
+
+def _kernel_intersecting_pairs(vertices: np.ndarray, faces: np.ndarray, device) -> int:
+    from warpgeo import _interop
+
+    wp = _interop.warp()
+    wdev = _interop.warp_device(torch.device(device))
+    mesh = wp.Mesh(
+        points=wp.array(np.asarray(vertices, dtype=np.float32), dtype=wp.vec3, device=wdev),
+        indices=wp.array(np.asarray(faces, dtype=np.int32).reshape(-1), dtype=wp.int32, device=wdev),
+    )
+    found = torch.zeros(1, dtype=torch.int32, device=device)
+    _interop.launch(
+        _interop.kernels("sdf_build").face_intersections,
+        len(faces),
+        device=torch.device(device),
+        mesh=mesh.id,
+        num_faces=len(faces),
+        found=found,
+    )
+    return int(found.item())
+
+
+def _two_boxes(offset, inner=(0.3, 0.3, 0.3)) -> trimesh.Trimesh:
+    """Two boxes in one mesh: half extents 0.3 at the origin and ``inner`` at ``offset``."""
+    a = trimesh.creation.box(extents=(0.6, 0.6, 0.6))
+    b = trimesh.creation.box(extents=2 * np.asarray(inner)).apply_translation(offset)
+    return trimesh.Trimesh(
+        np.concatenate([a.vertices, b.vertices]), np.concatenate([a.faces, b.faces + 8]), process=False
+    )
+
+
+def _hull(seed: int, n: int, stretch=(1.0, 1.0, 1.0)) -> trimesh.Trimesh:
+    points = np.random.default_rng(seed).normal(size=(n, 3)) * np.asarray(stretch)
+    return trimesh.convex.convex_hull(points)
+
+
+def _pushed_through(mesh: trimesh.Trimesh, vertex: int, depth: float) -> trimesh.Trimesh:
+    """``mesh`` with one vertex pushed ``depth`` times its distance from the centre through it and out of the
+    other side: its faces cross faces they share no vertex with."""
+    v = mesh.vertices.copy()
+    v[vertex] = -depth * v[vertex]
+    return trimesh.Trimesh(v, mesh.faces, process=False)
+
+
+@pytest.mark.parametrize(
+    ("name", "mesh", "intersecting"),
+    [
+        ("icosphere r=0.01", trimesh.creation.icosphere(subdivisions=4, radius=0.01), False),
+        ("icosphere r=0.15", trimesh.creation.icosphere(subdivisions=4, radius=0.15), False),
+        ("icosphere r=0.3", trimesh.creation.icosphere(subdivisions=4, radius=0.3), False),
+        ("icosphere r=40", trimesh.creation.icosphere(subdivisions=4, radius=40.0), False),
+        ("hull of 400 points", _hull(0, 400), False),
+        ("flat hull of 1000 points", _hull(1, 1000, (1.0, 1.0, 0.01)), False),
+        ("torus", trimesh.creation.torus(major_radius=1.0, minor_radius=0.3), False),
+        ("two overlapping boxes", _two_boxes((0.2, 0.1, 0.05)), True),
+        ("two boxes, coplanar sides", _two_boxes((0.2, 0.0, 0.0)), True),
+        ("two boxes touching along a side", _two_boxes((0.6, 0.1, 0.05)), True),
+        ("two boxes apart", _two_boxes((0.61, 0.1, 0.05)), False),
+        ("box inside a box", _two_boxes((0.0, 0.0, 0.0), (0.2, 0.15, 0.1)), False),
+        (
+            "icosphere, a vertex pushed through",
+            _pushed_through(trimesh.creation.icosphere(2, 0.3), 5, 1.5),
+            True,
+        ),
+        ("hull, a vertex pushed through", _pushed_through(_hull(2, 60), 3, 1.5), True),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
+def test_closed_mesh_check_against_exact_intersections(device, name, mesh, intersecting):
+    """The closed-mesh check counts the pairs of faces sharing no vertex that intersect or touch: as many as
+    an exact rational test, on fine meshes whose distant faces are nearly coplanar (no false positive, which
+    a fixed epsilon gives there) and on genuinely self-intersecting ones; only the latter lose the flag."""
+    vertices, faces = np.asarray(mesh.vertices), np.asarray(mesh.faces)
+    expected = _exact_intersecting_pairs(vertices, faces)
+    assert (expected > 0) == intersecting, name
+    assert _kernel_intersecting_pairs(vertices, faces, device) == expected, name
+    if trimesh.Trimesh(vertices, faces, process=False).is_watertight and "box" not in name:
+        flags = MeshWorld([(vertices, faces)], device=device)._grid_tables["grid_flags"].item()
+        assert bool(flags & 1) != intersecting, name

@@ -56,9 +56,144 @@ def is_corner(j: wp.int32, i0: wp.int32, i1: wp.int32, i2: wp.int32):
     return j == i2
 
 
+#: Relative error bound of a float64 orientation determinant of float64 points, against the sum of the
+#: magnitudes of its terms (Shewchuk's filter ``(7 + 56 eps) eps`` for 3 x 3, ``(3 + 16 eps) eps`` for 2 x 2,
+#: eps = 2**-53, the differences of the coordinates included), rounded up generously.
+ORIENT_ERROR = wp.constant(wp.float64(1.0e-14))
+
+
+@wp.func
+def orient3d(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d):
+    """The sign of ``(a - d) . ((b - d) x (c - d))`` (positive where ``d`` lies below the plane of ``abc``,
+    wound counter-clockwise seen from above), 0 where float64 rounding could flip it (a point on the plane,
+    or too near it to tell)."""
+    ad = a - d
+    bd = b - d
+    cd = c - d
+    x0 = bd[1] * cd[2]
+    x1 = bd[2] * cd[1]
+    y0 = bd[2] * cd[0]
+    y1 = bd[0] * cd[2]
+    z0 = bd[0] * cd[1]
+    z1 = bd[1] * cd[0]
+    det = ad[0] * (x0 - x1) + ad[1] * (y0 - y1) + ad[2] * (z0 - z1)
+    bound = (
+        wp.abs(ad[0]) * (wp.abs(x0) + wp.abs(x1))
+        + wp.abs(ad[1]) * (wp.abs(y0) + wp.abs(y1))
+        + wp.abs(ad[2]) * (wp.abs(z0) + wp.abs(z1))
+    )
+    if det > ORIENT_ERROR * bound:
+        return 1
+    if det < -ORIENT_ERROR * bound:
+        return -1
+    return 0
+
+
+@wp.func
+def orient2d(ax: wp.float64, ay: wp.float64, bx: wp.float64, by: wp.float64, cx: wp.float64, cy: wp.float64):
+    """The sign of ``(b - a) x (c - a)`` in the plane, 0 where float64 rounding could flip it."""
+    left = (bx - ax) * (cy - ay)
+    right = (by - ay) * (cx - ax)
+    det = left - right
+    bound = ORIENT_ERROR * (wp.abs(left) + wp.abs(right))
+    if det > bound:
+        return 1
+    if det < -bound:
+        return -1
+    return 0
+
+
+@wp.func
+def opposite(s0: int, s1: int, s2: int):
+    """Whether the signs ``s0, s1, s2`` include both a certain positive and a certain negative one."""
+    positive = s0 > 0 or s1 > 0 or s2 > 0
+    negative = s0 < 0 or s1 < 0 or s2 < 0
+    return positive and negative
+
+
+@wp.func
+def strictly_outside(s: int, t: int, side: int):
+    """Whether two points whose signs against an edge line are ``s`` and ``t`` are both certainly on the side
+    opposite ``side`` (the triangle's)."""
+    return s * side < 0 and t * side < 0
+
+
+@wp.func
+def segment_meets_coplanar_triangle(p: wp.vec3d, q: wp.vec3d, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d):
+    """Whether segment ``pq``, in the plane of triangle ``abc`` (as far as rounding tells), may meet the closed
+    triangle: projected along the dominant axis of the triangle's normal, they are disjoint only where a line
+    through ``pq`` or through an edge separates them strictly (separating axes of two convex sets in the
+    plane); a sign rounding leaves unknown never separates."""
+    n = wp.cross(b - a, c - a)
+    u = int(0)
+    v = int(1)
+    if wp.abs(n[0]) >= wp.abs(n[1]) and wp.abs(n[0]) >= wp.abs(n[2]):
+        u = 1
+        v = 2
+    elif wp.abs(n[1]) >= wp.abs(n[2]):
+        u = 2
+        v = 0
+    side = orient2d(a[u], a[v], b[u], b[v], c[u], c[v])
+    if side == 0:  # degenerate in projection (the caller rejects slivers): cannot tell, assume they meet
+        return True
+    # a line through pq with the whole triangle strictly on one side
+    sa = orient2d(p[u], p[v], q[u], q[v], a[u], a[v])
+    sb = orient2d(p[u], p[v], q[u], q[v], b[u], b[v])
+    sc = orient2d(p[u], p[v], q[u], q[v], c[u], c[v])
+    if (sa > 0 and sb > 0 and sc > 0) or (sa < 0 and sb < 0 and sc < 0):
+        return False
+    # an edge's line with the whole segment strictly outside
+    if strictly_outside(
+        orient2d(a[u], a[v], b[u], b[v], p[u], p[v]), orient2d(a[u], a[v], b[u], b[v], q[u], q[v]), side
+    ):
+        return False
+    if strictly_outside(
+        orient2d(b[u], b[v], c[u], c[v], p[u], p[v]), orient2d(b[u], b[v], c[u], c[v], q[u], q[v]), side
+    ):
+        return False
+    return not strictly_outside(
+        orient2d(c[u], c[v], a[u], a[v], p[u], p[v]), orient2d(c[u], c[v], a[u], a[v], q[u], q[v]), side
+    )
+
+
+@wp.func
+def segment_meets_triangle(p: wp.vec3d, q: wp.vec3d, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d):
+    """Whether segment ``pq`` may meet the closed triangle ``abc``: False only where float64 orientation signs
+    that rounding cannot flip separate them (so a touch, or a case too near to tell, counts as meeting)."""
+    sp = orient3d(a, b, c, p)
+    sq = orient3d(a, b, c, q)
+    if sp * sq > 0:  # both ends strictly on one side of the plane
+        return False
+    if sp == 0 and sq == 0:
+        return segment_meets_coplanar_triangle(p, q, a, b, c)
+    # pq reaches the plane: it meets the triangle where its line passes on no edge's outer side
+    return not opposite(orient3d(p, q, a, b), orient3d(p, q, b, c), orient3d(p, q, c, a))
+
+
+@wp.func
+def triangles_meet(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d, e: wp.vec3d, f: wp.vec3d):
+    """Whether the closed triangles ``abc`` and ``def`` may intersect. Two triangles meet iff an edge of one
+    meets the other (their intersection is a segment, or a polygon in a common plane, whose ends or corners
+    lie on edges of one of them), and each edge test errs only towards "meet" (see
+    ``segment_meets_triangle``): no false "disjoint", and "meet" only where they touch or rounding cannot
+    separate them (unlike a fixed epsilon, which takes nearly coplanar faces of a fine mesh for coplanar)."""
+    if segment_meets_triangle(a, b, d, e, f):
+        return True
+    if segment_meets_triangle(b, c, d, e, f):
+        return True
+    if segment_meets_triangle(c, a, d, e, f):
+        return True
+    if segment_meets_triangle(d, e, a, b, c):
+        return True
+    if segment_meets_triangle(e, f, a, b, c):
+        return True
+    return segment_meets_triangle(f, d, a, b, c)
+
+
 @wp.kernel
 def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp.int32)):
-    """Count the pairs of faces (``tid`` and a later one) that share no vertex and intersect."""
+    """Count the pairs of faces (``tid`` and a later one) that share no vertex and intersect (or touch, or
+    come too near for float64 orientation signs to tell: see ``triangles_meet``)."""
     f = wp.tid()
     m = wp.mesh_get(mesh)
     if (f + 1) * 3 > m.indices.shape[0] or num_faces * 3 > m.indices.shape[0]:
@@ -78,7 +213,7 @@ def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp
             j2 = m.indices[g * 3 + 2]
             shared = is_corner(j0, i0, i1, i2) or is_corner(j1, i0, i1, i2) or is_corner(j2, i0, i1, i2)
             if not shared:
-                hit = wp.intersect_tri_tri(
+                hit = triangles_meet(
                     wp.vec3d(a),
                     wp.vec3d(b),
                     wp.vec3d(c),
@@ -86,7 +221,7 @@ def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp
                     wp.vec3d(m.points[j1]),
                     wp.vec3d(m.points[j2]),
                 )
-                if hit != 0:
+                if hit:
                     wp.atomic_add(found, 0, 1)
 
 
