@@ -57,6 +57,7 @@ def fresh(monkeypatch, tmp_path):
     monkeypatch.setattr(_compile, "_HEADERS", {})
     monkeypatch.setattr(_compile, "_cores", lambda: 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+    monkeypatch.setattr(_compile, "_runnable_now", lambda: 1)
     folder = tmp_path / "pch"
     folder.mkdir()
     return {**SETTINGS, "use_precompiled_headers": True, "pch_dir": str(folder)}
@@ -91,7 +92,16 @@ def test_other_header_settings_get_their_own_header(fresh):
 
 
 @pytest.mark.parametrize(
-    "case", ["one core", "busy", "header exists", "headers off", "no folder", "other thread's header exists"]
+    "case",
+    [
+        "one core",
+        "busy",
+        "busy now",
+        "header exists",
+        "headers off",
+        "no folder",
+        "other thread's header exists",
+    ],
 )
 def test_warps_own_path(fresh, monkeypatch, case):
     settings = dict(fresh)
@@ -99,6 +109,8 @@ def test_warps_own_path(fresh, monkeypatch, case):
         monkeypatch.setattr(_compile, "_cores", lambda: 1)
     elif case == "busy":  # both cores busy over the last minute (another process, say)
         monkeypatch.setattr(os, "getloadavg", lambda: (1.6, 1.0, 0.5))
+    elif case == "busy now":  # a quiet last minute, but another thread runs beside this one right now
+        monkeypatch.setattr(_compile, "_runnable_now", lambda: 2)
     elif case == "header exists":
         with open(os.path.join(fresh["pch_dir"], "builtin_bd1_o2_f123.pch"), "w") as f:
             f.write("pch")
@@ -143,6 +155,10 @@ def test_fork_forgets_builds_in_flight(fresh):
     _, status = os.waitpid(pid, 0)
     wait_for_builders()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_runnable_now_counts_this_thread():
+    assert _compile._runnable_now() >= 1
 
 
 def test_install_only_wraps_a_known_build(monkeypatch):

@@ -110,17 +110,29 @@ def _cores() -> int:
 
 
 def _idle_core() -> bool:
-    """Whether a core is free for the header build: two or more cores, and a load average over the last
-    minute that leaves at least one of them idle on average. On a busy machine the build would take
-    the module's compile's core, and the first op would come later than Warp's own way."""
+    """Whether a core is free for the header build: two or more cores, a load average over the last minute
+    that leaves at least one of them idle, and (on Linux) no more threads runnable right now than cores
+    besides this one. On a busy machine the build would take the module's compile's core, and the first op
+    would come later than Warp's own way."""
     cores = _cores()
     if cores < 2:
         return False
     try:
-        load = os.getloadavg()[0]
+        if os.getloadavg()[0] > cores - 1:
+            return False
     except (AttributeError, OSError):  # no load average (Windows): assume the cores are there
         return True
-    return load <= cores - 1
+    return _runnable_now() <= cores - 1
+
+
+def _runnable_now() -> int:
+    """Threads runnable on the machine at this moment, this one included (``/proc/loadavg``'s fourth field);
+    1 where that is not known."""
+    try:
+        with open("/proc/loadavg") as f:
+            return int(f.read().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        return 1
 
 
 def _plan(original: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
