@@ -488,9 +488,13 @@ def _two_boxes(offset, inner=(0.3, 0.3, 0.3)) -> trimesh.Trimesh:
     )
 
 
-def _hull(seed: int, n: int, stretch=(1.0, 1.0, 1.0)) -> trimesh.Trimesh:
-    points = np.random.default_rng(seed).normal(size=(n, 3)) * np.asarray(stretch)
-    return trimesh.convex.convex_hull(points)
+def _hull(seed: int, n: int, stretch=(1.0, 1.0, 1.0), on_sphere: bool = False) -> trimesh.Trimesh:
+    """The convex hull of ``n`` random points (``on_sphere``: on the unit sphere, all of them on the hull),
+    scaled by ``stretch``."""
+    points = np.random.default_rng(seed).normal(size=(n, 3))
+    if on_sphere:
+        points /= np.linalg.norm(points, axis=1, keepdims=True)
+    return trimesh.convex.convex_hull(points * np.asarray(stretch))
 
 
 def _pushed_through(mesh: trimesh.Trimesh, vertex: int, depth: float) -> trimesh.Trimesh:
@@ -508,8 +512,10 @@ def _pushed_through(mesh: trimesh.Trimesh, vertex: int, depth: float) -> trimesh
         ("icosphere r=0.15", trimesh.creation.icosphere(subdivisions=4, radius=0.15), False),
         ("icosphere r=0.3", trimesh.creation.icosphere(subdivisions=4, radius=0.3), False),
         ("icosphere r=40", trimesh.creation.icosphere(subdivisions=4, radius=40.0), False),
-        ("hull of 400 points", _hull(0, 400), False),
-        ("flat hull of 1000 points", _hull(1, 1000, (1.0, 1.0, 0.01)), False),
+        ("hull of 400 points on a sphere r=0.1", _hull(0, 400, (0.1, 0.1, 0.1), on_sphere=True), False),
+        ("hull of 400 points on a sphere r=1", _hull(1, 400, on_sphere=True), False),
+        ("flat hull of 400 points", _hull(2, 400, (0.1, 0.1, 0.002), on_sphere=True), False),
+        ("hull of 400 points", _hull(3, 400), False),
         ("torus", trimesh.creation.torus(major_radius=1.0, minor_radius=0.3), False),
         ("two overlapping boxes", _two_boxes((0.2, 0.1, 0.05)), True),
         ("two boxes, coplanar sides", _two_boxes((0.2, 0.0, 0.0)), True),
