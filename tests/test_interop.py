@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import threading
@@ -263,3 +264,73 @@ def test_ops_take_points_whose_coordinates_are_not_adjacent():
     found = warpgeo.knn(points, points, 4)
     expected = warpgeo.knn(points.contiguous(), points.contiguous(), 4)
     assert torch.equal(found.idx, expected.idx)
+
+
+# the value checks' float64 sum -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_sum64_equals_torchs_float64_sum(dtype):
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.rand(300, 7, generator=gen, dtype=torch.float64) * 100 - 50).to(dtype)
+    for t in (x, x.t(), x[::3, 1:5], x.requires_grad_(True) if dtype != torch.float16 else x, x[:0]):
+        got = _interop.sum64(t)
+        assert got.dtype == torch.float64 and got.shape == ()
+        expected = t.detach().sum(dtype=torch.float64)
+        assert torch.allclose(got, expected, rtol=1e-12, atol=1e-9), (got, expected)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_sum64_propagates_nan_and_inf(dtype, bad):
+    x = torch.zeros(1000, 4, dtype=dtype)
+    x[517, 2] = bad
+    assert not math.isfinite(_interop.sum64(x).item())
+    assert not math.isfinite(_interop.sum64(x[503:600:7]).item())  # a strided view holding it
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_scale_rows_equals_torchs_product(dtype):
+    gen = torch.Generator().manual_seed(1)
+    rows = torch.rand(5, 40, 4, generator=gen, dtype=torch.float64).to(dtype)
+    weights = torch.rand(5, 40, generator=gen, dtype=torch.float64).to(dtype)
+    # dense; grad_output of a sum (expanded: zero strides); strided views
+    cases = [(weights, rows), (torch.ones(()).to(dtype).expand(5, 40), rows), (weights[:, ::2], rows[:, ::2])]
+    for w, r in cases:
+        got = _interop.scale_rows(w, r)
+        assert got.dtype == dtype and got.shape == r.shape
+        assert torch.equal(got, w[..., None] * r)
+
+
+def test_scale_rows_records_a_graph_when_asked():
+    """Under create_graph (grad mode on in the backward) the product stays a torch op: differentiable."""
+    w = torch.rand(3, 7, dtype=torch.float64, requires_grad=True)
+    r = torch.rand(3, 7, 4, dtype=torch.float64)
+    out = _interop.scale_rows(w, r)
+    assert out.requires_grad
+    (g,) = torch.autograd.grad(out.sum(), w)
+    assert torch.allclose(g, r.sum(-1))
+    with torch.no_grad():
+        assert not _interop.scale_rows(w, r).requires_grad
+
+
+def test_sphere_cost_double_backward_through_grad_output():
+    """d/d(grad_output) of the backward is the kernel's gradient: create_graph keeps that differentiable."""
+    world = warpgeo.MeshWorld(
+        [
+            (
+                torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]]),
+                torch.tensor([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]]),
+            )
+        ]
+    )
+    spheres = torch.tensor(
+        [[0.2, 0.2, 0.2, 0.3], [2.0, 2.0, 2.0, 0.1]], dtype=torch.float64, requires_grad=True
+    )
+    cost = warpgeo.sphere_mesh_cost(spheres, world)
+    v = torch.tensor([2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(cost, spheres, grad_outputs=v, create_graph=True)
+    (unit,) = torch.autograd.grad(warpgeo.sphere_mesh_cost(spheres, world).sum(), spheres)
+    (gv,) = torch.autograd.grad(g.sum(), v)
+    assert torch.allclose(gv, unit.sum(-1))
+    assert torch.allclose(g, v[:, None] * unit)

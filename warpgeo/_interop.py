@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import torch
 
 from warpgeo import _compile
@@ -275,6 +276,40 @@ def dense_below(tensors: Iterable[torch.Tensor], limit: int = INT32_LIMIT) -> bo
     byte stride reaching ``limit`` (one Warp launch can take them all as they are) — a cheap test that spares
     the usual call the analysis of how to split a launch."""
     return all(t.is_contiguous() and t.numel() * t.element_size() < limit for t in tensors)
+
+
+#: The floating dtypes numpy can sum (it has no bfloat16).
+_NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
+
+
+def sum64(x: torch.Tensor) -> torch.Tensor:
+    """``x.sum(dtype=torch.float64)`` (a 0-d tensor on ``x``'s device), the value checks' finite test.
+
+    On the CPU (a plain tensor: not a fake or functional one) numpy sums on the calling thread: torch's sum of a large tensor runs on torch's OpenMP
+    workers, which (GNU OpenMP's default) keep spinning for milliseconds afterwards and take cores from the
+    launch threads that follow it (:func:`launch_rows`)."""
+    if type(x) is torch.Tensor and x.device.type == "cpu" and x.dtype in _NUMPY_FLOATS:
+        total = np.add.reduce(x.detach().numpy(), axis=None, dtype=np.float64)
+        return torch.tensor(float(total), dtype=torch.float64)
+    return x.sum(dtype=torch.float64)
+
+
+def scale_rows(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``weights[..., None] * rows`` (a backward's ``grad_output`` times the gradient its kernel wrote).
+
+    On the CPU, outside ``torch.compile`` and where no graph of the backward is recorded
+    (``create_graph``), numpy multiplies on the calling thread, as :func:`sum64` sums."""
+    if (
+        type(rows) is torch.Tensor
+        and type(weights) is torch.Tensor
+        and rows.device.type == "cpu"
+        and weights.dtype in _NUMPY_FLOATS
+        and rows.dtype in _NUMPY_FLOATS
+        and not torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
+    ):
+        return torch.from_numpy(np.multiply(weights.detach().numpy()[..., None], rows.detach().numpy()))
+    return weights[..., None] * rows
 
 
 def check_float(t: Any, name: str) -> None:

@@ -183,7 +183,7 @@ def _check_values(points, lengths, num_samples, start, max_samples) -> None:
     # and inf propagate; only float64 values near the top of their range can overflow the sum, and then the
     # exact test below decides)
     only_points = lengths is None and num_samples is None and start is None and points.numel() > 0
-    if only_points and math.isfinite(points.sum(dtype=torch.float64).item()):
+    if only_points and math.isfinite(_interop.sum64(points).item()):
         return
     zero = torch.zeros((), dtype=torch.bool, device=points.device)
     flags = torch.stack(

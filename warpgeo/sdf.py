@@ -115,10 +115,10 @@ def _check_values(x, name: str, env_index, num_envs: int, params) -> None:
     """The checks that need tensor values, run inside the op: one device-to-host transfer for all.
 
     ``x`` is finite when its sum in float64 is (a NaN or inf propagates; float32 and half values cannot
-    overflow a float64 sum); only where the sum is not finite (a NaN/inf, or float64 values summing past
-    the float64 range) is every element tested. ``params`` is skipped when it is one of the parameter
+    overflow a float64 sum; :func:`_interop.sum64`); only where the sum is not finite (a NaN/inf, or float64
+    values summing past the float64 range) is every element tested. ``params`` is skipped when it is one of the parameter
     tensors :func:`_params` made from Python floats (checked on the host already)."""
-    parts = [x.sum(dtype=torch.float64)]
+    parts = [_interop.sum64(x)]
     if env_index is not None and env_index.numel() > 0:
         parts.extend(torch.aminmax(env_index))
     check_params = params is not None and _TRUSTED_PARAMS.get(id(params)) is not params
@@ -439,14 +439,14 @@ def _backward_cost(ctx, grad_cost, _grad_grad):
     if grad_cost is None or not ctx.needs_input_grad[0]:
         return _interop.grads(_COST_INPUTS)
     grad = _kernel_grad(ctx, "sphere_mesh_cost")
-    return _interop.grads(_COST_INPUTS, spheres=(grad_cost[..., None] * grad).to(ctx.dtype))
+    return _interop.grads(_COST_INPUTS, spheres=_interop.scale_rows(grad_cost, grad).to(ctx.dtype))
 
 
 def _backward_distance(ctx, grad_dist, _grad_grad):
     if grad_dist is None or not ctx.needs_input_grad[0]:
         return _interop.grads(_DISTANCE_INPUTS)
     grad = _kernel_grad(ctx, "signed_distance")
-    return _interop.grads(_DISTANCE_INPUTS, points=(grad_dist[..., None] * grad).to(ctx.dtype))
+    return _interop.grads(_DISTANCE_INPUTS, points=_interop.scale_rows(grad_dist, grad).to(ctx.dtype))
 
 
 def _backward_swept(ctx, grad_cost, _grad_grad):
