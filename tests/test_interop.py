@@ -334,3 +334,23 @@ def test_sphere_cost_double_backward_through_grad_output():
     (gv,) = torch.autograd.grad(g.sum(), v)
     assert torch.allclose(gv, unit.sum(-1))
     assert torch.allclose(g, v[:, None] * unit)
+
+
+def test_numpy_paths_step_aside_for_dispatch_modes():
+    """Under a TorchDispatchMode (opcheck, fake tensors, a sync checker) torch computes, so the mode sees it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    x = torch.rand(50, 4)
+    with Seen() as seen, torch.no_grad():
+        _interop.sum64(x)
+        _interop.scale_rows(x[:, 0], x)
+    assert "sum" in seen.ops and "mul" in seen.ops, seen.ops

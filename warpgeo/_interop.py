@@ -282,13 +282,32 @@ def dense_below(tensors: Iterable[torch.Tensor], limit: int = INT32_LIMIT) -> bo
 _NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
 
 
+def _on_the_host(*tensors: torch.Tensor) -> bool:
+    """Whether numpy may compute on these tensors in torch's place: plain CPU tensors of a dtype numpy has,
+    and nobody watching torch's ops (no ``TorchDispatchMode``: opcheck, fake tensors, a sync checker; not
+    under ``torch.compile``)."""
+    if torch.compiler.is_compiling() or _in_dispatch_mode():
+        return False
+    return all(
+        type(t) is torch.Tensor and t.device.type == "cpu" and t.dtype in _NUMPY_FLOATS for t in tensors
+    )
+
+
+def _in_dispatch_mode() -> bool:
+    try:
+        from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+    except ImportError:  # a torch without it: assume a mode (torch's own ops)
+        return True
+    return is_in_torch_dispatch_mode()
+
+
 def sum64(x: torch.Tensor) -> torch.Tensor:
     """``x.sum(dtype=torch.float64)`` (a 0-d tensor on ``x``'s device), the value checks' finite test.
 
-    On the CPU (a plain tensor: not a fake or functional one) numpy sums on the calling thread: torch's sum of a large tensor runs on torch's OpenMP
-    workers, which (GNU OpenMP's default) keep spinning for milliseconds afterwards and take cores from the
-    launch threads that follow it (:func:`launch_rows`)."""
-    if type(x) is torch.Tensor and x.device.type == "cpu" and x.dtype in _NUMPY_FLOATS:
+    On the CPU (:func:`_on_the_host`) numpy sums on the calling thread: torch's sum of a large tensor runs
+    on torch's OpenMP workers, which (GNU OpenMP's default) keep spinning for milliseconds afterwards and
+    take cores from the launch threads that follow it (:func:`launch_rows`)."""
+    if _on_the_host(x):
         total = np.add.reduce(x.detach().numpy(), axis=None, dtype=np.float64)
         return torch.tensor(float(total), dtype=torch.float64)
     return x.sum(dtype=torch.float64)
@@ -297,17 +316,9 @@ def sum64(x: torch.Tensor) -> torch.Tensor:
 def scale_rows(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """``weights[..., None] * rows`` (a backward's ``grad_output`` times the gradient its kernel wrote).
 
-    On the CPU, outside ``torch.compile`` and where no graph of the backward is recorded
-    (``create_graph``), numpy multiplies on the calling thread, as :func:`sum64` sums."""
-    if (
-        type(rows) is torch.Tensor
-        and type(weights) is torch.Tensor
-        and rows.device.type == "cpu"
-        and weights.dtype in _NUMPY_FLOATS
-        and rows.dtype in _NUMPY_FLOATS
-        and not torch.is_grad_enabled()
-        and not torch.compiler.is_compiling()
-    ):
+    On the CPU (:func:`_on_the_host`), where no graph of the backward is recorded (``create_graph``),
+    numpy multiplies on the calling thread, as :func:`sum64` sums."""
+    if not torch.is_grad_enabled() and _on_the_host(weights, rows):
         return torch.from_numpy(np.multiply(weights.detach().numpy()[..., None], rows.detach().numpy()))
     return weights[..., None] * rows
 
