@@ -16,8 +16,8 @@ The first op of a process returns as soon as its own module is built (about 1.3 
 two cores), and later compiles of the process wait for the header and use it, as before. Nothing else
 changes: the module's hash, its cache entry and its code are those Warp makes (the header only spares
 re-parsing), and the user's own Warp modules compile as Warp compiles them. On a single core, with
-``warp.config.use_precompiled_headers`` off, where the header already exists, or where the load average
-leaves no core idle, Warp's own path runs.
+``warp.config.use_precompiled_headers`` off, where the header already exists, or where no core is idle
+(:func:`_idle_core`), Warp's own path runs.
 
 This wraps ``warp._src.build.build_cpu`` (Warp 1.19); where that function is not found with the
 parameters used here, nothing is wrapped.
@@ -110,29 +110,31 @@ def _cores() -> int:
 
 
 def _idle_core() -> bool:
-    """Whether a core is free for the header build: two or more cores, a load average over the last minute
-    that leaves at least one of them idle, and (on Linux) no more threads runnable right now than cores
-    besides this one. On a busy machine the build would take the module's compile's core, and the first op
-    would come later than Warp's own way."""
+    """Whether a core is free for the header build: two or more cores, and no more threads runnable right now
+    than cores besides this one (Linux's ``/proc/loadavg``; elsewhere the last minute's load average). On a
+    busy machine the build would take the module's compile's core, and the first op would come later than
+    Warp's own way. (Not the load average where the count is known: it lags by a minute, and counts the
+    compiles this process or the one before it has just finished.)"""
     cores = _cores()
     if cores < 2:
         return False
+    runnable = _runnable_now()
+    if runnable is not None:
+        return runnable <= cores - 1
     try:
-        if os.getloadavg()[0] > cores - 1:
-            return False
+        return os.getloadavg()[0] <= cores - 1
     except (AttributeError, OSError):  # no load average (Windows): assume the cores are there
         return True
-    return _runnable_now() <= cores - 1
 
 
-def _runnable_now() -> int:
+def _runnable_now() -> int | None:
     """Threads runnable on the machine at this moment, this one included (``/proc/loadavg``'s fourth field);
-    1 where that is not known."""
+    None where that is not known."""
     try:
         with open("/proc/loadavg") as f:
             return int(f.read().split()[3].split("/")[0])
     except (OSError, IndexError, ValueError):
-        return 1
+        return None
 
 
 def _plan(original: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
