@@ -293,12 +293,12 @@ def _on_the_host(*tensors: torch.Tensor) -> bool:
     )
 
 
-def _in_dispatch_mode() -> bool:
-    try:
-        from torch.utils._python_dispatch import is_in_torch_dispatch_mode
-    except ImportError:  # a torch without it: assume a mode (torch's own ops)
+try:
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode as _in_dispatch_mode
+except ImportError:  # a torch without it: assume a mode (torch computes)
+
+    def _in_dispatch_mode() -> bool:
         return True
-    return is_in_torch_dispatch_mode()
 
 
 def sum64(x: torch.Tensor) -> torch.Tensor:
