@@ -173,13 +173,14 @@ _interop.launch(one, 1, device=d, a=torch.zeros(1, device=d))
 """
 
 
-#: How a process with an empty cache compiles: warpgeo's way (its first module beside Warp's precompiled
-#: header, ``warpgeo._compile``), Warp's own (the header built first, then every module with it), or with
-#: Warp's precompiled headers off.
+#: How a process with an empty cache gets its kernels: warpgeo's way (the objects compiled at install,
+#: ``warpgeo._aot``), compiled at first use the way warpgeo compiles (its first module beside Warp's
+#: precompiled header, ``warpgeo._compile``), or compiled at first use Warp's own way (the header built
+#: first, then every module with it). Each: (environment variables, code run before ``import warpgeo``).
 _COMPILES = {
-    "warpgeo": "",
-    "Warp's": "import warpgeo._compile\nwarpgeo._compile.install = lambda: None\n",
-    "no headers": "import warp\nwarp.config.use_precompiled_headers = False\n",
+    "warpgeo": ({}, ""),
+    "compiled": ({"WARPGEO_AOT": "0"}, ""),
+    "Warp's": ({"WARPGEO_AOT": "0"}, "import warpgeo._compile\nwarpgeo._compile.install = lambda: None\n"),
 }
 
 
@@ -190,14 +191,14 @@ def _first_call_s(
     ``ops`` (a name of ``_FIRST_CALL``, or ``"floor"``), one after the other, in a fresh process that
     compiles as ``_COMPILES[compiles]`` says."""
     calls = "\n".join(_FLOOR if op == "floor" else _FIRST_CALL[op] for op in ops)
-    setting = _COMPILES[compiles]
+    variables, setting = _COMPILES[compiles]
     code = (
         "import time, torch, trimesh\nt = time.perf_counter(); c = time.process_time()\n"
         f"{setting}import warpgeo\nd = torch.device({str(device)!r})\n{calls}\n"
         "torch.cuda.synchronize() if d.type == 'cuda' else None\n"
         "print(time.perf_counter() - t, time.process_time() - c)"
     )
-    env = dict(os.environ)
+    env = {**os.environ, **variables}
     if cache is not None:
         env["WARP_CACHE_PATH"] = cache
     with tempfile.TemporaryDirectory() as folder:  # a file: Warp reads a kernel's source from its file
@@ -215,12 +216,22 @@ def _load() -> str:
 
 def _cold(device: torch.device) -> None:
     """First calls with an empty Warp kernel cache: per op, all ops in one process, and the floor; each
-    compiled warpgeo's way, Warp's way and with Warp's precompiled headers off (``_COMPILES``).
+    with the kernels compiled at install (where the install compiled them: ``warpgeo/_aot/``), compiled at
+    first use warpgeo's way, and Warp's way (``_COMPILES``).
 
-    Warp's precompiled header spares every module of a process but the first the ~2 s of parsing Warp's
-    headers, and costs the first one ~1.3 s more to build. warpgeo compiles its first module without it
-    while the header builds on another core: the first op does not wait for the header, and later ones
-    use it."""
+    Compiled at first use, Warp's precompiled header spares every module of a process but the first the
+    ~2 s of parsing Warp's headers, and costs the first one ~1.3 s more to build; warpgeo compiles its
+    first module without it while the header builds on another core. The floor (a user's one-line kernel,
+    launched through warpgeo's launch) is never shipped: it is compiled in every column."""
+    import json
+
+    import warp
+
+    from warpgeo import _aot
+
+    manifest = _aot.ROOT / str(warp.config.version) / _aot.MANIFEST
+    shipped = len(json.loads(manifest.read_text())["modules"]) if manifest.is_file() else 0
+    print(f"kernel modules compiled at install: {shipped} (in {manifest.parent})")
     print(
         "first call with an empty Warp kernel cache, beyond `import torch` (goal ≤ 3 s), wall and CPU s, "
         f"compiled: {' | '.join(_COMPILES)}"

@@ -27,6 +27,7 @@ import pytest
 
 import warpgeo
 import warpgeo._kernels
+from warpgeo._aot import kernel_modules  # every Warp module of warpgeo._kernels (the install builds them too)
 
 ARCHS = (80, 90)
 #: Warp's launch size when a launch names no block_dim (``Module.options["block_dim"]``'s default).
@@ -39,42 +40,6 @@ def _wp():
     import warp as wp
 
     return wp
-
-
-def kernel_modules() -> dict[str, str]:
-    """Warp module name -> a readable id, for every Warp module holding kernels of ``warpgeo._kernels``.
-
-    The Python modules are found with pkgutil and imported; their kernels live in the Warp module named
-    after the Python module, or in modules of their own (``wp.kernel(module="unique")``, one compilation
-    unit per kernel and precision), which Warp's module registry lists. Kernels a module creates on first
-    use are created here: every ``build_all()`` of a module-level table (the SDF kernels' ``PerPrecision``)
-    and every module-level function marked ``lazy_kernel``.
-    """
-    from warp._src.context import user_modules
-
-    packages = [
-        info.name for info in pkgutil.iter_modules(warpgeo._kernels.__path__, prefix="warpgeo._kernels.")
-    ]
-    for name in packages:
-        module = importlib.import_module(name)
-        for value in list(vars(module).values()):
-            if isinstance(value, type):
-                continue
-            if callable(getattr(value, "build_all", None)):
-                value.build_all()
-            elif callable(value) and getattr(value, "lazy_kernel", False):
-                value()
-    found = {}
-    for name, module in list(user_modules.items()):
-        homes = {getattr(k.func, "__module__", "") for k in module.kernels.values()}
-        homes = {h for h in homes if h.startswith("warpgeo._kernels.")}
-        if homes:
-            keys = sorted(module.kernels)
-            # a named module by its name (warpgeo._kernels.gather.rows_int32_single), one of Warp's "unique"
-            # modules (named after their kernel and a hash) by its kernels
-            shown = name.rsplit(".", 1)[-1] if "." in name else "+".join(keys)
-            found[name] = f"{'+'.join(sorted(h.rsplit('.', 1)[1] for h in homes))}:{shown}"
-    return dict(sorted(found.items(), key=lambda item: item[1]))
 
 
 def launch_block_dims() -> set[int]:

@@ -233,7 +233,7 @@ print(json.dumps(calls))
 def test_fresh_process_compiles_first_module_beside_the_header(tmp_path):
     """FPS (its module has fuse_fp off) then gather: FPS's module without the header, the header once on
     its own thread, gather's module with the header, which existed before its compile began."""
-    env = {**os.environ, "WARP_CACHE_PATH": str(tmp_path / "cache")}
+    env = {**os.environ, "WARP_CACHE_PATH": str(tmp_path / "cache"), "WARPGEO_AOT": "0"}  # compiled here
     script = tmp_path / "record.py"  # Warp reads kernel sources from files
     script.write_text(_RECORD)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)

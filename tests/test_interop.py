@@ -166,6 +166,26 @@ def test_launch_binds_by_name_zero_copy_and_strided():
     torch.testing.assert_close(out, points * 3.0)
 
 
+def test_split_launch_builds_only_what_cpu_launches_run(monkeypatch):
+    """A launch split across threads loads its module once, before the threads start, as a CPU launch loads
+    it (one thread per block): no second build of the module's default 256-thread variant, which no CPU
+    launch runs (it doubled a first sphere cost's compile time)."""
+    kernel = _scale_kernel()
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    points = torch.rand(4, 3, 3)
+    out = torch.zeros(4, 3, 3)
+    launches = []
+    real_run = _interop._run
+    monkeypatch.setattr(_interop, "_run", lambda *a: (launches.append(a[1]), real_run(*a)))
+    _interop.launch_rows(
+        kernel, 4, device=cpu, work_per_row=_interop._MIN_SPLIT_WORK, points=points, factor=2.0, out=out
+    )
+    assert len(launches) > 1  # it did split
+    torch.testing.assert_close(out, points * 2.0)
+    assert {block_dim for _, block_dim in kernel.module.execs} == {1}
+
+
 def test_launch_refuses_missing_unexpected_and_mistyped_arguments():
     kernel = _scale_kernel()
     cpu = torch.device("cpu")

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from warpgeo import _compile
+from warpgeo import _aot, _compile
 
 #: Floating dtypes accepted for points, spheres and features.
 FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -596,6 +596,7 @@ class _Slot:
         wdev = warp_device(device)
         self.params = _params(kernel)
         with _compile.loading():
+            _aot.preload(kernel.module, wdev, block_dim)  # the object compiled at install, where it fits
             self.cmd = warp().Launch(kernel, wdev, block_dim=block_dim)  # loads (compiles) the module
         self.dims: tuple[int, ...] | None = None
         packed = self.cmd.params[1:]  # Warp's default argument objects, after the launch bounds
@@ -768,9 +769,10 @@ def launch_rows(
         args[ROW_START] = 0
         _run(kernel, (rows,), device, None, args)
         return
-    # load (compile) the module here, once, so that the side-by-side launches never race to build it
-    with _compile.loading():
-        kernel.module.load(warp_device(device))
+    # load (compile) the module here, once, so that the side-by-side launches never race to build it: through
+    # the calling thread's own launch slot, which loads it as every CPU launch does (block_dim 1; a bare
+    # ``module.load`` would build the module's default 256-thread variant, which no CPU launch runs)
+    _slot(kernel, device, None)
     # more ranges than workers, handed out one at a time: rows of unequal cost (spheres near or far from
     # the meshes) even out across the workers
     parts = min(rows, work // _MIN_SPLIT_WORK, workers * _RANGES_PER_WORKER)
