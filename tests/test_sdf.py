@@ -641,23 +641,31 @@ def test_shapes(box_world_cpu):
 
 
 def test_cpu_launch_split_among_threads_gives_the_same_answer(monkeypatch):
+    """One launch or one per torch thread; one sphere per Warp thread or several in a row (chunks that
+    straddle the end of a batch entry's row, and a last chunk cut short): the same bits everywhere."""
     world = MeshWorld(scene_meshes(), poses=SCENE_POSES)
     gen = torch.Generator().manual_seed(3)
     spheres = torch.rand(3, 700, 4, generator=gen) * torch.tensor([1.4, 1.4, 0.8, 0.1])
     spheres[..., :3] -= torch.tensor([0.7, 0.7, 0.1])
     points = spheres[..., :3].clone()
     results = []
-    for threshold in (1 << 60, 1):  # one launch, then one launch per torch thread
+    cases = [(1 << 60, 1), (1, 1), (1 << 60, 3), (1, 3), (1 << 60, 32), (1, 32), (1, 5000)]
+    for threshold, per in cases:  # one launch, then one launch per torch thread
         monkeypatch.setattr(_interop, "_MIN_SPLIT_WORK", threshold)
+        monkeypatch.setattr(sdf_module, "_ROWS_PER_CPU_THREAD", per)
         s = spheres.clone().requires_grad_()
         p = points.clone().requires_grad_()
+        t = spheres.reshape(3, 7, 100, 4).clone().requires_grad_()
         cost = sphere_mesh_cost(s, world, activation_distance=0.02)
         dist = signed_distance(p, world)
-        (cost.sum() + dist.sum()).backward()
-        results.append((cost, dist, s.grad, p.grad))
+        swept = swept_sphere_mesh_cost(t, world, sweep_steps=2, activation_distance=0.02)
+        (cost.sum() + dist.sum() + swept.sum()).backward()
+        results.append((cost, dist, swept, s.grad, p.grad, t.grad))
     assert results[0][0].gt(0).any(), "some spheres must collide for this test to mean anything"
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
+    assert results[0][2].gt(0).any()
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            assert torch.equal(a, b)
 
 
 # --------------------------------------------------------------------------------------------------------

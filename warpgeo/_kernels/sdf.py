@@ -739,6 +739,30 @@ def sphere_cost(
     return total, g
 
 
+@wp.func
+def thread_rows(chunk: int, rows_per_thread: int, rows: int):
+    """Rows ``[first, stop)`` of thread ``chunk`` when each thread handles ``rows_per_thread`` consecutive
+    rows of ``rows``: empty past the end or for a count below 1, and no int32 overflow on the way.
+
+    On the CPU a thread scores several spheres in a row (``warpgeo.sdf._ROWS_PER_CPU_THREAD``): Warp calls the
+    kernel once per thread, and each call reloads the kernel's ~25 array arguments and recomputes the row
+    index (integer divisions), as long as a sphere far from every mesh takes. On CUDA it is 1."""
+    if rows_per_thread < 1 or chunk < 0 or rows <= 0 or chunk > (rows - 1) // rows_per_thread:
+        return 0, 0
+    first = chunk * rows_per_thread
+    return first, first + wp.min(rows_per_thread, rows - first)
+
+
+@wp.func
+def grid_index(first: int, stop: int, count: int):
+    """``(first // count, first % count)``: the (row, column) of flat index ``first`` of a grid of ``count``
+    columns, (0, 0) where the range is empty (no division by a zero count)."""
+    if stop <= first or count <= 0:
+        return 0, 0
+    b = first // count
+    return b, first - b * count
+
+
 def sphere_mesh_cost(
     spheres: wp.array2d(dtype=Any),
     env_index: wp.array(dtype=wp.int64),
@@ -765,6 +789,7 @@ def sphere_mesh_cost(
     compute_grad: int,
     cost: wp.array2d(dtype=Any),
     grad: wp.array2d(dtype=Any),
+    rows_per_thread: int,
     row_start: int,
 ):
     """Cost of sphere ``(b, s)``, summed over the enabled meshes of environment ``env_index[b]``.
@@ -773,40 +798,45 @@ def sphere_mesh_cost(
     frame; ``bounds[e, m] = (lower, upper)`` is the mesh's box in its own frame; ``params = (eta, weight)``.
     With ``phi = r + eta - d``: 0 for phi <= 0, phi^2 / (2 eta) up to eta, phi - eta / 2 above, times
     weight. ``grad[b, s]`` (written when ``compute_grad``) is d cost / d (x, y, z, r). Thread ``t`` scores
-    sphere ``row_start + t`` of the flattened ``(B, S)`` grid (the host may split the grid into launches).
+    spheres ``(row_start + t) * rows_per_thread`` onwards (``rows_per_thread`` of them) of the flattened
+    ``(B, S)`` grid (the host may split the grid into launches; see :func:`thread_rows`).
     """
-    flat = wp.tid() + row_start
-    bi = flat // spheres.shape[1]
-    si = flat % spheres.shape[1]
-    weight = params[1]
-    e = environment(bi, env_index, mesh_ids.shape[0])
-    c, g = sphere_cost(
-        spheres[bi, si],
-        e,
-        mesh_ids,
-        inv_poses,
-        bounds,
-        world_bounds,
-        enabled,
-        sign,
-        grid_dims,
-        grid_flags,
-        grid_cells,
-        topo_offsets,
-        face_neighbors,
-        vertex_normals,
-        cone_offsets,
-        cone_nodes,
-        cone_links,
-        cone_planes,
-        cone_faces,
-        params[0],
-        extra_search,
-        surface_eps,
-    )
-    cost[bi, si] = c * weight
-    if compute_grad != 0:
-        grad[bi, si] = g * weight
+    first, stop = thread_rows(wp.tid() + row_start, rows_per_thread, spheres.shape[0] * spheres.shape[1])
+    bi, si = grid_index(first, stop, spheres.shape[1])
+    for _flat in range(first, stop):
+        weight = params[1]
+        e = environment(bi, env_index, mesh_ids.shape[0])
+        c, g = sphere_cost(
+            spheres[bi, si],
+            e,
+            mesh_ids,
+            inv_poses,
+            bounds,
+            world_bounds,
+            enabled,
+            sign,
+            grid_dims,
+            grid_flags,
+            grid_cells,
+            topo_offsets,
+            face_neighbors,
+            vertex_normals,
+            cone_offsets,
+            cone_nodes,
+            cone_links,
+            cone_planes,
+            cone_faces,
+            params[0],
+            extra_search,
+            surface_eps,
+        )
+        cost[bi, si] = c * weight
+        if compute_grad != 0:
+            grad[bi, si] = g * weight
+        si += 1
+        if si == spheres.shape[1]:
+            si = 0
+            bi += 1
 
 
 def swept_sphere_mesh_cost(
@@ -836,6 +866,7 @@ def swept_sphere_mesh_cost(
     cost: wp.array3d(dtype=Any),
     grad_here: wp.array3d(dtype=Any),
     grad_next: wp.array3d(dtype=Any),
+    rows_per_thread: int,
     row_start: int,
 ):
     """Swept cost of step ``h`` of sphere ``n`` in trajectory ``b`` (``spheres`` is ``(B, H, N)`` x vec4).
@@ -844,64 +875,67 @@ def swept_sphere_mesh_cost(
     interpolated (centre and radius) at ``t = j / (S + 1)`` from step ``h`` towards step ``h + 1``; the last
     step, and a step whose next sphere is disabled, is scored alone. ``grad_here`` / ``grad_next`` receive
     the gradient w.r.t. the spheres of steps ``h`` and ``h + 1`` (each sample's split ``(1 - t, t)``); the
-    host adds them up without races. Thread ``t`` handles row ``row_start + t`` of the flattened
-    ``(B, H, N)`` grid.
+    host adds them up without races. Thread ``t`` handles rows ``(row_start + t) * rows_per_thread``
+    onwards (``rows_per_thread`` of them) of the flattened ``(B, H, N)`` grid.
     """
-    flat = wp.tid() + row_start
-    horizon = spheres.shape[1]
-    count = spheres.shape[2]
-    bi = flat // (horizon * count)
-    hi = (flat // count) % horizon
-    ni = flat % count
-    weight = params[1]
-    eta = params[0]
-    e = environment(bi, env_index, mesh_ids.shape[0])
-    here = spheres[bi, hi, ni]
-    zero = type(here[0])(0.0)
-    steps = sweep_steps
-    nxt = here
-    if hi + 1 < horizon:
-        nxt = spheres[bi, hi + 1, ni]
-    if hi + 1 >= horizon or nxt[3] < zero or here[3] < zero:
-        steps = 0
-    total = zero
-    g_here = type(here)()
-    g_next = type(here)()
-    scale = type(zero)(1.0) / type(zero)(steps + 1)
-    for j in range(steps + 1):
-        t = type(zero)(j) * scale
-        # (1 - t) here + t next, not here + (next - here) t: the difference overflows for far-apart steps
-        c, g = sphere_cost(
-            here * (type(zero)(1.0) - t) + nxt * t,
-            e,
-            mesh_ids,
-            inv_poses,
-            bounds,
-            world_bounds,
-            enabled,
-            sign,
-            grid_dims,
-            grid_flags,
-            grid_cells,
-            topo_offsets,
-            face_neighbors,
-            vertex_normals,
-            cone_offsets,
-            cone_nodes,
-            cone_links,
-            cone_planes,
-            cone_faces,
-            eta,
-            0.0,
-            surface_eps,
-        )
-        total += c
-        g_here += g * (type(zero)(1.0) - t)
-        g_next += g * t
-    cost[bi, hi, ni] = total * scale * weight
-    if compute_grad != 0:
-        grad_here[bi, hi, ni] = g_here * (scale * weight)
-        grad_next[bi, hi, ni] = g_next * (scale * weight)
+    first, stop = thread_rows(
+        wp.tid() + row_start, rows_per_thread, spheres.shape[0] * spheres.shape[1] * spheres.shape[2]
+    )
+    for flat in range(first, stop):
+        horizon = spheres.shape[1]
+        count = spheres.shape[2]
+        bi = flat // (horizon * count)
+        hi = (flat // count) % horizon
+        ni = flat % count
+        weight = params[1]
+        eta = params[0]
+        e = environment(bi, env_index, mesh_ids.shape[0])
+        here = spheres[bi, hi, ni]
+        zero = type(here[0])(0.0)
+        steps = sweep_steps
+        nxt = here
+        if hi + 1 < horizon:
+            nxt = spheres[bi, hi + 1, ni]
+        if hi + 1 >= horizon or nxt[3] < zero or here[3] < zero:
+            steps = 0
+        total = zero
+        g_here = type(here)()
+        g_next = type(here)()
+        scale = type(zero)(1.0) / type(zero)(steps + 1)
+        for j in range(steps + 1):
+            t = type(zero)(j) * scale
+            # (1 - t) here + t next, not here + (next - here) t: the difference overflows for far-apart steps
+            c, g = sphere_cost(
+                here * (type(zero)(1.0) - t) + nxt * t,
+                e,
+                mesh_ids,
+                inv_poses,
+                bounds,
+                world_bounds,
+                enabled,
+                sign,
+                grid_dims,
+                grid_flags,
+                grid_cells,
+                topo_offsets,
+                face_neighbors,
+                vertex_normals,
+                cone_offsets,
+                cone_nodes,
+                cone_links,
+                cone_planes,
+                cone_faces,
+                eta,
+                0.0,
+                surface_eps,
+            )
+            total += c
+            g_here += g * (type(zero)(1.0) - t)
+            g_next += g * t
+        cost[bi, hi, ni] = total * scale * weight
+        if compute_grad != 0:
+            grad_here[bi, hi, ni] = g_here * (scale * weight)
+            grad_next[bi, hi, ni] = g_next * (scale * weight)
 
 
 def signed_distance(
@@ -929,68 +963,76 @@ def signed_distance(
     compute_grad: int,
     dist: wp.array2d(dtype=Any),
     grad: wp.array2d(dtype=Any),
+    rows_per_thread: int,
     row_start: int,
 ):
     """Union signed distance of point ``(b, s)``: the minimum over the enabled meshes of its environment.
 
     ``far`` is written where no mesh is enabled (gradient 0). Each mesh is searched only within the best
     distance so far (outside its box is outside the mesh; inside, at any depth), so a mesh whose box is
-    farther is skipped and the others are bounded queries. Thread
-    ``t`` handles point ``row_start + t`` of the flattened ``(B, S)`` grid.
+    farther is skipped and the others are bounded queries. Thread ``t`` handles points
+    ``(row_start + t) * rows_per_thread`` onwards (``rows_per_thread`` of them) of the flattened ``(B, S)``
+    grid.
     """
-    flat = wp.tid() + row_start
-    bi = flat // points.shape[1]
-    si = flat % points.shape[1]
-    p_world = points[bi, si]
-    best = far
-    best_n = type(p_world)()
-    e = environment(bi, env_index, mesh_ids.shape[0])
-    if e >= 0:
-        # the grids bound every mesh's distance from above: the union's is below the smallest bound
-        bound = far
-        for m in range(mesh_ids.shape[1]):
-            if enabled[e, m] != 0 and mesh_ids[e, m] != NO_MESH:
-                p = wp.transform_point(inv_poses[e, m], p_world)
-                s, r = cell_bounds(wp.vec3(p), bounds[e, m, 0], bounds[e, m, 1], grid_dims[e, m], grid_cells)
-                upper = type(far)(padded(wp.abs(s) + r))
-                # (0, UNBOUNDED) is no bound (no grid): padded, it would read as a cap of ~3.4e38
-                if r < UNBOUNDED and wp.isfinite(upper) and upper < bound:
-                    bound = upper
-        for m in range(mesh_ids.shape[1]):
-            if enabled[e, m] == 0 or mesh_ids[e, m] == NO_MESH:
-                continue
-            # only a distance below the best so far matters: outside, within it; inside, at any depth
-            reach = wp.max(wp.min(best, bound), type(far)(0.0))
-            if beyond_world_box(p_world, world_bounds, e, m, reach):
-                continue
-            xf = inv_poses[e, m]
-            p = wp.transform_point(xf, p_world)
-            hit, d, n = mesh_distance(
-                wp.uint64(mesh_ids[e, m]),
-                p,
-                reach,
-                sign[e, m],
-                grid_flags[e, m],
-                bounds[e, m, 0],
-                bounds[e, m, 1],
-                grid_dims[e, m],
-                grid_cells,
-                topo_offsets[e, m],
-                face_neighbors,
-                vertex_normals,
-                cone_offsets[e, m],
-                cone_nodes,
-                cone_links,
-                cone_planes,
-                cone_faces,
-                surface_eps,
-            )
-            if hit and d < best:
-                best = d
-                best_n = wp.quat_rotate_inv(wp.transform_get_rotation(xf), n)
-    dist[bi, si] = best
-    if compute_grad != 0:
-        grad[bi, si] = best_n
+    first, stop = thread_rows(wp.tid() + row_start, rows_per_thread, points.shape[0] * points.shape[1])
+    bi, si = grid_index(first, stop, points.shape[1])
+    for _flat in range(first, stop):
+        p_world = points[bi, si]
+        best = far
+        best_n = type(p_world)()
+        e = environment(bi, env_index, mesh_ids.shape[0])
+        if e >= 0:
+            # the grids bound every mesh's distance from above: the union's is below the smallest bound
+            bound = far
+            for m in range(mesh_ids.shape[1]):
+                if enabled[e, m] != 0 and mesh_ids[e, m] != NO_MESH:
+                    p = wp.transform_point(inv_poses[e, m], p_world)
+                    s, r = cell_bounds(
+                        wp.vec3(p), bounds[e, m, 0], bounds[e, m, 1], grid_dims[e, m], grid_cells
+                    )
+                    upper = type(far)(padded(wp.abs(s) + r))
+                    # (0, UNBOUNDED) is no bound (no grid): padded, it would read as a cap of ~3.4e38
+                    if r < UNBOUNDED and wp.isfinite(upper) and upper < bound:
+                        bound = upper
+            for m in range(mesh_ids.shape[1]):
+                if enabled[e, m] == 0 or mesh_ids[e, m] == NO_MESH:
+                    continue
+                # only a distance below the best so far matters: outside, within it; inside, at any depth
+                reach = wp.max(wp.min(best, bound), type(far)(0.0))
+                if beyond_world_box(p_world, world_bounds, e, m, reach):
+                    continue
+                xf = inv_poses[e, m]
+                p = wp.transform_point(xf, p_world)
+                hit, d, n = mesh_distance(
+                    wp.uint64(mesh_ids[e, m]),
+                    p,
+                    reach,
+                    sign[e, m],
+                    grid_flags[e, m],
+                    bounds[e, m, 0],
+                    bounds[e, m, 1],
+                    grid_dims[e, m],
+                    grid_cells,
+                    topo_offsets[e, m],
+                    face_neighbors,
+                    vertex_normals,
+                    cone_offsets[e, m],
+                    cone_nodes,
+                    cone_links,
+                    cone_planes,
+                    cone_faces,
+                    surface_eps,
+                )
+                if hit and d < best:
+                    best = d
+                    best_n = wp.quat_rotate_inv(wp.transform_get_rotation(xf), n)
+        dist[bi, si] = best
+        if compute_grad != 0:
+            grad[bi, si] = best_n
+        si += 1
+        if si == points.shape[1]:
+            si = 0
+            bi += 1
 
 
 #: Options of every SDF kernel module: warpgeo writes every backward itself (no adjoints: half the build time).
