@@ -68,6 +68,9 @@ import warpgeo, warpgeo._aot
 from warpgeo._kernels import fps
 
 warpgeo._aot.ROOT = Path(sys.argv[1])
+if os.environ.get("CHILD_WARP_MODE"):
+    import warp
+    warp.config.mode = os.environ["CHILD_WARP_MODE"]
 points = torch.from_numpy(np.random.default_rng(0).random((64, 3), dtype=np.float32))
 idx = warpgeo.farthest_point_sampling(points, 12).tolist()
 module = fps.FPS_SERIAL["float32"].module
@@ -134,18 +137,22 @@ def test_a_fresh_process_loads_the_shipped_object_and_compiles_nothing(built, tm
     assert Path(out["binary"]).is_relative_to(built / _warp_version())
 
 
-@pytest.mark.parametrize("case", ["other Warp version", "switched off"])
+@pytest.mark.parametrize("case", ["other Warp version", "switched off", "Warp in debug mode"])
 def test_objects_that_may_not_fit_are_not_loaded(built, tmp_path, case):
     """Objects filed under another Warp version are not looked at (Warp's version is in the module hash
-    too); WARPGEO_AOT=0 turns loading off. Warp then compiles the module into its cache as usual."""
+    too); WARPGEO_AOT=0 turns loading off; a process that sets ``warp.config.mode = "debug"`` gets a
+    debug build, not the shipped release object (the mode is in the module hash). Warp then compiles the
+    module into its cache as usual."""
     import numpy as np
 
     root, env = built, {}
     if case == "other Warp version":
         root = tmp_path / "objects"
         shutil.copytree(built / _warp_version(), root / "0.0.1")
-    else:
+    elif case == "switched off":
         env["WARPGEO_AOT"] = "0"
+    else:
+        env["CHILD_WARP_MODE"] = "debug"
     out = _child(root, tmp_path / "cache", **env)
     points = np.random.default_rng(0).random((64, 3), dtype=np.float32)
     assert out["idx"] == _reference_fps(points, 12)
