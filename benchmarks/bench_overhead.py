@@ -216,7 +216,7 @@ def _load() -> str:
 
 def _cold(device: torch.device) -> None:
     """First calls with an empty Warp kernel cache: per op, all ops in one process, and the floor; each
-    with the kernels compiled at install (where the install compiled them: ``warpgeo/_aot/``), compiled at
+    with the kernels compiled at install (where the install compiled them: ``warpgeo/compiled-kernels/``), compiled at
     first use warpgeo's way, and Warp's way (``_COMPILES``).
 
     Compiled at first use, Warp's precompiled header spares every module of a process but the first the

@@ -20,8 +20,10 @@ def _warp_version() -> str:
 
 
 def test_the_install_compiled_every_module():
-    """README's install (``pip install -e .``) runs setup.py's build hook: every kernel module is in the
-    package, under the names the running Warp gives the module and this CPU's object."""
+    """README's install (``pip install -e .``) runs setup.py's build hook: every CPU kernel module is in the
+    package, under the names the running Warp gives the module and this CPU's object, readable by all."""
+    if not _aot.enabled():
+        pytest.skip("WARPGEO_AOT=0: the shipped objects are switched off")
     wp = _interop.warp()
     folder = _aot.ROOT / _warp_version()
     manifest = folder / _aot.MANIFEST
@@ -32,9 +34,11 @@ def test_the_install_compiled_every_module():
     recorded = json.loads(manifest.read_text())
     if recorded["sources"] != _aot.sources_digest():
         pytest.skip("warpgeo/_kernels changed since the install compiled them (pip install -e . rebuilds)")
+    assert recorded["failed"] == {}
+    assert folder.stat().st_mode & 0o777 == 0o755
     cpu = wp.get_device("cpu")
     expected = {}
-    for name, ident in _aot.kernel_modules().items():
+    for name, ident in _aot.cpu_modules().items():
         module = wp.get_module(name)
         expected[module.get_module_identifier(_aot.CPU_BLOCK_DIM)] = (ident, module)
     assert set(recorded["modules"]) == set(expected)
@@ -44,6 +48,13 @@ def test_the_install_compiled_every_module():
             module._get_meta_name(block_dim=_aot.CPU_BLOCK_DIM),
         ):
             assert (folder / folder_name / file).is_file(), (ident, file)
+
+
+def test_cuda_only_modules_are_not_compiled_for_the_cpu():
+    every = set(_aot.kernel_modules().values())
+    cpu = set(_aot.cpu_modules().values())
+    assert {i for i in every if i.startswith("fps_cuda:")} == every - cpu != set()
+    assert "fps:fps_serial_float32" in cpu
 
 
 def test_preload_serves_only_cpu_launches_of_one_thread_per_block(monkeypatch):
@@ -111,19 +122,24 @@ def _child(root: Path, cache: Path, **env) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+#: a second module in the test build: its object stands in for a wrong file under FPS's name
+_OTHER = "gather:rows_int64_single"
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """FPS's small-cloud float32 module, built the way the install builds every module."""
+    """FPS's small-cloud float32 module (and ``_OTHER``), built the way the install builds every module."""
     root = tmp_path_factory.mktemp("aot") / "objects"
     run = subprocess.run(
-        [sys.executable, "-m", "warpgeo._aot", "build", str(root), "fps:fps_serial_float32"],
+        [sys.executable, "-m", "warpgeo._aot", "build", str(root), "fps:fps_serial_float32", _OTHER],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     manifest = json.loads((root / _warp_version() / _aot.MANIFEST).read_text())
-    assert list(manifest["modules"].values()) == ["fps:fps_serial_float32"]
+    assert sorted(manifest["modules"].values()) == sorted(["fps:fps_serial_float32", _OTHER])
+    assert manifest["failed"] == {}
     return root
 
 
@@ -137,12 +153,15 @@ def test_a_fresh_process_loads_the_shipped_object_and_compiles_nothing(built, tm
     assert Path(out["binary"]).is_relative_to(built / _warp_version())
 
 
-@pytest.mark.parametrize("case", ["other Warp version", "switched off", "Warp in debug mode"])
+@pytest.mark.parametrize(
+    "case", ["other Warp version", "switched off", "Warp in debug mode", "truncated object", "wrong object"]
+)
 def test_objects_that_may_not_fit_are_not_loaded(built, tmp_path, case):
     """Objects filed under another Warp version are not looked at (Warp's version is in the module hash
     too); WARPGEO_AOT=0 turns loading off; a process that sets ``warp.config.mode = "debug"`` gets a
-    debug build, not the shipped release object (the mode is in the module hash). Warp then compiles the
-    module into its cache as usual."""
+    debug build, not the shipped release object (the mode is in the module hash); a file that does not
+    load, or that lacks the module's kernels, is dropped. Warp then compiles the module into its cache as
+    usual, and the answer is right."""
     import numpy as np
 
     root, env = built, {}
@@ -151,8 +170,18 @@ def test_objects_that_may_not_fit_are_not_loaded(built, tmp_path, case):
         shutil.copytree(built / _warp_version(), root / "0.0.1")
     elif case == "switched off":
         env["WARPGEO_AOT"] = "0"
-    else:
+    elif case == "Warp in debug mode":
         env["CHILD_WARP_MODE"] = "debug"
+    else:  # a damaged file, or another module's code, under the name of FPS's object: refused, not run
+        root = tmp_path / "objects"
+        shutil.copytree(built, root)
+        version = root / _warp_version()
+        (fps_object,) = [p for p in version.glob("wp_fps_serial_float32_*/*.o")]
+        if case == "truncated object":
+            fps_object.write_bytes(fps_object.read_bytes()[:200])
+        else:
+            (other,) = [p for p in version.glob("wp_warpgeo._kernels.gather.rows_int64_single_*/*.o")]
+            shutil.copyfile(other, fps_object)
     out = _child(root, tmp_path / "cache", **env)
     points = np.random.default_rng(0).random((64, 3), dtype=np.float32)
     assert out["idx"] == _reference_fps(points, 12)

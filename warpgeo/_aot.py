@@ -4,7 +4,8 @@ Warp compiles a kernel module the first time it runs (~1-4 s each on a CPU, most
 Warp's headers) and keeps the object in its kernel cache. ``pip install`` runs :func:`build` (``setup.py``'s
 build hook, ``python -m warpgeo._aot build DIR``): every Warp module of ``warpgeo._kernels`` is compiled for
 this machine's CPU, as a CPU launch loads it (one thread per block), and its object and metadata files are
-kept in the package, under ``_aot/<Warp version>/<module id>/``. At run time :func:`preload` hands Warp
+kept in the package, under ``compiled-kernels/<Warp version>/<module id>/`` (a folder name that is not a
+Python identifier: setuptools never takes it for a namespace package beside this module). At run time :func:`preload` hands Warp
 that object before a module's first launch, so a process's first call costs no compile, whatever the
 state of Warp's cache.
 
@@ -31,18 +32,20 @@ import pkgutil
 import shutil
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 #: where the build puts the objects: the package's own folder (an editable install) or the wheel's copy of it
-ROOT = Path(__file__).resolve().with_name("_aot")
+ROOT = Path(__file__).resolve().with_name("compiled-kernels")
 #: the manifest written beside the objects of one Warp version
 MANIFEST = "manifest.json"
 #: CPU launches run one thread per block (Warp's CPU default): the only variant a CPU launch loads
 CPU_BLOCK_DIM = 1
 
 _state: dict[str, Any] = {}
+_LOCK = threading.Lock()
 
 
 def enabled() -> bool:
@@ -55,34 +58,57 @@ def _version_dir() -> Path | None:
         import warp
 
         folder = ROOT / str(warp.config.version)
-        _state["dir"] = folder if folder.is_dir() else None
+        try:
+            _state["dir"] = folder if folder.is_dir() else None
+        except OSError:  # unreadable: as if absent
+            _state["dir"] = None
     return _state["dir"]
 
 
 def preload(module: Any, device: Any, block_dim: int | None) -> bool:
     """Load ``module`` on ``device`` (a Warp device) from the shipped objects, if they hold it; True then.
 
-    Only CPU launches with Warp's CPU block size (``block_dim`` None or 1) are served; a module already
-    loaded is left as it is. Anything else, a missing file or a failing load, returns False and Warp builds
-    the module as usual.
+    Only CPU launches with Warp's CPU block size (``block_dim`` None or 1) are served, and only modules
+    named by their hash (not ``strip_hash``); a module already loaded is left as it is. The loaded object
+    must define every kernel of the module, else it is dropped. Anything else, a missing or unreadable
+    file or a failing load, returns False and Warp builds the module as usual.
     """
     if not device.is_cpu or block_dim not in (None, CPU_BLOCK_DIM) or not enabled():
         return False
     folder = _version_dir()
     if folder is None:
         return False
-    try:
-        ident = module.get_module_identifier(CPU_BLOCK_DIM)
-        exec_ = module.execs.get((None, CPU_BLOCK_DIM))
-        if exec_ is not None and exec_.module_hash == module.get_module_hash(CPU_BLOCK_DIM):
+    with _LOCK:  # two threads' first launches load the module once
+        try:
+            if module.options.get("strip_hash", False):
+                return False
+            exec_ = module.execs.get((None, CPU_BLOCK_DIM))
+            if exec_ is not None and exec_.module_hash == module.get_module_hash(CPU_BLOCK_DIM):
+                return False
+            ident = module.get_module_identifier(CPU_BLOCK_DIM)
+            binary = folder / ident / module._get_compile_output_name(device, block_dim=CPU_BLOCK_DIM)
+            meta = folder / ident / module._get_meta_name(block_dim=CPU_BLOCK_DIM)
+            if not (binary.is_file() and meta.is_file()):
+                return False
+            loaded = module.load(
+                device, CPU_BLOCK_DIM, binary_path=os.fspath(binary), meta_path=os.fspath(meta)
+            )
+            if loaded is None or not _defines_every_kernel(module, loaded):
+                module.execs.pop((None, CPU_BLOCK_DIM), None)  # Warp builds it instead
+                return False
+        except Exception:  # an unexpected Warp, or a file it cannot load: it compiles the module itself
+            module.execs.pop((None, CPU_BLOCK_DIM), None)
             return False
-        binary = folder / ident / module._get_compile_output_name(device, block_dim=CPU_BLOCK_DIM)
-        meta = folder / ident / module._get_meta_name(block_dim=CPU_BLOCK_DIM)
-        if not (binary.is_file() and meta.is_file()):
-            return False
-        module.load(device, CPU_BLOCK_DIM, binary_path=os.fspath(binary), meta_path=os.fspath(meta))
-    except Exception:  # an unexpected Warp: it compiles the module itself
-        return False
+    return True
+
+
+def _defines_every_kernel(module: Any, loaded: Any) -> bool:
+    """Whether the loaded object has a forward entry point for every kernel (and overload) of ``module``:
+    a file holding some other module's code under this one's name is refused, not launched."""
+    for kernel in module.kernels.values():
+        for instance in kernel.overloads.values() if kernel.is_generic else (kernel,):
+            if loaded.get_kernel_hooks(instance).forward is None:
+                return False
     return True
 
 
@@ -137,15 +163,28 @@ def sources_digest() -> str:
     return digest.hexdigest()
 
 
+def cpu_modules() -> dict[str, str]:
+    """:func:`kernel_modules` less those only CUDA launches (a Python module of ``warpgeo._kernels`` that sets
+    ``CUDA_ONLY = True``): what the install compiles for the CPU."""
+    found = {}
+    for name, ident in kernel_modules().items():
+        homes = ident.split(":", 1)[0].split("+")
+        if all(getattr(importlib.import_module(f"warpgeo._kernels.{h}"), "CUDA_ONLY", False) for h in homes):
+            continue
+        found[name] = ident
+    return found
+
+
 def build(
     target: os.PathLike | str, *, workers: int | None = None, only: list[str] | None = None
 ) -> dict[str, Any]:
-    """Compile every module of :func:`kernel_modules` (or those whose readable ids are in ``only``) for
-    this CPU into ``target/<Warp version>/``.
+    """Compile every module of :func:`cpu_modules` (or those whose readable ids are in ``only``) for this
+    CPU into ``target/<Warp version>/``.
 
     Runs in a process of its own (it points Warp's kernel cache at a temporary folder before Warp starts:
-    ``python -m warpgeo._aot build TARGET``). The folder is replaced as a whole; returns the manifest
-    written beside the objects.
+    ``python -m warpgeo._aot build TARGET``). The folder is replaced as a whole, readable by every user. A
+    module that fails to build is left out and listed under ``"failed"`` in the manifest written beside the
+    objects, which is returned (Warp compiles that module at first use).
     """
     cache = tempfile.mkdtemp(prefix="warpgeo-aot-")
     os.environ["WARP_CACHE_PATH"] = cache
@@ -156,37 +195,47 @@ def build(
     wp.config.log_level = wp.LOG_ERROR
     wp.init()
     cpu = wp.get_device("cpu")
-    target = Path(target)
+    target = Path(target).absolute()
     version = str(wp.config.version)
-    staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=_made(target)))
-    names = kernel_modules()
+    target.mkdir(parents=True, exist_ok=True)
+    for stale in target.glob(f".{version}-*"):  # the staging folder of a build that was killed
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=target))
+    staging.chmod(0o755)  # mkdtemp makes it private; the package's files are read by every user
+    names = cpu_modules()
     if only is not None:
         unknown = set(only) - set(names.values())
         if unknown:
             raise ValueError(f"no such kernel modules: {sorted(unknown)}")
         names = {name: ident for name, ident in names.items() if ident in only}
 
-    def one(name: str) -> str:
-        module = wp.get_module(name)
-        module.load(cpu, CPU_BLOCK_DIM)
-        ident = module.get_module_identifier(CPU_BLOCK_DIM)
-        source = Path(wp.config.kernel_cache_dir) / ident
-        out = staging / ident
-        out.mkdir()
-        for file in (
-            module._get_compile_output_name(cpu, block_dim=CPU_BLOCK_DIM),
-            module._get_meta_name(block_dim=CPU_BLOCK_DIM),
-        ):
-            shutil.copyfile(source / file, out / file)
-        return ident
+    def one(name: str) -> tuple[str, str | None]:
+        try:
+            module = wp.get_module(name)
+            module.load(cpu, CPU_BLOCK_DIM)
+            ident = module.get_module_identifier(CPU_BLOCK_DIM)
+            source = Path(wp.config.kernel_cache_dir) / ident
+            out = staging / ident
+            out.mkdir()
+            for file in (
+                module._get_compile_output_name(cpu, block_dim=CPU_BLOCK_DIM),
+                module._get_meta_name(block_dim=CPU_BLOCK_DIM),
+            ):
+                shutil.copyfile(source / file, out / file)
+            return ident, None
+        except Exception as error:
+            return names[name], f"{type(error).__name__}: {error}"
 
     try:
         with ThreadPoolExecutor(max_workers=workers or min(4, os.cpu_count() or 1)) as pool:
-            idents = list(pool.map(one, names))
+            results = list(pool.map(one, names))
         manifest = {
             "warp": version,
             "sources": sources_digest(),
-            "modules": dict(zip(idents, names.values(), strict=True)),
+            "modules": {
+                ident: names[name] for name, (ident, err) in zip(names, results, strict=True) if err is None
+            },
+            "failed": {ident: err for ident, err in results if err is not None},
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         final = target / version
@@ -199,11 +248,6 @@ def build(
     return manifest
 
 
-def _made(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or args[0] != "build":
@@ -211,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     manifest = build(args[1], only=args[2:] or None)
     print(f"warpgeo: {len(manifest['modules'])} kernel modules compiled for this CPU into {args[1]}")
-    return 0
+    for ident, error in manifest["failed"].items():
+        print(f"warpgeo: {ident} not compiled ({error}); Warp compiles it at first use", file=sys.stderr)
+    return 1 if manifest["failed"] else 0
 
 
 if __name__ == "__main__":

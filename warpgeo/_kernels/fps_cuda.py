@@ -41,3 +41,6 @@ def fps_block(  # instantiated per precision below, with the options of every FP
 
 #: ``{dtype name: kernel}``, each precision alone in a Warp module of its own (see ``fps.per_precision``)
 FPS_BLOCK = per_precision(fps_block)
+
+#: Only CUDA launches these kernels: the install does not compile them for the CPU (``warpgeo._aot``).
+CUDA_ONLY = True
