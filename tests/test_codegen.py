@@ -1,11 +1,12 @@
 """CUDA code generation, checked on every run, GPU or not.
 
-Every Warp module under ``warpgeo._kernels`` (found with pkgutil: modules come and go) is compiled ahead
-of time to PTX for sm_80 (A100) and sm_90 (H100) with ``wp.compile_aot_module``, through NVRTC, which Warp
+Every Warp module of every kernel table of ``warpgeo._kernels`` (the files found with pkgutil: modules come
+and go; ``warpgeo._warmup.kernel_modules``, what ``warpgeo warmup`` compiles) is compiled ahead of time to PTX for sm_80 (A100) and sm_90 (H100) with ``wp.compile_aot_module``, through NVRTC, which Warp
 ships: no GPU or CUDA driver is needed. A module is Warp's compilation unit, so one build covers every
 kernel in it and every overload (dtype instance) the ops launch; the test checks the PTX has an entry point
 for each of them. Tile kernels depend on the block size (``wp.block_dim()``, tile shapes), so a module is
-built for every ``block_dim`` the ops launch with (see :func:`launch_block_dims`).
+built for the ``block_dim`` its table declares (Warp's default where none), and the ops launch with no
+other (see :func:`launch_block_dims`).
 
 Output goes to pytest's temporary directory; nothing is cached in the repository. NVRTC takes a few
 seconds per module and architecture.
@@ -27,13 +28,23 @@ import pytest
 
 import warpgeo
 import warpgeo._kernels
-from warpgeo._aot import kernel_modules  # every Warp module of warpgeo._kernels (the install builds them too)
+from warpgeo._warmup import kernel_modules as _table_modules  # what `warpgeo warmup` compiles
 
 ARCHS = (80, 90)
 #: Warp's launch size when a launch names no block_dim (``Module.options["block_dim"]``'s default).
 _WARP_DEFAULT_BLOCK_DIM = 256
 #: warpgeo modules that are not ops (they launch nothing of their own).
-_NOT_OPS = {"_kernels", "_interop", "_aot", "_compile", "cli", "demos", "compat", "__main__"}
+_NOT_OPS = {"_kernels", "_interop", "_warmup", "_op", "_constants", "cli", "demos", "compat", "__main__"}
+
+
+def kernel_modules() -> dict[str, tuple[str, int]]:
+    """Warp module name -> (a readable id ``<kernel file>:<module>``, the block size its launches use)."""
+    found = {}
+    for table, _key, name in _table_modules():
+        file = table.name.removeprefix("warpgeo._kernels.").split(".")[0]
+        block_dim = table.block_dim if table.block_dim is not None else _WARP_DEFAULT_BLOCK_DIM
+        found[name] = (f"{file}:{name.rsplit('.', 1)[-1]}", block_dim)
+    return found
 
 
 def _wp():
@@ -46,8 +57,8 @@ def launch_block_dims() -> set[int]:
     """Every ``block_dim`` the ops pass to a launch, and Warp's default for launches that pass none.
 
     Read from the op modules' source: each ``block_dim=<value>`` keyword must be an int literal, ``None``,
-    or a module-level int constant of that op module; anything else fails here, so that no block size
-    escapes the build below.
+    a module-level int constant of that op module, or a kernel table's ``.block_dim``; anything else fails
+    here, so that no block size escapes the build below.
     """
     dims = {_WARP_DEFAULT_BLOCK_DIM}
     for info in pkgutil.iter_modules(warpgeo.__path__, prefix="warpgeo."):
@@ -64,6 +75,8 @@ def launch_block_dims() -> set[int]:
                     dims.add(value.value)
             elif isinstance(value, ast.Name) and isinstance(getattr(module, value.id, None), int):
                 dims.add(getattr(module, value.id))
+            elif isinstance(value, ast.Attribute) and value.attr == "block_dim":
+                pass  # a kernel table's own block size (``table.block_dim``): built as the table says
             else:
                 raise AssertionError(
                     f"{info.name} line {node.lineno}: block_dim={ast.unparse(value)} is not an int literal or "
@@ -122,32 +135,35 @@ def compile_for_cuda(module_name: str, arch: int, block_dim: int, out_dir: Path)
 
 def test_discovery():
     """The modules and block sizes the build below covers (a discovery that finds nothing would pass)."""
-    homes = {ident.split(":")[0] for ident in kernel_modules().values()}
-    assert {"fps", "gather"} <= homes and ({"mesh", "sdf"} & homes), homes
-    for info in pkgutil.iter_modules(warpgeo._kernels.__path__):  # every Python module with a kernel
+    modules = kernel_modules()
+    homes = {ident.split(":")[0] for ident, _ in modules.values()}
+    assert {"fps", "gather", "neighbors", "sdf"} <= homes, homes
+    # every kernel lives in a table: no module-level @wp.kernel that warmup and this check would miss
+    for info in pkgutil.iter_modules(warpgeo._kernels.__path__):
         module = importlib.import_module(f"warpgeo._kernels.{info.name}")
-        if any(callable(v) and type(v).__name__ == "Kernel" for v in vars(module).values()):
-            assert info.name in {h for ident in homes for h in ident.split("+")}, (info.name, homes)
-    assert _WARP_DEFAULT_BLOCK_DIM in launch_block_dims()
+        stray = [k for k, v in vars(module).items() if type(v).__name__ == "Kernel"]
+        assert not stray, f"warpgeo._kernels.{info.name}: kernels outside a KernelTable: {stray}"
+    # the ops launch with no block size other than the tables' (or Warp's default)
+    assert launch_block_dims() <= {b for _, b in modules.values()} | {_WARP_DEFAULT_BLOCK_DIM}
 
 
 _MODULES = kernel_modules()
 
 
-@pytest.mark.parametrize("module_name", list(_MODULES), ids=list(_MODULES.values()))
+@pytest.mark.parametrize("module_name", list(_MODULES), ids=[ident for ident, _ in _MODULES.values()])
 def test_kernels_compile_for_cuda(module_name, tmp_path):
-    """Each module for every architecture, the architectures side by side (NVRTC runs outside Warp's
-    code-generation lock, so two builds take about the time of one on two cores)."""
-    for block_dim in sorted(launch_block_dims()):
-        with ThreadPoolExecutor(max_workers=len(ARCHS)) as pool:
-            builds = [
-                pool.submit(
-                    compile_for_cuda, module_name, arch, block_dim, tmp_path / f"sm{arch}-block{block_dim}"
-                )
-                for arch in ARCHS
-            ]
-            for build in builds:
-                build.result()
+    """Each module for every architecture at its launch block size, the architectures side by side (NVRTC
+    runs outside Warp's code-generation lock, so two builds take about the time of one on two cores)."""
+    block_dim = _MODULES[module_name][1]
+    with ThreadPoolExecutor(max_workers=len(ARCHS)) as pool:
+        builds = [
+            pool.submit(
+                compile_for_cuda, module_name, arch, block_dim, tmp_path / f"sm{arch}-block{block_dim}"
+            )
+            for arch in ARCHS
+        ]
+        for build in builds:
+            build.result()
 
 
 _BROKEN_MODULE = '''
@@ -244,8 +260,9 @@ def test_generic_kernel_without_overload_is_caught(tmp_path):
         compile_for_cuda(module.__name__, 90, _WARP_DEFAULT_BLOCK_DIM, tmp_path / "out")
 
 
-def test_launch_block_dims_reads_the_ops():
-    """fps launches its block kernel with a module constant; it is among the sizes built."""
-    fps = importlib.import_module("warpgeo.fps")
-    constants = {v for k, v in vars(fps).items() if "BLOCK" in k and isinstance(v, int)}
-    assert constants and constants <= launch_block_dims()
+def test_tile_kernels_are_built_at_their_block_size():
+    """The one-block-per-cloud FPS kernel (CUDA only, tiled) is built at the block size of its table."""
+    tiled = {
+        ident: b for ident, b in _MODULES.values() if ident.startswith("fps") and b != _WARP_DEFAULT_BLOCK_DIM
+    }
+    assert tiled, _MODULES

@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import pytest
 import torch
@@ -105,11 +106,35 @@ def test_same_device_check():
         _interop.check_device("a", a=torch.zeros(1, device="meta"))
 
 
-def test_overload_table_by_dtype_name():
-    table = {"float32": "f", "float64": "d", "int16": "h"}
-    assert _interop.overload(table, torch.float32) == "f"
-    assert _interop.overload(table, torch.float64) == "d"
-    assert _interop.overload(table, torch.int16) == "h"
+def test_kernel_table_builds_a_module_per_key_on_first_lookup():
+    wp = _interop.warp()
+    from warpgeo._kernels._table import TABLES, KernelTable
+
+    def fill(out: wp.array(dtype=Any), value: float):
+        out[wp.tid()] = out.dtype(value)
+
+    table = KernelTable(
+        "tests.test_interop.fill",
+        (fill,),
+        {"float32": {"out": wp.array(dtype=wp.float32)}, "float64": {"out": wp.array(dtype=wp.float64)}},
+        options={"enable_backward": False},
+    )
+    try:
+        assert table.module_name("float32") == "tests.test_interop.fill_float32"
+        assert not table._built  # nothing created before a lookup
+        kernel = table["float64"].fill
+        assert table["float64"].fill is kernel and set(table._built) == {"float64"}
+        out = torch.zeros(3, dtype=torch.float64)
+        _interop.launch(kernel, 3, device=torch.device("cpu"), out=out, value=2.5)
+        assert out.tolist() == [2.5] * 3
+        with pytest.raises(KeyError, match="has no 'float16'"):
+            table["float16"]
+        assert [name for _, name in table.modules()] == [
+            "tests.test_interop.fill_float32",
+            "tests.test_interop.fill_float64",
+        ]
+    finally:
+        TABLES.remove(table)
 
 
 # the value-check switch ---------------------------------------------------------------------------------
@@ -194,12 +219,25 @@ def test_launch_refuses_missing_unexpected_and_mistyped_arguments():
         _interop.launch_rows(kernel, 2, device=cpu, points=points, out=out)
     with pytest.raises(TypeError, match=r"unexpected \['scale'\]"):
         _interop.launch_rows(kernel, 2, device=cpu, points=points, scale=2.0, factor=2.0, out=out)
-    with pytest.raises(TypeError, match=r"out=\.\.\.\) takes torch.float32, got torch.float64"):
+    # Warp itself refuses a wrong element type or rank (the first tensor of its kind per parameter)
+    with pytest.raises(
+        TypeError, match=r"out=\.\.\.\): a tensor of shape \(2, 5, 3\) and dtype torch.float64"
+    ):
         _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out.double())
-    with pytest.raises(TypeError, match=r"factor=\.\.\.\) takes a scalar"):
+    with pytest.raises(TypeError, match=r"factor=\.\.\.\): a tensor"):
         _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=torch.ones(1), out=out)
-    with pytest.raises(ValueError, match=r"points=\.\.\.\) takes \(2 dims, 3\)"):
+    with pytest.raises(TypeError, match=r"points=\.\.\.\): a tensor of shape \(2, 5, 4\)"):
         _interop.launch_rows(kernel, 2, device=cpu, points=torch.zeros(2, 5, 4), factor=2.0, out=out)
+    with pytest.raises(TypeError, match=r"points=\.\.\.\): a tensor of shape \(2, 5\)"):
+        _interop.launch_rows(kernel, 2, device=cpu, points=torch.zeros(2, 5), factor=2.0, out=out)
+    # after a good call, a tensor of a new kind is checked again
+    _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out)
+    with pytest.raises(
+        TypeError, match=r"out=\.\.\.\): a tensor of shape \(2, 5, 3\) and dtype torch.float64"
+    ):
+        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out.double())
+    with pytest.raises(TypeError, match=r"out=\.\.\.\): a tensor of shape \(2, 5, 3, 1\)"):
+        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out[..., None])
     # an empty grid launches nothing
     _interop.launch(kernel, [0], device=cpu, points=points, factor=2.0, out=out, row_start=0)
 
@@ -227,11 +265,12 @@ def test_launch_rewrites_what_changed_between_calls():
     torch.testing.assert_close(out, points[:1] * 5.0)
 
 
-def test_launch_through_recorded_launch_objects(monkeypatch):
-    """The path every CUDA launch takes (Warp's recorded launch, its argument objects rewritten in place and
-    replayed), run on the CPU: same results, and changes between calls reach the kernel."""
-    monkeypatch.setattr(_interop, "_DIRECT_CPU_ENTRY", False)
-    monkeypatch.setattr(_interop, "_THREAD", threading.local())  # fresh slots, made on that path
+def test_launches_are_warps_recorded_launch_objects(monkeypatch):
+    """Every launch, CPU and CUDA, replays a ``wp.Launch`` recorded by ``wp.launch(..., record_cmd=True)``
+    (Warp's public API), one per kernel, device, block size and thread; changes between calls reach the
+    kernel and earlier outputs are left alone."""
+    wp = _interop.warp()
+    monkeypatch.setattr(_interop, "_THREAD", threading.local())  # fresh records
     kernel = _scale_kernel()
     cpu = torch.device("cpu")
     points = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)
@@ -239,11 +278,97 @@ def test_launch_through_recorded_launch_objects(monkeypatch):
     for factor in (2.0, 3.0, 3):
         _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=factor, out=out)
         torch.testing.assert_close(out, points * factor)
-    assert _interop._slot(kernel, cpu, None).entry is None
+    (record,) = _interop._THREAD.recorded.values()
+    assert isinstance(record.cmd, wp.Launch)
     other = torch.zeros(2, 4, 3)
     _interop.launch_rows(kernel, 2, device=cpu, points=points + 1, factor=0.5, out=other)
     torch.testing.assert_close(other, (points + 1) * 0.5)
     torch.testing.assert_close(out, points * 3.0)  # the previous output is left alone
+    assert len(_interop._THREAD.recorded) == 1
+
+
+def _world_struct():
+    wp = _interop.warp()
+    globals()["wp"] = wp  # the struct's annotations are evaluated in this module's namespace
+
+    @wp.struct
+    class Shift:
+        offsets: wp.array(dtype=wp.vec3)
+        scale: float
+
+    globals()["Shift"] = Shift
+
+    @wp.kernel(module="unique")
+    def shift(shifts: Shift, points: wp.array(dtype=wp.vec3), out: wp.array(dtype=wp.vec3)):
+        i = wp.tid()
+        out[i] = points[i] * shifts.scale + shifts.offsets[i]
+
+    return Shift, shift
+
+
+def test_struct_arguments_built_from_tensors_and_cached():
+    Shift, shift = _world_struct()
+    cpu = torch.device("cpu")
+    offsets = torch.rand(4, 3)
+    points = torch.rand(4, 3)
+    world = _interop.struct(Shift, offsets=offsets, scale=2.0)
+    assert _interop.struct(Shift, offsets=offsets, scale=2.0) is world  # same tensors: same instance
+    assert _interop.struct(Shift, offsets=offsets, scale=3.0) is not world
+    out = torch.zeros(4, 3)
+    _interop.launch(shift, 4, device=cpu, shifts=world, points=points, out=out)
+    torch.testing.assert_close(out, points * 2.0 + offsets)
+    offsets.add_(1.0)  # in place: the struct sees the new values (a world's set_poses)
+    _interop.launch(shift, 4, device=cpu, shifts=world, points=points, out=out)
+    torch.testing.assert_close(out, points * 2.0 + offsets)
+    _interop.launch(
+        shift,
+        4,
+        device=cpu,
+        shifts=_interop.struct(Shift, offsets=offsets, scale=0.5),
+        points=points,
+        out=out,
+    )
+    torch.testing.assert_close(out, points * 0.5 + offsets)
+    with pytest.raises(TypeError, match=r"Shift.offsets: a tensor of shape \(4, 3\) and dtype torch.float64"):
+        _interop.struct(Shift, offsets=offsets.double(), scale=1.0)
+    with pytest.raises(TypeError, match=r"Shift.offsets: a tensor of shape \(2, 4, 3\)"):
+        _interop.struct(Shift, offsets=offsets.expand(2, 4, 3), scale=1.0)
+
+
+def test_launch_blocks_splits_along_batch_then_last_dimension(monkeypatch):
+    """The one splitter: with a tiny launch limit the same rows run in several launches (ranges of B, then
+    one B entry at a time in chunks of L) and give what one launch gives; a middle dimension too large
+    to split is refused naming the input."""
+    wp = _interop.warp()
+
+    @wp.kernel(module="unique")
+    def double_rows(
+        x: wp.array3d(dtype=float), env: wp.array(dtype=float), out: wp.array3d(dtype=float), row_start: int
+    ):
+        r = wp.tid() + row_start
+        n = x.shape[1] * x.shape[2]
+        b = r // n
+        h = (r // x.shape[2]) % x.shape[1]
+        s = r % x.shape[2]
+        if b < x.shape[0]:
+            out[b, h, s] = 2.0 * x[b, h, s] + env[b]
+
+    cpu = torch.device("cpu")
+    x = torch.rand(5, 3, 7)
+    env = torch.arange(5, dtype=torch.float32)
+    expected = 2.0 * x + env[:, None, None]
+    launches = []
+    real_run = _interop._run
+    monkeypatch.setattr(_interop, "_run", lambda *a: (launches.append(a[1]), real_run(*a)))
+    for limit, count in ((10**6, 1), (2 * 21, 3), (8, 5 * 4)):  # 8 rows: L=7 in chunks of 2 steps
+        monkeypatch.setattr(_interop, "MAX_LAUNCH_ROWS", limit)
+        launches.clear()
+        out = torch.zeros_like(x)
+        _interop.launch_blocks(
+            double_rows, (5, 3, 7), device=cpu, sliced={"x": x, "out": out}, per_batch={"env": env}
+        )
+        torch.testing.assert_close(out, expected)
+        assert len(launches) == count, (limit, launches)
 
 
 def test_launch_rows_fills_row_start_itself():

@@ -18,14 +18,16 @@ Adding an op: see CONTRIBUTING.md.
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import ctypes
 import functools
 import gc
 import importlib
+import inspect
 import itertools
+import math
 import os
-import struct
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,16 +36,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from warpgeo import _aot, _compile
+from warpgeo._constants import INT32_LIMIT, MAX_LAUNCH_ROWS, MAX_POINTS
 
 #: Floating dtypes accepted for points, spheres and features.
 FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 #: Integer dtypes accepted for index inputs (outputs are always int64).
 INDEX_DTYPES: tuple[torch.dtype, ...] = (torch.int32, torch.int64)
-#: Warp arrays hold int32 shapes and int32 *byte* strides: no dimension and no stride may reach this.
-INT32_LIMIT = 2**31
-#: Points (of one cloud / feature row) the kernels can index: point indices are int32.
-MAX_POINTS = INT32_LIMIT - 1
 
 
 def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
@@ -55,28 +53,25 @@ def warp() -> Any:
     """Import and initialise Warp once, on first use, and return the ``warp`` module (see :func:`_init_warp`;
     the garbage collector is paused meanwhile, see :func:`_no_gc`)."""
     with _no_gc():
-        wp = _init_warp()
-    _compile.install()  # a process's first module compiles without waiting for Warp's header
-    return wp
+        return _init_warp()
 
 
 def _init_warp() -> Any:
     """Import and initialise Warp.
 
     Warp's per-module "load" messages are silenced, and so is its "Could not find or load the NVIDIA CUDA
-    driver" warning on a machine without the driver, unless the user initialised Warp before us (then
-    their settings stand) or ``WARPGEO_VERBOSE=1`` is set.
+    driver" warning on a machine without the driver, unless the user imported Warp before us (then their
+    settings stand) or ``WARPGEO_VERBOSE=1`` is set.
     """
+    user_imported = "warp" in sys.modules
     import warp as wp
-    from warp._src import context
 
-    if context.runtime is not None or os.environ.get("WARPGEO_VERBOSE", "0") not in ("", "0"):
+    if user_imported or os.environ.get("WARPGEO_VERBOSE", "0") not in ("", "0"):
         wp.init()
         return wp
     wp.config.log_level = wp.LOG_WARNING
 
     import ctypes
-    import sys
     import tempfile
 
     # Warp's native init dlopens the CUDA driver exactly so and, failing, fprintf's its warning to the C
@@ -415,281 +410,164 @@ def _plain_eager(values: Sequence[Any]) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------------
-# launching: arguments bound by name, tensors wrapped zero-copy
+# launching: Warp's public API only (wp.launch(record_cmd=True) -> Launch, set_param_*, wp.from_torch)
 # --------------------------------------------------------------------------------------------------------
-
-_TORCH_SCALAR = {
-    "float16": torch.float16,
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "uint64": torch.int64,  # mesh ids travel as int64 tensors
-}
-
-
-class _Param:
-    """How one kernel parameter is filled from a Python value (written in place into a launch's arguments)."""
-
-    __slots__ = (
-        "array_ndim",
-        "dtype",
-        "fmt",
-        "index",
-        "is_array",
-        "itemsize",
-        "name",
-        "rank",
-        "type",
-        "vec",
-    )
-
-    def __init__(self, index: int, arg: Any) -> None:
-        wp = warp()
-        self.index = index
-        self.name = arg.label
-        self.type = arg.type
-        self.is_array = wp.types.is_array(arg.type)
-        self.vec = 0
-        self.dtype = None
-        self.itemsize = 0
-        self.array_ndim = 0
-        #: the ``struct`` format of a plain scalar parameter (None: an array or a composite such as a vec3)
-        self.fmt: struct.Struct | None = None
-        if not self.is_array and wp.types.type_is_scalar(arg.type) and hasattr(arg.type, "_type_"):
-            fmt = _SCALAR_FORMATS.get(arg.type._type_)
-            self.fmt = struct.Struct(fmt) if fmt is not None else None
-        if self.is_array:
-            element = arg.type.dtype
-            self.array_ndim = arg.type.ndim
-            if wp.types.type_is_vector(element) or wp.types.type_is_transformation(element):
-                self.vec = element._length_
-                scalar = element._wp_scalar_type_
-            else:
-                scalar = element
-            self.dtype = _TORCH_SCALAR[scalar.__name__]
-            self.itemsize = self.dtype.itemsize
-        #: the tensor rank the parameter takes (a vector type adds the trailing dimension)
-        self.rank = self.array_ndim + (1 if self.vec else 0)
-
-    def write(self, kernel: Any, value: Any, device: torch.device, buffer: Any, offset: int) -> None:
-        """Write ``value`` (a tensor for an array parameter, a number for a scalar one) into ``buffer`` at
-        byte ``offset``, checked against what the kernel declares."""
-        if not self.is_array:
-            if isinstance(value, torch.Tensor):
-                raise TypeError(f"internal error: {kernel.key}({self.name}=...) takes a scalar, got a tensor")
-            if self.fmt is not None:
-                self.fmt.pack_into(buffer, offset, value)
-            else:  # a composite (vector) scalar: Warp's own conversion
-                from warp._src.context import pack_arg
-
-                packed = pack_arg(kernel, self.type, self.name, value, warp_device(device), False)
-                memoryview(buffer).cast("B")[offset : offset + ctypes.sizeof(packed)] = bytes(packed)
-            return
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(
-                f"internal error: {kernel.key}({self.name}=...) takes a tensor, got {type(value).__name__}"
-            )
-        self.write_array(
-            kernel,
-            value.data_ptr(),
-            value.shape,
-            value.stride(),
-            value.dtype,
-            value.device,
-            device,
-            buffer,
-            offset,
-        )
-
-    def write_array(
-        self, kernel: Any, ptr: int, shape, strides, dtype, on: torch.device, device, buffer: Any, offset: int
-    ) -> None:
-        """Write the descriptor of a tensor (its data pointer, shape, strides, dtype and device ``on``)."""
-        ndim = self.array_ndim
-        if (
-            dtype != self.dtype
-            or on != device
-            or len(shape) != self.rank
-            or (self.vec and (shape[-1] != self.vec or (strides[-1] != 1 and shape[-1] > 1)))
-        ):
-            self._refuse(kernel, shape, strides, dtype, on, device)
-        size = self.itemsize
-        # a dimension of size 1 is only ever indexed at 0: its stride is never used (so a one-row slice of a
-        # tensor with >= 2 GiB rows, how callers split such tensors into launches, is accepted)
-        dims = shape[:ndim]
-        steps = [st * size if n > 1 else 0 for n, st in zip(dims, strides, strict=False)]
-        if ndim and (max(dims) >= INT32_LIMIT or max(steps) >= INT32_LIMIT):
-            raise ValueError(
-                f"{self.name}: a tensor of shape {tuple(shape)} has a dimension or a row of >= 2**31 "
-                "bytes, beyond what one Warp launch can address (int32 strides)"
-            )
-        pad = _PAD[ndim]
-        _ARRAY_LAYOUT.pack_into(buffer, offset, ptr, 0, *dims, *pad, *steps, *pad, ndim, 0)
-
-    def _refuse(self, kernel: Any, shape, strides, dtype, on: torch.device, device: torch.device) -> None:
-        if dtype != self.dtype:
-            raise TypeError(f"internal error: {kernel.key}({self.name}=...) takes {self.dtype}, got {dtype}")
-        if on != device:
-            raise ValueError(f"internal error: {kernel.key}({self.name}=...) is on {on}, not {device}")
-        expected = (
-            f"({self.array_ndim} dims, {self.vec}) with a dense last dimension"
-            if self.vec
-            else f"{self.array_ndim} dims"
-        )
-        raise ValueError(
-            f"internal error: {kernel.key}({self.name}=...) takes {expected}; got shape {tuple(shape)}, "
-            f"strides {strides}"
-        )
-
-
-#: The byte layout of Warp's array descriptor ``warp._src.types.array_t`` (checked against it at first use):
-#: data, grad, shape[4], strides[4], ndim, flags, padding.
-_ARRAY_LAYOUT = struct.Struct("<QQ4i4iHH4x")
-#: The descriptor's first field, the data pointer (all :meth:`_Slot.run` rewrites when only it changed).
-_POINTER = struct.Struct("<Q")
-#: Zeros filling the four shape / stride slots of a descriptor past an array's dimensions.
-_PAD = tuple((0,) * (4 - n) for n in range(5))
-#: ``struct`` formats of the plain scalar ctypes Warp packs kernel scalars as.
-_SCALAR_FORMATS = {
-    ctypes.c_int8: "<b",
-    ctypes.c_uint8: "<B",
-    ctypes.c_int16: "<h",
-    ctypes.c_uint16: "<H",
-    ctypes.c_int32: "<i",
-    ctypes.c_uint32: "<I",
-    ctypes.c_int64: "<q",
-    ctypes.c_uint64: "<Q",
-    ctypes.c_float: "<f",
-    ctypes.c_double: "<d",
-}
 
 
 @functools.cache
-def _params(kernel: Any) -> dict[str, _Param]:
-    warp()
-    from warp._src.types import array_t  # the descriptor Warp itself packs a wp.array into
-
-    if ctypes.sizeof(array_t) != _ARRAY_LAYOUT.size or array_t.ndim.offset != 48:
-        raise RuntimeError("this Warp version's array descriptor layout is not the one warpgeo packs")
-    if kernel.is_generic:
-        raise TypeError(f"internal error: launch an overload of the generic kernel {kernel.key}")
-    return {arg.label: _Param(i, arg) for i, arg in enumerate(kernel.adj.args)}
+def _param_names(kernel: Any) -> tuple[str, ...]:
+    """A kernel's parameter names, in order: its Python function's signature (an overload shares it)."""
+    return tuple(inspect.signature(kernel.func).parameters)
 
 
-class _Slot:
-    """A kernel's launch on one device, at one block size, from one thread: Warp's recorded launch
-    (``wp.Launch``) whose argument memory every call rewrites in place.
+def _candidates(t: torch.Tensor) -> list[Any]:
+    """The Warp element types a tensor of this dtype and trailing shape can be viewed as, vector types
+    first (they take the trailing dimension), the plain scalar last. Warp picks: it refuses (dtype, ndim)
+    any other than the parameter's own."""
+    wp = warp()
+    scalar = wp.dtype_from_torch(t.dtype)
+    found = []
+    if t.dim() >= 1:
+        n = t.shape[-1]
+        if 2 <= n <= 4:
+            found.append(wp.types.vector(n, scalar))
+        if n == 4:
+            found.append(wp.types.quaternion(scalar))
+        if n == 7:
+            found.append(wp.types.transformation(scalar))
+    if t.dim() >= 2 and t.shape[-2:] in ((2, 2), (3, 3), (4, 4)):
+        found.append(wp.types.matrix(tuple(t.shape[-2:]), scalar))
+    found.append(scalar)
+    return found
 
-    On the CPU (one thread per block) the kernel's compiled entry point is called directly with one
-    arguments struct laid out as Warp lays it out (``warp._src.context.invoke`` builds the same struct anew
-    on every launch); on CUDA the recorded launch's own argument objects are rewritten and it is replayed
-    on torch's current stream.
+
+def _signature(t: torch.Tensor) -> tuple:
+    """What decides a tensor's Warp element type: dtype, rank and trailing sizes."""
+    return (t.dtype, t.dim(), tuple(t.shape[-2:]))
+
+
+def check_fits(name: str, t: torch.Tensor) -> None:
+    """ValueError unless one Warp launch can address ``t``: every dimension and every byte stride (of a
+    dimension larger than 1: a size-1 dimension is only indexed at 0) below 2**31."""
+    if t.numel() * t.element_size() < INT32_LIMIT:
+        return
+    size = t.element_size()
+    for n, st in zip(t.shape, t.stride(), strict=True):
+        if n >= INT32_LIMIT or (n > 1 and abs(st) * size >= INT32_LIMIT):
+            raise ValueError(
+                f"{name}: a tensor of shape {tuple(t.shape)} has a dimension or a row of >= 2**31 bytes, "
+                "beyond what one Warp launch can address (int32 strides)"
+            )
+
+
+def _wrap(t: torch.Tensor, dtype: Any, *, ctype: bool) -> Any:
+    """``t`` as a Warp array (or its descriptor) of element type ``dtype``, zero-copy, no gradient."""
+    return warp().from_torch(t, dtype=dtype, requires_grad=False, return_ctype=ctype)
+
+
+def _wrap_checked(t: torch.Tensor, accept: Any) -> tuple[Any, Any]:
+    """``t`` as the Warp array ``accept(array)`` takes (``accept`` raises when Warp refuses the type):
+    (the element type that fitted, the array)."""
+    errors = []
+    for dtype in _candidates(t):
+        try:
+            array = _wrap(t, dtype, ctype=False)
+            accept(array)
+            return dtype, array
+        except (RuntimeError, TypeError, ValueError) as error:
+            errors.append(str(error))
+    raise TypeError("; ".join(errors))
+
+
+class _Recorded:
+    """A kernel's launch on one device, at one block size, from one thread: Warp's recorded ``Launch``.
+
+    Each call sets only what changed: a tensor parameter when its data pointer, shape, strides or dtype
+    changed (as a fresh descriptor from ``wp.from_torch``), a scalar or struct when its value did. The first
+    tensor of a given dtype/rank/trailing shape per parameter is set through Warp's checked path (a Warp
+    array: Warp refuses a wrong element type or rank); later ones of the same kind reuse that element type.
     """
 
-    __slots__ = ("args", "args_ref", "cmd", "dims", "entry", "keys", "params", "ptrs", "targets")
+    __slots__ = ("cmd", "dims", "kernel", "last", "names", "types")
 
-    def __init__(self, kernel: Any, device: torch.device, block_dim: int | None) -> None:
-        wdev = warp_device(device)
-        self.params = _params(kernel)
-        with _compile.loading():
-            _aot.preload(kernel.module, wdev, block_dim)  # the object compiled at install, where it fits
-            self.cmd = warp().Launch(kernel, wdev, block_dim=block_dim)  # loads (compiles) the module
-        self.dims: tuple[int, ...] | None = None
-        packed = self.cmd.params[1:]  # Warp's default argument objects, after the launch bounds
-        self.entry = None
-        if (
-            _DIRECT_CPU_ENTRY
-            and wdev.is_cpu
-            and self.cmd.block_dim == 1
-            and self.cmd.hooks.forward is not None
-        ):
-            fields = [(p.name, type(packed[p.index])) for p in self.params.values()]
-            self.args = type(f"{kernel.key}_args", (ctypes.Structure,), {"_fields_": fields})()
-            self.args_ref = ctypes.byref(self.args)
-            self.entry = self.cmd.hooks.forward
-            layout = type(self.args)
-            self.targets = [(p, self.args, getattr(layout, p.name).offset) for p in self.params.values()]
-        else:
-            self.args = None
-            self.args_ref = None
-            self.targets = [(p, packed[p.index], 0) for p in self.params.values()]
-        #: per target: the data pointer of the tensor it holds, and the rest of what its descriptor depends on
-        #: (shape, strides, dtype, device) — or the scalar it holds, with None as the pointer (see :meth:`run`)
-        self.ptrs: list[int | None] = [None] * len(self.targets)
-        self.keys: list[Any] = [None] * len(self.targets)
+    def __init__(self, kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args):
+        wp = warp()
+        self.kernel = kernel
+        self.names = _param_names(kernel)
+        _check_names(kernel, self.names, args)
+        # arrays recorded as NULL and scalars as given: every tensor is then set through the checked path
+        inputs = [None if isinstance(args[n], torch.Tensor) else args[n] for n in self.names]
+        self.cmd = wp.launch(
+            kernel, dims, inputs=inputs, device=warp_device(device), block_dim=block_dim, record_cmd=True
+        )
+        self.dims = dims
+        #: per parameter: what it holds now (tensor key or scalar / struct value)
+        self.last: list[Any] = [None if isinstance(args[n], torch.Tensor) else args[n] for n in self.names]
+        #: per parameter: {tensor signature: Warp element type}
+        self.types: list[dict] = [{} for _ in self.names]
 
-    def run(self, kernel: Any, dims: tuple[int, ...], args: dict[str, Any], device: torch.device) -> None:
-        params = self.params
-        if args.keys() != params.keys():
-            missing = [n for n in params if n not in args]
-            unexpected = [n for n in args if n not in params]
-            raise TypeError(
-                f"internal error: launch of {kernel.key}: missing arguments {missing}, unexpected {unexpected}"
-            )
-        keys = self.keys
-        ptrs = self.ptrs
-        for i, (param, buffer, offset) in enumerate(self.targets):
-            value = args[param.name]
-            if param.is_array and type(value) is torch.Tensor:
-                # What the descriptor depends on. Mostly nothing changed (a world's tensors come back call after
-                # call) or only the pointer (a fresh output of the same shape): then it is all that is written.
-                ptr = value.data_ptr()
-                key = (value.shape, value.stride(), value.dtype, value.device)
-                if key != keys[i]:
-                    param.write_array(kernel, ptr, *key, device, buffer, offset)  # checks the key
-                    keys[i] = key
-                    ptrs[i] = ptr
-                elif ptr != ptrs[i]:
-                    _POINTER.pack_into(buffer, offset, ptr)
-                    ptrs[i] = ptr
-            elif param.fmt is not None and type(value) in (int, float):
-                if value == keys[i] and type(value) is type(keys[i]):
-                    continue
-                param.write(kernel, value, device, buffer, offset)
-                keys[i] = value
-                ptrs[i] = None
-            else:
-                param.write(kernel, value, device, buffer, offset)
-                keys[i] = None
-                ptrs[i] = None
+    def run(self, dims: tuple[int, ...], args: dict[str, Any], device: torch.device) -> None:
+        names = self.names
+        if len(args) != len(names):
+            _check_names(self.kernel, names, args)
         cmd = self.cmd
+        last = self.last
+        for i, name in enumerate(names):
+            value = args[name]  # KeyError: a missing argument (checked below)
+            if type(value) is torch.Tensor:
+                key = (value.data_ptr(), value.shape, value.stride(), value.dtype)
+                if key == last[i]:
+                    continue
+                check_fits(name, value)
+                sig = _signature(value)
+                dtype = self.types[i].get(sig)
+                if dtype is None:
+                    try:
+                        dtype, _array = _wrap_checked(value, lambda a, i=i: cmd.set_param_at_index(i, a))
+                    except TypeError as error:
+                        raise TypeError(
+                            f"internal error: {self.kernel.key}({name}=...): a tensor of shape "
+                            f"{tuple(value.shape)} and dtype {value.dtype} fits no parameter type ({error})"
+                        ) from None
+                    self.types[i][sig] = dtype
+                else:
+                    cmd.set_param_at_index_from_ctype(i, _wrap(value, dtype, ctype=True))
+                last[i] = key
+            elif isinstance(value, torch.Tensor):  # a subclass (fake, functional): never launched
+                raise TypeError(f"internal error: {self.kernel.key}({name}=...) got a {type(value).__name__}")
+            elif value is not last[i] and (type(value) is not type(last[i]) or value != last[i]):
+                cmd.set_param_at_index(i, value)
+                last[i] = value
         if dims != self.dims:
             cmd.set_dim(dims)  # Warp validates the grid
             self.dims = dims
-        if self.entry is not None:
-            self.entry(ctypes.byref(cmd.bounds), self.args_ref)
-        else:
-            cmd.launch(warp_stream(device))
+        cmd.launch(warp_stream(device))
 
 
-#: CPU launches call the kernel's compiled entry point with warpgeo's own argument struct; off, they replay
-#: the recorded ``wp.Launch`` whose argument objects are rewritten in place, as every CUDA launch does (the
-#: tests run that path on the CPU this way).
-_DIRECT_CPU_ENTRY = True
+def _check_names(kernel: Any, names: Sequence[str], args: dict[str, Any]) -> None:
+    if set(args) != set(names):
+        missing = [n for n in names if n not in args]
+        unexpected = [n for n in args if n not in names]
+        raise TypeError(
+            f"internal error: launch of {kernel.key}: missing arguments {missing}, unexpected {unexpected}"
+        )
 
-#: Per calling thread (``threading.local``): one :class:`_Slot` per kernel, device and block size.
+
+#: Per calling thread (``threading.local``): one :class:`_Recorded` per kernel, device and block size.
 _THREAD = threading.local()
-
-
-def _slot(kernel: Any, device: torch.device, block_dim: int | None) -> _Slot:
-    try:
-        slots = _THREAD.slots
-    except AttributeError:
-        slots = _THREAD.slots = {}
-    key = (kernel, device, block_dim)
-    slot = slots.get(key)
-    if slot is None:
-        slot = slots[key] = _Slot(kernel, device, block_dim)
-    return slot
 
 
 def _run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args: dict) -> None:
     """Every launch of :func:`launch` and :func:`launch_rows` ends here (one place for tests to watch)."""
-    _slot(kernel, device, block_dim).run(kernel, dims, args, device)
+    try:
+        recorded = _THREAD.recorded
+    except AttributeError:
+        recorded = _THREAD.recorded = {}
+    key = (kernel, device, block_dim)
+    slot = recorded.get(key)
+    if slot is None:
+        slot = recorded[key] = _Recorded(kernel, dims, device, block_dim, args)
+    slot.run(dims, args, device)
 
 
 def launch(
@@ -705,13 +583,14 @@ def launch(
 
     Every parameter of the kernel must be given by its own name, no other: a tensor for an array parameter
     (its dtype and rank must match, a vector type takes the trailing dimension: a ``(B, N, 3)`` float32
-    tensor for ``wp.array2d(dtype=wp.vec3)``), a Python number for a scalar one. Tensors are passed
-    zero-copy with their strides. A missing, unexpected or mistyped argument raises TypeError; a tensor
-    whose dimension or byte stride reaches 2**31 raises ValueError naming the argument. A launch with an
-    empty grid is skipped.
+    tensor for ``wp.array2d(dtype=wp.vec3f)``), a Python number for a scalar one, a struct instance
+    (:func:`struct`) for a struct. Tensors are passed zero-copy with their strides. A missing, unexpected or
+    mistyped argument raises TypeError; a tensor whose dimension or byte stride reaches 2**31 raises
+    ValueError naming the argument. A launch with an empty grid is skipped.
 
     ``tiled=True`` appends a trailing block dimension of ``block_dim`` threads (as ``wp.launch_tiled``); on
-    the CPU Warp runs such a block as one thread, so tiled kernels must be correct for any block size.
+    the CPU Warp runs such a block as one thread unless ``wp.config.enable_cpu_blocks`` is set, so tiled
+    kernels must be correct for any block size.
     """
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     if 0 in dims:
@@ -753,7 +632,7 @@ def launch_rows(
     releases the GIL), and the op uses the cores a torch op would. Small launches (``rows * work_per_row``
     below ``_MIN_SPLIT_WORK``) stay on the calling thread. Not for tile kernels: Warp's CPU tile storage is
     not safe for concurrent launches (they crash). ``rows`` must stay below 2**31 (one int32 thread index
-    per row); callers split larger work.
+    per row); callers split larger work (:func:`launch_blocks`).
     """
     if rows >= INT32_LIMIT:
         raise ValueError(f"internal error: {rows} rows in one launch of {kernel.key} (limit 2**31 - 1)")
@@ -769,10 +648,8 @@ def launch_rows(
         args[ROW_START] = 0
         _run(kernel, (rows,), device, None, args)
         return
-    # load (compile) the module here, once, so that the side-by-side launches never race to build it: through
-    # the calling thread's own launch slot, which loads it as every CPU launch does (block_dim 1; a bare
-    # ``module.load`` would build the module's default 256-thread variant, which no CPU launch runs)
-    _slot(kernel, device, None)
+    # load (compile) the module on this thread first, so that the side-by-side launches never race to build it
+    _load(kernel, device)
     # more ranges than workers, handed out one at a time: rows of unequal cost (spheres near or far from
     # the meshes) even out across the workers
     parts = min(rows, work // _MIN_SPLIT_WORK, workers * _RANGES_PER_WORKER)
@@ -794,10 +671,190 @@ def launch_rows(
         job.result()
 
 
+def _load(kernel: Any, device: torch.device, block_dim: int | None = None) -> None:
+    """Load (compile on first use) ``kernel``'s Warp module for ``device`` as its launches run it."""
+    wdev = warp_device(device)
+    if block_dim is None and wdev.is_cpu:
+        block_dim = 1
+    kernel.module.load(wdev, block_dim)
+
+
+def launch_blocks(
+    kernel: Any,
+    grid: Sequence[int],
+    *,
+    device: torch.device,
+    sliced: dict[str, torch.Tensor],
+    per_batch: dict[str, torch.Tensor] | None = None,
+    rows_per_thread: int = 1,
+    work_per_row: int = 1,
+    what: str = "input",
+    grid_launch: bool = False,
+    **whole: Any,
+) -> None:
+    """The one splitter: launch a kernel over ``grid = (B, ..., L)`` in as few launches as Warp can take.
+
+    The ``sliced`` tensors have ``grid`` as their leading dimensions, the ``per_batch`` ones B (or are empty,
+    "default": passed as they are), ``whole`` is passed unchanged. A row kernel (``grid_launch=False``) runs
+    through :func:`launch_rows` over the flattened grid, ``ceil(rows / rows_per_thread)`` threads; with
+    ``grid_launch=True`` the kernel is launched over the grid itself (:func:`launch`). Kernels derive a
+    row's indices from the sliced arrays' shapes, so a block is just views of them.
+
+    One launch when it fits: at most ``MAX_LAUNCH_ROWS`` rows and every sliced / per-batch tensor dense and
+    below 2 GiB (the usual case, decided without looking further), or every dimension and byte stride below
+    2**31. Otherwise blocks: ranges of B, else one B entry at a time (its size-1 dimension's stride is never
+    used) in chunks of L. A middle dimension whose stride reaches 2**31 bytes cannot be split so: ValueError
+    naming ``what``.
+    """
+    per_batch = per_batch or {}
+    grid = tuple(int(g) for g in grid)
+    rows = math.prod(grid)
+    if rows == 0:
+        return
+
+    def run(count_grid: tuple[int, ...], blocked: dict, batch: dict) -> None:
+        if grid_launch:
+            launch(kernel, count_grid, device=device, **blocked, **batch, **whole)
+        else:
+            count = math.prod(count_grid)
+            launch_rows(
+                kernel,
+                -(-count // rows_per_thread),
+                device=device,
+                work_per_row=work_per_row * rows_per_thread,
+                **blocked,
+                **batch,
+                **whole,
+            )
+
+    tensors = [*sliced.values(), *per_batch.values()]
+    if rows <= MAX_LAUNCH_ROWS and dense_below(tensors):  # the usual case
+        run(grid, sliced, per_batch)
+        return
+
+    def too_big(dim: int, among: Iterable[torch.Tensor]) -> bool:
+        return any(
+            t.numel() > 0
+            and t.dim() > dim
+            and t.shape[dim] > 1
+            and (t.shape[dim] >= INT32_LIMIT or abs(t.stride(dim)) * t.element_size() >= INT32_LIMIT)
+            for t in among
+        )
+
+    def fits(among: Iterable[torch.Tensor]) -> bool:
+        among = list(among)
+        return not any(too_big(d, among) for d in range(max((t.dim() for t in among), default=0)))
+
+    if rows <= MAX_LAUNCH_ROWS and fits(tensors):
+        run(grid, sliced, per_batch)
+        return
+    last = len(grid) - 1
+    for d in range(1, last):
+        if too_big(d, sliced.values()):
+            raise ValueError(
+                f"{what} of shape {grid} + (...): one entry of dimension {d} spans >= 2**31 bytes, beyond "
+                "what a Warp launch addresses (int32 byte strides); split it into smaller calls"
+            )
+
+    def block(b: slice, tail: slice) -> tuple[dict, dict]:
+        index = (b, *[slice(None)] * (last - 1), tail) if last > 0 else (b,)
+        blocked = {k: t[index] if t.numel() > 0 else t for k, t in sliced.items()}
+        batch = {k: t[b] if t.numel() > 0 else t for k, t in per_batch.items()}
+        return blocked, batch
+
+    batch_size, length = grid[0], grid[last]
+    per_b = rows // batch_size
+    if (
+        last > 0
+        and not too_big(last, sliced.values())
+        and not too_big(0, tensors)
+        and per_b <= MAX_LAUNCH_ROWS
+    ):
+        step = MAX_LAUNCH_ROWS // per_b
+        for b0 in range(0, batch_size, step):
+            b1 = min(b0 + step, batch_size)
+            run((b1 - b0, *grid[1:]), *block(slice(b0, b1), slice(None)))
+        return
+    if last == 0:
+        step = MAX_LAUNCH_ROWS
+        for b0 in range(0, batch_size, step):
+            b1 = min(b0 + step, batch_size)
+            blocked = {k: t[b0:b1] if t.numel() > 0 else t for k, t in sliced.items()}
+            batch = {k: t[b0:b1] if t.numel() > 0 else t for k, t in per_batch.items()}
+            if not fits([*blocked.values(), *batch.values()]):
+                raise ValueError(f"{what} of shape {grid}: a row spans >= 2**31 bytes (int32 byte strides)")
+            run((b1 - b0,), blocked, batch)
+        return
+    inner = per_b // length if length else 0
+    step = max(1, MAX_LAUNCH_ROWS // max(inner, 1))
+    for b in range(batch_size):
+        for l0 in range(0, length, step):
+            l1 = min(l0 + step, length)
+            blocked, batch = block(slice(b, b + 1), slice(l0, l1))
+            if not fits(blocked.values()):
+                raise ValueError(
+                    f"{what} of shape {grid}: one entry spans >= 2**31 bytes (int32 byte strides)"
+                )
+            run((1, *grid[1:last], l1 - l0), blocked, batch)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Warp structs built from tensors (a world's arrays as one kernel argument)
+# --------------------------------------------------------------------------------------------------------
+
+#: Struct instances by (type, fields): the same tensors give back the same instance (each instance holds
+#: its tensors alive, so a data pointer in a key cannot be reused while the entry exists).
+_STRUCTS: collections.OrderedDict = collections.OrderedDict()
+#: Entries kept (a world per entry in practice; the oldest goes first).
+_MAX_STRUCTS = 64
+_STRUCTS_LOCK = threading.Lock()
+
+
+def struct(struct_type: Any, **fields: Any) -> Any:
+    """An instance of the ``@wp.struct`` ``struct_type`` with ``fields`` set: tensors wrapped zero-copy as
+    the array type the field declares (Warp refuses a wrong element type or rank: TypeError), other values
+    as they are. Every field must be given. Cached: the same tensors (data pointers, shapes, strides,
+    dtypes) and values give back the same instance, built once."""
+    key_parts = [struct_type]
+    for name, value in fields.items():
+        if isinstance(value, torch.Tensor):
+            key_parts.append((name, value.data_ptr(), value.shape, value.stride(), value.dtype, value.device))
+        else:
+            key_parts.append((name, type(value), value))
+    key = tuple(key_parts)
+    with _STRUCTS_LOCK:
+        found = _STRUCTS.get(key)
+        if found is not None:
+            _STRUCTS.move_to_end(key)
+            return found
+    instance = struct_type()
+    for name, value in fields.items():
+        if isinstance(value, torch.Tensor):
+            check_fits(name, value)
+            try:
+                _wrap_checked(value, lambda a, name=name: setattr(instance, name, a))
+            except TypeError as error:
+                raise TypeError(
+                    f"internal error: {struct_type.__name__}.{name}: a tensor of shape {tuple(value.shape)} and "
+                    f"dtype {value.dtype} fits no field type ({error})"
+                ) from None
+        else:
+            setattr(instance, name, value)
+    with _STRUCTS_LOCK:
+        _STRUCTS[key] = instance
+        while len(_STRUCTS) > _MAX_STRUCTS:
+            _STRUCTS.popitem(last=False)
+    return instance
+
+
 __all__ = [
     "FLOAT_DTYPES",
     "INDEX_DTYPES",
+    "INT32_LIMIT",
+    "MAX_LAUNCH_ROWS",
+    "MAX_POINTS",
     "check_device",
+    "check_fits",
     "check_float",
     "check_index",
     "check_int",
@@ -805,12 +862,12 @@ __all__ = [
     "checking_values",
     "compute_dtype",
     "dense_below",
-    "grads",
     "kernels",
     "launch",
+    "launch_blocks",
     "launch_rows",
-    "overload",
     "set_value_checks",
+    "struct",
     "to_compute",
     "value_checks",
     "warp",

@@ -498,6 +498,15 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{message} (see {self.prog} --help)")
 
 
+def cmd_warmup(args: argparse.Namespace) -> int:
+    """Compile every kernel module for a device into Warp's kernel cache."""
+    from ._warmup import warmup
+
+    _check_device_name(args.device)
+    warmup(str(_device(args.device)), quiet=args.quiet)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -583,6 +592,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sdf.add_argument("--chunk", type=int, default=1 << 16, help="points per launch (default: 65536)")
     sdf.set_defaults(func=cmd_sdf)
+
+    warm = sub.add_parser(
+        "warmup",
+        parents=[common],
+        help="compile every kernel into Warp's kernel cache (Docker images, CI, cluster nodes)",
+        description="Compile every warpgeo kernel module for a device into Warp's kernel cache, so that a "
+        "process's first op call compiles nothing. Run it once per machine (or image) and device kind; "
+        "it takes a few minutes on a CPU. Modules already in the cache are only loaded.",
+    )
+    warm.set_defaults(func=cmd_warmup)
     return parser
 
 

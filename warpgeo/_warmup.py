@@ -1,0 +1,56 @@
+"""``warpgeo warmup``: every kernel module compiled into Warp's kernel cache ahead of time.
+
+Warp compiles a module the first time it is launched on a device (seconds on a CPU, most of it Clang) and
+keeps the result in its kernel cache (``wp.config.kernel_cache_dir``), where every later process finds it.
+A Docker image, a CI job or a cluster node runs ``warpgeo warmup [--device cpu|cuda[:N]]`` once, and its
+first op call then compiles nothing. Nothing here is on an op's path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+import time
+from typing import Any
+
+from warpgeo import _interop
+
+
+def kernel_modules() -> list[tuple[Any, Any, str]]:
+    """``(table, key, Warp module name)`` for every module of every kernel table of ``warpgeo._kernels``
+    (the kernel files found with pkgutil and imported; each table's kernels created now)."""
+    _interop.warp()
+    import warpgeo._kernels
+    from warpgeo._kernels._table import TABLES
+
+    for info in pkgutil.iter_modules(warpgeo._kernels.__path__, prefix="warpgeo._kernels."):
+        importlib.import_module(info.name)
+    return [(table, key, name) for table in TABLES for key, name in table.modules()]
+
+
+def warmup(device: str = "cpu", *, quiet: bool = False) -> int:
+    """Compile every kernel module warpgeo launches on ``device`` into Warp's kernel cache (a module
+    already there is only loaded). Returns the number of modules. A progress bar on stderr unless
+    ``quiet``."""
+    import torch
+
+    torch_device = torch.device(device)
+    wdev = _interop.warp_device(torch_device)  # ValueError for a device warpgeo does not run on
+    modules = [(t, k, n) for t, k, n in kernel_modules() if wdev.is_cuda or not t.cuda_only]
+    wp = _interop.warp()
+    from tqdm import tqdm
+
+    start = time.perf_counter()
+    bar = tqdm(modules, desc=f"warpgeo warmup ({wdev})", unit="module", disable=quiet, file=sys.stderr)
+    for table, _key, name in bar:
+        bar.set_postfix_str(name.removeprefix("warpgeo._kernels."), refresh=False)
+        block_dim = table.block_dim if table.block_dim is not None else (1 if wdev.is_cpu else None)
+        wp.get_module(name).load(wdev, block_dim)
+    if not quiet:
+        print(
+            f"warpgeo: {len(modules)} kernel modules ready for {wdev} in {time.perf_counter() - start:.1f} s "
+            f"(Warp's kernel cache: {wp.config.kernel_cache_dir})",
+            file=sys.stderr,
+        )
+    return len(modules)
