@@ -449,9 +449,9 @@ def _signature(t: torch.Tensor) -> tuple:
 def check_fits(name: str, t: torch.Tensor) -> None:
     """ValueError unless one Warp launch can address ``t``: every dimension and every byte stride (of a
     dimension larger than 1: a size-1 dimension is only indexed at 0) below 2**31."""
-    if t.numel() * t.element_size() < INT32_LIMIT:
-        return
     size = t.element_size()
+    if t.numel() * size < INT32_LIMIT and t.is_contiguous():
+        return
     for n, st in zip(t.shape, t.stride(), strict=True):
         if n >= INT32_LIMIT or (n > 1 and abs(st) * size >= INT32_LIMIT):
             raise ValueError(
