@@ -159,7 +159,8 @@ def _plain_eager(values: Sequence[Any]) -> bool:
         if isinstance(v, torch.Tensor):
             if type(v) is not torch.Tensor:
                 return False
-        elif isinstance(v, (list, tuple)):
-            if any(isinstance(t, torch.Tensor) and type(t) is not torch.Tensor for t in v):
-                return False
+        elif isinstance(v, (list, tuple)) and any(
+            isinstance(t, torch.Tensor) and type(t) is not torch.Tensor for t in v
+        ):
+            return False
     return True
