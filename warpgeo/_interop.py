@@ -56,20 +56,30 @@ def warp() -> Any:
         return _init_warp()
 
 
+#: ``wp.config.log_level`` as Warp sets it (``warp.LOG_INFO``): another value is the user's choice.
+_WARP_DEFAULT_LOG_LEVEL = 20
+
+
 def _init_warp() -> Any:
     """Import and initialise Warp.
 
     Warp's per-module "load" messages are silenced, and so is its "Could not find or load the NVIDIA CUDA
-    driver" warning on a machine without the driver, unless the user imported Warp before us (then their
-    settings stand) or ``WARPGEO_VERBOSE=1`` is set.
+    driver" warning on a machine without the driver, unless the user chose a log level of their own (then
+    it stands) or ``WARPGEO_VERBOSE=1`` is set.
     """
     user_imported = "warp" in sys.modules
     import warp as wp
 
-    if user_imported or os.environ.get("WARPGEO_VERBOSE", "0") not in ("", "0"):
+    if (
+        os.environ.get("WARPGEO_VERBOSE", "0") not in ("", "0")
+        or wp.config.log_level != _WARP_DEFAULT_LOG_LEVEL
+    ):
         wp.init()
         return wp
     wp.config.log_level = wp.LOG_WARNING
+    if user_imported:  # Warp may be initialised already: its driver message is out, or was silenced
+        wp.init()
+        return wp
 
     import ctypes
     import tempfile
