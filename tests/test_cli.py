@@ -409,3 +409,24 @@ print("demo exit", main(["demo", "--quick", "-o", {str(tmp_path / "demo")!r}]))
         'run: python3 -m pip install "warpgeo[demo]"'
     ], proc.stderr
     assert not (tmp_path / "demo").exists()
+
+
+def test_warmup_compiles_every_cpu_module_into_warps_cache(capsys):
+    """`warpgeo warmup` loads (compiles where not cached) every module of every kernel table that the CPU
+    launches, as a CPU launch loads it; a launch afterwards finds its module loaded."""
+    from warpgeo import _warmup
+
+    tables = _warmup.kernel_modules()
+    cpu_modules = [name for table, _key, name in tables if not table.cuda_only]
+    assert len(cpu_modules) >= 10 and len(cpu_modules) < len(tables)  # the CUDA-only FPS modules are left out
+    assert main(["warmup", "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert f"warpgeo: {len(cpu_modules)} kernel modules ready for cpu" in err
+    wp = warpgeo._interop.warp()
+    for name in cpu_modules:  # loaded for the block size CPU launches run (one thread per block)
+        assert wp.get_module(name).load(wp.get_device("cpu"), 1) is not None
+
+
+def test_warmup_refuses_devices_warpgeo_does_not_run_on(capsys):
+    assert main(["warmup", "--device", "mps"]) != 0
+    assert "--device mps" in capsys.readouterr().err
