@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from warpgeo import _fast_launch
 from warpgeo._constants import INT32_LIMIT, MAX_LAUNCH_ROWS, MAX_POINTS
 
 #: Floating dtypes accepted for points, spheres and features.
@@ -493,12 +494,14 @@ class _Recorded:
     """A kernel's launch on one device, at one block size, from one thread: Warp's recorded ``Launch``.
 
     Each call sets only what changed: a tensor parameter when its data pointer, shape, strides or dtype
-    changed (as a fresh descriptor from ``wp.from_torch``), a scalar or struct when its value did. The first
-    tensor of a given dtype/rank/trailing shape per parameter is set through Warp's checked path (a Warp
-    array: Warp refuses a wrong element type or rank); later ones of the same kind reuse that element type.
+    changed, a scalar or struct when its value did. The first tensor of a given dtype/rank/trailing shape
+    per parameter is set through Warp's checked path (a Warp array: Warp refuses a wrong element type or
+    rank); later ones of that kind reuse its element type, as a descriptor from ``wp.from_torch`` — or, for a
+    tensor that only moved (same shape, strides, dtype), the held descriptor re-pointed
+    (:mod:`warpgeo._fast_launch`, where it is on).
     """
 
-    __slots__ = ("cmd", "dims", "kernel", "last", "names", "types")
+    __slots__ = ("cmd", "cuda", "descs", "dims", "kernel", "keys", "last", "names", "ptrs", "types")
 
     def __init__(self, kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args):
         wp = warp()
@@ -510,9 +513,15 @@ class _Recorded:
         self.cmd = wp.launch(
             kernel, dims, inputs=inputs, device=warp_device(device), block_dim=block_dim, record_cmd=True
         )
+        self.cuda = device.type == "cuda"
         self.dims = dims
-        #: per parameter: what it holds now (tensor key or scalar / struct value)
+        count = len(self.names)
+        #: per parameter: the scalar / struct it holds, or for a tensor the (shape, strides, dtype) and
+        #: data pointer of the one it holds, and the descriptor the launch holds for it
         self.last: list[Any] = [None if isinstance(args[n], torch.Tensor) else args[n] for n in self.names]
+        self.keys: list[Any] = [None] * count
+        self.ptrs: list[int | None] = [None] * count
+        self.descs: list[Any] = [None] * count
         #: per parameter: {tensor signature: Warp element type}
         self.types: list[dict] = [{} for _ in self.names]
 
@@ -521,37 +530,55 @@ class _Recorded:
         if len(args) != len(names):
             _check_names(self.kernel, names, args)
         cmd = self.cmd
-        last = self.last
+        keys, ptrs, descs = self.keys, self.ptrs, self.descs
         for i, name in enumerate(names):
-            value = args[name]  # KeyError: a missing argument (checked below)
+            value = args[name]  # KeyError: a missing argument (checked above)
             if type(value) is torch.Tensor:
-                key = (value.data_ptr(), value.shape, value.stride(), value.dtype)
-                if key == last[i]:
+                ptr = value.data_ptr()
+                key = (value.shape, value.stride(), value.dtype)
+                if key == keys[i]:
+                    if ptr == ptrs[i]:
+                        continue
+                    desc = descs[i]
+                    if _fast_launch.enabled():
+                        _fast_launch.repoint(desc, ptr)
+                    else:
+                        desc = descs[i] = _wrap(value, self.types[i][_signature(value)], ctype=True)
+                    cmd.set_param_at_index_from_ctype(i, desc)
+                    ptrs[i] = ptr
                     continue
-                check_fits(name, value)
-                sig = _signature(value)
-                dtype = self.types[i].get(sig)
-                if dtype is None:
-                    try:
-                        dtype, _array = _wrap_checked(value, lambda a, i=i: cmd.set_param_at_index(i, a))
-                    except TypeError as error:
-                        raise TypeError(
-                            f"internal error: {self.kernel.key}({name}=...): a tensor of shape "
-                            f"{tuple(value.shape)} and dtype {value.dtype} fits no parameter type ({error})"
-                        ) from None
-                    self.types[i][sig] = dtype
-                else:
-                    cmd.set_param_at_index_from_ctype(i, _wrap(value, dtype, ctype=True))
-                last[i] = key
+                self._set_tensor(i, name, value)
+                keys[i] = key
+                ptrs[i] = ptr
             elif isinstance(value, torch.Tensor):  # a subclass (fake, functional): never launched
                 raise TypeError(f"internal error: {self.kernel.key}({name}=...) got a {type(value).__name__}")
-            elif value is not last[i] and (type(value) is not type(last[i]) or value != last[i]):
+            elif value is not self.last[i] and (
+                type(value) is not type(self.last[i]) or value != self.last[i]
+            ):
                 cmd.set_param_at_index(i, value)
-                last[i] = value
+                self.last[i] = value
         if dims != self.dims:
             cmd.set_dim(dims)  # Warp validates the grid
             self.dims = dims
-        cmd.launch(warp_stream(device))
+        cmd.launch(warp_stream(device) if self.cuda else None)
+
+    def _set_tensor(self, i: int, name: str, value: torch.Tensor) -> None:
+        """A tensor of a new shape, strides or dtype for parameter ``i``: sizes checked, element type found
+        (Warp checks it the first time), a fresh descriptor set."""
+        check_fits(name, value)
+        sig = _signature(value)
+        dtype = self.types[i].get(sig)
+        if dtype is None:
+            try:
+                dtype, _ = _wrap_checked(value, lambda a: self.cmd.set_param_at_index(i, a))
+            except TypeError as error:
+                raise TypeError(
+                    f"internal error: {self.kernel.key}({name}=...): a tensor of shape {tuple(value.shape)} "
+                    f"and dtype {value.dtype} fits no parameter type ({error})"
+                ) from None
+            self.types[i][sig] = dtype
+        desc = self.descs[i] = _wrap(value, dtype, ctype=True)
+        self.cmd.set_param_at_index_from_ctype(i, desc)
 
 
 def _check_names(kernel: Any, names: Sequence[str], args: dict[str, Any]) -> None:
