@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -499,3 +501,67 @@ def test_numpy_paths_step_aside_for_dispatch_modes():
         _interop.sum64(x)
         _interop.scale_rows(x[:, 0], x)
     assert "sum" in seen.ops and "mul" in seen.ops, seen.ops
+
+
+# the optional accelerator (warpgeo._fast_launch) and the public path it falls back to --------------------
+
+
+def test_fast_launch_is_checked_and_gated(monkeypatch):
+    from warpgeo import _fast_launch
+
+    check = _fast_launch.enabled.__wrapped__  # the decision itself, not the process's cached one
+    assert check() is _fast_launch.enabled()
+    wp = _interop.warp()
+    if str(wp.config.version).startswith(_fast_launch.TESTED):
+        assert check()  # this Warp: on
+    monkeypatch.setenv("WARPGEO_FAST_LAUNCH", "0")
+    assert not check()
+    monkeypatch.setenv("WARPGEO_FAST_LAUNCH", "1")
+    monkeypatch.setattr(wp.config, "version", "99.0.0")  # an untested Warp: the public path
+    assert not check()
+    monkeypatch.setattr(wp.config, "version", _fast_launch.TESTED[0] + "0")
+    # a descriptor whose fields are not what the accelerator assumes: off
+    monkeypatch.setattr(_fast_launch, "repoint", lambda desc, ptr: None)
+    assert not check()
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "public"])
+def test_moved_tensors_reach_the_kernel_on_both_paths(monkeypatch, fast):
+    """Outputs allocated afresh call after call (the usual op), inputs moved in place: every new pointer
+    reaches the kernel, with the accelerator and without it."""
+    from warpgeo import _fast_launch
+
+    monkeypatch.setattr(_fast_launch, "enabled", lambda: fast)
+    monkeypatch.setattr(_interop, "_THREAD", threading.local())
+    kernel = _scale_kernel()
+    cpu = torch.device("cpu")
+    points = torch.rand(3, 4, 3)
+    outs = []
+    for factor in (1.0, 2.0, 3.0, 4.0):
+        out = torch.empty(3, 4, 3)
+        _interop.launch_rows(kernel, 3, device=cpu, points=points, factor=factor, out=out)
+        outs.append(out)
+        points = points + 1.0  # a new tensor of the same kind
+    base = outs[0]
+    for k, out in enumerate(outs):
+        torch.testing.assert_close(out, (base + k) * (k + 1.0))
+
+
+def test_op_suites_pass_on_the_public_path():
+    """CI runs the op tests with the accelerator off too (WARPGEO_FAST_LAUNCH=0): the public path alone."""
+    env = dict(os.environ, WARPGEO_FAST_LAUNCH="0")
+    files = [
+        "tests/test_fps.py",
+        "tests/test_gather.py",
+        "tests/test_neighbors.py",
+        "tests/test_sdf_cuboids.py",
+    ]
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *files],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

@@ -277,10 +277,12 @@ def to_compute(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def dense_below(tensors: Iterable[torch.Tensor], limit: int = INT32_LIMIT) -> bool:
+def dense_below(tensors: Iterable[torch.Tensor], limit: int | None = None) -> bool:
     """True when every tensor is contiguous and smaller than ``limit`` bytes: then none has a dimension or a
     byte stride reaching ``limit`` (one Warp launch can take them all as they are) — a cheap test that spares
-    the usual call the analysis of how to split a launch."""
+    the usual call the analysis of how to split a launch. ``limit`` defaults to ``INT32_LIMIT``."""
+    if limit is None:
+        limit = INT32_LIMIT
     return all(t.is_contiguous() and t.numel() * t.element_size() < limit for t in tensors)
 
 
@@ -823,7 +825,8 @@ def launch_blocks(
             run((b1 - b0,), blocked, batch)
         return
     inner = per_b // length if length else 0
-    step = max(1, MAX_LAUNCH_ROWS // max(inner, 1))
+    # chunks of L; one L entry at a time where a step along L itself is 2 GiB (rows of features)
+    step = 1 if too_big(last, sliced.values()) else max(1, MAX_LAUNCH_ROWS // max(inner, 1))
     for b in range(batch_size):
         for l0 in range(0, length, step):
             l1 = min(l0 + step, length)

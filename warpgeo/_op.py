@@ -138,10 +138,12 @@ class Op:
 
     def in_backward(self, *tensors: Any) -> Callable[..., Any]:
         """For a backward that calls this op: the registered op when a graph of the backward is being built
-        (double backward, ``torch.compile``), else the checked implementation (the eager fast path)."""
+        (double backward, ``torch.compile``), else the bare implementation (the eager fast path: what it
+        takes was checked by the forward, and autograd checks ``grad_output`` against the forward's output:
+        shape, dtype, device)."""
         if torch.is_grad_enabled() or not _plain_eager(tensors):
             return self.custom
-        return self.run
+        return self.impl
 
 
 def _needs_grad(values: Sequence[Any]) -> bool:
