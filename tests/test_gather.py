@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -24,6 +26,13 @@ def _inputs(b, c, n, m, k=None, *, dtype=torch.float32, idx_dtype=torch.int64, d
     if pad:
         idx[torch.rand(shape) < pad] = -1
     return features, idx.to(device=device, dtype=idx_dtype)
+
+
+def _key(dtype):
+    """The kernel tables' key of a features dtype (its forward's bits and backward's accumulator)."""
+    return {torch.float16: "half", torch.bfloat16: "half", torch.float32: "single", torch.float64: "double"}[
+        dtype
+    ]
 
 
 def _torch_gather(features, idx):
@@ -167,7 +176,9 @@ def test_every_backward_kernel_matches_reference(dtype):
     idx = torch.randint(-1, 7, (2, 500))
     expected = torch.from_numpy(gather_backward_reference(grad, idx, 7)).to(dtype)
     flat = gather_module._flat_index(idx)
-    results = {m: gather_module._scatter_add(grad, flat, 7, m) for m in ("rows", "atomic", "segments")}
+    results = {
+        m: gather_module._scatter_add(grad, flat, 7, m, _key(dtype)) for m in ("rows", "atomic", "segments")
+    }
     for result in results.values():
         torch.testing.assert_close(result, expected)
     # both ordered kernels sum each point's contributions in index order from 0: bit-identical
@@ -223,7 +234,7 @@ def test_every_forward_kernel_reads_hostile_int64_indices_as_padding(method):
 def test_every_backward_kernel_skips_hostile_int64_indices(method):
     grad = torch.randn(2, 5, len(HOSTILE), dtype=torch.float64)
     flat = torch.tensor([HOSTILE, HOSTILE[::-1]])
-    result = gather_module._scatter_add(grad, flat, 10, method)
+    result = gather_module._scatter_add(grad, flat, 10, method, "double")
     torch.testing.assert_close(result, _loop_scatter(grad, flat, 10), rtol=1e-12, atol=1e-12)
 
 
@@ -242,8 +253,87 @@ def test_row_kernels_every_channel_block_and_cache_path(channels, n, length, idx
         gather_module._gather(f, flat, out, "rows")
         assert torch.equal(out, _loop_gather(f, flat))
     grad = torch.randn(3, channels, length, dtype=torch.float64, generator=gen)
-    result = gather_module._scatter_add(grad, flat, n, "rows")
+    result = gather_module._scatter_add(grad, flat, n, "rows", "double")
     torch.testing.assert_close(result, _loop_scatter(grad, flat, n), rtol=1e-12, atol=1e-12)
+
+
+def _weighted_loops(features, idx, weight):
+    """Naive loops in float64: ``out[b, c, m] = sum_k weight[b, m, k] * features[b, c, idx[b, m, k]]`` over the
+    indices in [0, N), and the adjoint of that map for a ``grad`` (B, C, M): (d/d features, d/d weight)."""
+    b_, c_, n = features.shape
+    out = torch.zeros(b_, c_, idx.shape[1], dtype=torch.float64)
+    for b in range(b_):
+        for m in range(idx.shape[1]):
+            for k in range(idx.shape[2]):
+                i = int(idx[b, m, k])
+                if 0 <= i < n:
+                    out[b, :, m] += weight[b, m, k].double() * features[b, :, i].double()
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_weighted_kernel_matches_loops(dtype):
+    # the CUDA kernels (elements, atomic, segments) run on the CPU too
+    gen = torch.Generator().manual_seed(5)
+    features = torch.randn(2, 3, 11, dtype=dtype, generator=gen)
+    idx = torch.randint(-1, 12, (2, 7, 4), generator=gen).to(torch.int32)  # -1 and 11 contribute nothing
+    weight = torch.rand(2, 7, 4, dtype=dtype, generator=gen)
+    expected = _weighted_loops(features, idx, weight)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    for method in ("rows", "elements"):
+        out = torch.full((2, 3, 7), 5.0, dtype=dtype)
+        gather_module._weighted_gather(features, idx, weight, out, method)
+        torch.testing.assert_close(out.double(), expected, **tol)
+    grad = torch.randn(2, 3, 7, dtype=dtype, generator=gen)
+    f = features.double().requires_grad_()
+    _weighted_loops(f, idx, weight).backward(grad.double())
+    results = {
+        m: gather_module._weighted_scatter(grad, idx, weight, 11, m) for m in ("rows", "atomic", "segments")
+    }
+    for result in results.values():
+        torch.testing.assert_close(result.double(), f.grad, **tol)
+    assert torch.equal(results["rows"], results["segments"])  # both sum in (m, k) order
+
+
+@pytest.mark.parametrize("max_rows", [4, 7, 30])
+def test_every_kernel_split_into_blocks_equals_one_launch(monkeypatch, max_rows):
+    """``_interop.launch_blocks`` cuts a launch of more than ``MAX_LAUNCH_ROWS`` rows (lowered here) into ranges
+    of B, or one b at a time in chunks of the grid's last dimension; every gather kernel, row kernels and
+    element grids alike, gives what one launch gives."""
+    gen = torch.Generator().manual_seed(max_rows)
+    features = torch.randn(3, 5, 9, dtype=torch.float64, generator=gen)
+    flat = torch.randint(-1, 9, (3, 6), generator=gen)
+    grad = torch.randn(3, 5, 6, dtype=torch.float64, generator=gen)
+    idx3 = torch.randint(-1, 9, (3, 4, 2), generator=gen).to(torch.int32)
+    weight = torch.rand(3, 4, 2, dtype=torch.float64, generator=gen)
+    wgrad = torch.randn(3, 5, 4, dtype=torch.float64, generator=gen)
+
+    def run_all():
+        results = []
+        for method in ("rows", "elements"):
+            out = torch.empty(3, 5, 6, dtype=torch.float64)
+            gather_module._gather(features, flat, out, method)
+            out_w = torch.empty(3, 5, 4, dtype=torch.float64)
+            gather_module._weighted_gather(features, idx3, weight, out_w, method)
+            results += [out, out_w]
+        for method in ("rows", "atomic", "segments"):
+            results.append(gather_module._scatter_add(grad, flat, 9, method, "double"))
+            results.append(gather_module._weighted_scatter(wgrad, idx3, weight, 9, method))
+        f = features.clone().requires_grad_()
+        w = weight.clone().requires_grad_()
+        results += torch.autograd.grad(gather_points(f, idx3, weight=w).square().sum(), (f, w))
+        return results
+
+    expected = run_all()
+    launches = []
+    real_run = _interop._run
+    monkeypatch.setattr(_interop, "_run", lambda *args: (launches.append(args[1]), real_run(*args)))
+    monkeypatch.setattr(_interop, "MAX_LAUNCH_ROWS", max_rows)
+    for want, got in zip(expected, run_all(), strict=True):
+        assert torch.equal(want, got)
+    # a launch has at most max_rows rows, or one (b, :, l) column of an element grid: C = 5 is never split
+    assert all(math.prod(dims) <= max(max_rows, 5) for dims in launches), launches
+    assert len(launches) > 2 * 13  # 13 launches unsplit
 
 
 def test_row_kernels_take_arrays_with_strided_last_dimension():
@@ -253,7 +343,7 @@ def test_row_kernels_take_arrays_with_strided_last_dimension():
     gather_module._gather(features, flat, out, "rows")
     assert torch.equal(out, _loop_gather(features, flat))
     grad = torch.randn(2, 40, 5, dtype=torch.float64).transpose(1, 2)
-    result = gather_module._scatter_add(grad, flat, 30, "rows")
+    result = gather_module._scatter_add(grad, flat, 30, "rows", "double")
     torch.testing.assert_close(result, _loop_scatter(grad, flat, 30), rtol=1e-12, atol=1e-12)
 
 
@@ -270,6 +360,24 @@ def test_large_fresh_outputs_ask_for_huge_pages_inside_their_own_memory(monkeypa
     assert out.data_ptr() <= start and start + length <= out.data_ptr() + out.numel() * 4
     gather_points(features, idx[:, :1000])  # a small output: no advice
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_forward_and_backward_run_kernels_of_one_warp_module(monkeypatch, dtype, weighted):
+    """A first gather + backward compiles one Warp module (per index dtype and precision), not every kernel."""
+    modules = set()
+    real_run = _interop._run
+    monkeypatch.setattr(
+        _interop, "_run", lambda *args: (modules.add(args[0].module.name), real_run(*args))[1]
+    )
+    features = torch.randn(2, 6, 50, dtype=dtype, requires_grad=True)
+    idx = torch.randint(-1, 50, (2, 30, 3))
+    weight = torch.rand(2, 30, 3, requires_grad=True) if weighted else None
+    gather_points(features, idx, weight=weight).sum().backward()
+    precision = "double" if dtype == torch.float64 else "single" if weighted else _key(dtype)
+    expected = f"weighted_rows_{precision}" if weighted else f"rows_int64_{precision}"
+    assert modules == {f"warpgeo._kernels.gather.{expected}"}
 
 
 def test_cpu_rows_are_split_among_threads_consistently(monkeypatch):

@@ -1,51 +1,55 @@
-"""Point-feature gather and its scatter-add backward.
+"""Point-feature gather and its scatter-add backward, plain and weighted.
 
-Shapes: ``features`` / ``grad_features`` ``(B, C, N)``, ``idx`` ``(B, L)`` (L = M or M * K; int32 or int64
-for the CPU row kernels, int32 for the CUDA kernels), ``out`` / ``grad_out`` ``(B, C, L)``. An index outside
-``[0, N)`` (``-1`` is the padding value; an int64 index is compared before it is narrowed) reads as 0 and
-scatters nothing; the host rejects other negative or too large values before launching, the kernels only
-make sure a bad index can never touch memory.
+Shapes: ``features`` / ``grad_features`` ``(B, C, N)``, ``idx`` ``(B, L)`` (L = M or M * K), ``out`` /
+``grad_out`` ``(B, C, L)``. An index outside ``[0, N)`` (``-1`` is the padding value; an int64 index is
+compared before it is narrowed) reads as 0 and scatters nothing; the host rejects other negative or too large
+values before launching, the kernels only make sure a bad index can never touch memory.
 
-Two shapes of work, chosen by the caller per device:
+Two shapes of work, chosen by the caller per device (``warpgeo/gather.py``):
 
-* ``*_rows`` (the CPU kernels; row ``r = row_start + tid``): ``gather_rows`` gives a thread a batch entry and
-  a block of ``CHANNELS_PER_ROW`` channels (``ceil(C / CHANNELS_PER_ROW)`` rows per batch entry) and reads
-  each index once for the whole block; ``scatter_add_rows`` gives a thread one ``(b, c)`` row. Each loops
-  over the index row in order. On the CPU (where Warp runs the threads of a launch one after the other) this
-  is a tight contiguous loop, and ``row_start`` lets the host split the rows among several launches that
-  run in parallel. The arrays' last dimension must be dense (the rows are indexed without a stride). The
-  forward first streams the features rows into the cache when it will read most of them anyway
-  (``TOUCH_*``). In the backward the thread owns its whole ``grad_features`` row, so no atomics are needed
-  and the sum order is fixed (deterministic).
-* ``*_elements`` / ``scatter_add_atomic`` / ``scatter_add_segments``: one thread per output element, for
-  CUDA. ``scatter_add_atomic`` uses float atomics (fast; the summation order varies from run to run);
-  ``scatter_add_segments`` gives each thread one ``grad_features[b, c, n]`` and sums its contributors in
-  ascending ``l`` order from a CSR of the sorted indices (bit-identical run to run, and bit-identical to
-  ``scatter_add_rows``).
+* ``*_rows`` (the CPU kernels, launched over the rows ``(b, c)`` of ``(B, C)``, or ``(b, m)`` for the
+  weights' gradient, by ``_interop.launch_blocks``): ``gather_rows`` gives a thread ``CHANNELS_PER_ROW``
+  consecutive rows and, where they share a batch entry, reads each index once for all of them;
+  ``scatter_add_rows`` gives a thread one row. Each loops over the index row in order. On the CPU (where Warp
+  runs the threads of a launch one after the other) this is a tight contiguous loop, and ``row_start`` lets
+  the host split the rows among several launches that run in parallel. The arrays' last dimension must be
+  dense (the rows are indexed without a stride). The forward first streams the features rows into the cache
+  when it will read most of them anyway (``TOUCH_*``). In the backward the thread owns its whole
+  ``grad_features`` row, so no atomics are needed and the sum order is fixed (deterministic). A launch may
+  cover a block of the rows: a kernel finds a row's ``(b, c)`` from the shapes of the arrays it is given.
+* ``*_elements`` / ``*_atomic`` / ``*_segments``: one thread per output element, for CUDA, launched as a
+  3-d grid ``(b, c, l)``. The ``(B, L)`` / ``(B, M, K)`` index (and weight) arrays arrive broadcast along C
+  (stride 0), so that every array a grid of a block touches is sliced like the grid. ``*_atomic`` uses float
+  atomics (fast; the summation order varies from run to run); ``*_segments`` gives each thread one
+  ``grad_features[b, c, n]`` and sums its contributors in ascending ``l`` order from a CSR of the sorted
+  indices (bit-identical run to run, and bit-identical to ``scatter_add_rows``).
 
 The forward copies values, so it runs on bit patterns (int16 / int32 / int64 views of half, float32 and
-float64 tensors): exact for every float dtype, bfloat16 included. The backward accumulates in float32
-(half inputs, widened on the host) or float64.
+float64 tensors): exact for every float dtype, bfloat16 included. The backward accumulates in float32 (half
+inputs, widened on the host) or float64. The weighted ops compute in float32 or float64.
+
+Tables (each key a Warp module of its own, created on first use): ``ROWS[(index, precision)]`` and
+``ELEMENTS[precision]`` with ``precision`` one of ``"half"``, ``"single"``, ``"double"`` (the forward's
+bits and the backward's accumulator of that features dtype: a first forward + backward compiles one module)
+and ``index`` ``"int32"`` / ``"int64"`` (the CPU row kernels read either as they come);
+``WEIGHTED_ROWS[precision]`` and ``WEIGHTED_ELEMENTS[precision]`` with ``"single"`` / ``"double"``.
 """
 
-import threading
 from typing import Any
 
 import warp as wp
 
-# warpgeo writes every backward itself: skip generating Warp's adjoints (halves the compile time).
-wp.set_module_options({"enable_backward": False})
+from warpgeo import _constants
+from warpgeo._kernels._table import KernelTable
 
-#: The Warp module (compilation unit) of the one-thread-per-element kernels the CUDA path launches; the CPU
-#: row kernels live in modules of their own, per index dtype and precision (``_row_module``) or per
-#: precision (``_weighted_row_module``), so that a process's first CPU gather compiles only the kernels it
-#: launches (a module compiles all of its kernels for the device it is first launched on).
-DEVICE_MODULE = "warpgeo._kernels.gather.elements"
-device_kernel = wp.kernel(enable_backward=False, module=DEVICE_MODULE)
+#: Options of every gather module: warpgeo writes every backward itself (no adjoints: half the compile time).
+OPTIONS = {"enable_backward": False}
 
-#: Channels one CPU thread handles together: the index row is read (and bounds-checked) once for all of them,
-#: and their independent loads overlap. 4 rows of 16384 float32 points (256 KiB) still fit a 512 KiB L2.
-CHANNELS_PER_ROW = wp.constant(4)
+#: "No point": what an index outside ``[0, n)`` reads as.
+SENTINEL_INDEX = wp.constant(_constants.SENTINEL_INDEX)
+#: Rows (channels of one batch entry) one CPU gather thread copies together: the index row is read (and
+#: bounds-checked) once for all of them, and their independent loads overlap.
+CHANNELS_PER_ROW = wp.constant(_constants.GATHER_CHANNELS_PER_ROW)
 #: A features row is streamed into the cache (sequential reads, which the hardware prefetches) before the
 #: random reads when the row is gathered from at least once per this many points: most of its cache lines
 #: are read anyway, and random reads that miss the cache each wait for memory (2-3x slower from DRAM).
@@ -63,11 +67,11 @@ def _valid(i: wp.int32, n: wp.int32) -> bool:
 
 @wp.func
 def _point(i: Any, n: int):
-    """``i`` (int32 or int64) as an int32 point index where it lies in ``[0, n)``, else -1.
+    """``i`` (int32 or int64) as an int32 point index where it lies in ``[0, n)``, else ``SENTINEL_INDEX``.
 
     Compared at 64 bits before narrowing: an int64 index of 2**32 + 5 is out of range, never point 5."""
     wide = wp.int64(i)
-    point = int(-1)
+    point = int(SENTINEL_INDEX)
     if wide >= wp.int64(0) and wide < wp.int64(n):
         point = int(wide)
     return point
@@ -110,47 +114,43 @@ def _touching(n: int, length: int) -> bool:
 
 @wp.func
 def _gather_row(frow: wp.array(dtype=Any), irow: wp.array(dtype=Any), orow: wp.array(dtype=Any)):
-    """``orow[l] = frow[irow[l]]``, 0 where the index is outside ``[0, n)``; ``n > 0``."""
+    """``orow[l] = frow[irow[l]]``, 0 where the index is outside ``[0, n)`` (every index when ``n == 0``)."""
     n = frow.shape[0]
     length = irow.shape[0]
     zero = orow.dtype(0)
+    l = int(0)
+    if n == 0:  # nothing to read (the host normally writes these zeros itself)
+        while l < length:
+            orow[l] = zero
+            l += 1
+        return
     if length > 0 and _touching(n, length):
         orow[0] = _touch(frow)  # overwritten below
-    l = int(0)
     while l < length:
         j = _point(irow[l], n)
         orow[l] = wp.where(j >= 0, frow[wp.max(j, 0)], zero)
         l += 1
 
 
-def gather_rows(  # a kernel of every row module (see _row_module)
+def gather_rows(
     features: wp.array3d(dtype=Any),
     idx: wp.array2d(dtype=Any),
     out: wp.array3d(dtype=Any),
     row_start: wp.int32,
 ):
-    """Row ``r`` is batch entry ``b`` and channels ``[c0, c0 + CHANNELS_PER_ROW)`` (fewer in the last block
-    of a batch entry): ``ceil(C / CHANNELS_PER_ROW)`` rows per batch entry. The last dimension of every
-    array must be dense (element stride 1)."""
-    r = wp.tid() + row_start
+    """Thread ``t`` copies rows ``r0 .. r0 + CHANNELS_PER_ROW - 1`` of the flattened ``(B, C)`` grid (``r0 =
+    (row_start + t) * CHANNELS_PER_ROW``; fewer at the end): four channels of one batch entry at a time where
+    they are, else row by row. The last dimension of every array must be dense (element stride 1)."""
     channels = features.shape[1]
-    blocks = (channels + CHANNELS_PER_ROW - 1) // CHANNELS_PER_ROW
-    b = r // blocks
-    c0 = (r % blocks) * CHANNELS_PER_ROW
+    rows = features.shape[0] * channels
+    r0 = (wp.tid() + row_start) * CHANNELS_PER_ROW
+    b = r0 // channels
+    c0 = r0 - b * channels
     n = features.shape[2]
     length = idx.shape[1]
-    irow = _index_row(idx, b)
-    zero = out.dtype(0)
-    if n == 0:  # every index is padding (the host normally writes these zeros itself)
-        c = c0
-        while c < wp.min(c0 + CHANNELS_PER_ROW, channels):
-            orow = _row(out, b, c)
-            l = int(0)
-            while l < length:
-                orow[l] = zero
-                l += 1
-            c += 1
-    elif c0 + CHANNELS_PER_ROW <= channels:
+    if n > 0 and c0 + CHANNELS_PER_ROW <= channels:
+        irow = _index_row(idx, b)
+        zero = out.dtype(0)
         f0 = _row(features, b, c0)
         f1 = _row(features, b, c0 + 1)
         f2 = _row(features, b, c0 + 2)
@@ -174,42 +174,30 @@ def gather_rows(  # a kernel of every row module (see _row_module)
             o2[l] = wp.where(ok, f2[k], zero)
             o3[l] = wp.where(ok, f3[k], zero)
             l += 1
-    else:
-        c = c0
-        while c < channels:
-            _gather_row(_row(features, b, c), irow, _row(out, b, c))
-            c += 1
+    else:  # the last rows, a block across two batch entries, or no points
+        r = r0
+        while r < wp.min(r0 + CHANNELS_PER_ROW, rows):
+            rb = r // channels
+            rc = r - rb * channels
+            _gather_row(_row(features, rb, rc), _index_row(idx, rb), _row(out, rb, rc))
+            r += 1
 
 
-@device_kernel
-def gather_elements(
-    features: wp.array3d(dtype=Any),
-    idx: wp.array2d(dtype=wp.int32),
-    out: wp.array3d(dtype=Any),
-):
-    b, c, l = wp.tid()
-    i = idx[b, l]
-    v = out.dtype(0)
-    if _valid(i, features.shape[2]):
-        v = features[b, c, i]
-    out[b, c, l] = v
-
-
-def scatter_add_rows(  # a kernel of every row module (see _row_module)
+def scatter_add_rows(
     grad_out: wp.array3d(dtype=Any),
     idx: wp.array2d(dtype=Any),
     grad_features: wp.array3d(dtype=Any),
     row_start: wp.int32,
 ):
-    """Thread ``(b, c)`` owns row ``grad_features[b, c]``, writes all of it and sums in ``l`` order. The
-    last dimension of every array must be dense (element stride 1).
+    """Thread ``t`` owns row ``r = row_start + t`` of ``(B, C)``: writes all of ``grad_features[b, c]`` and
+    sums in ``l`` order. The last dimension of every array must be dense (element stride 1).
 
     Zeroing the row here rather than on the host leaves it in cache for the scattered adds that follow.
     (One channel per thread: unlike the forward, blocks of channels measured slower here.)
     """
     r = wp.tid() + row_start
     b = r // grad_features.shape[1]
-    c = r % grad_features.shape[1]
+    c = r - b * grad_features.shape[1]
     n = grad_features.shape[2]
     length = idx.shape[1]
     grow = _row(grad_out, b, c)
@@ -228,159 +216,98 @@ def scatter_add_rows(  # a kernel of every row module (see _row_module)
         l += 1
 
 
-@device_kernel
+def gather_elements(
+    features: wp.array3d(dtype=Any),
+    idx: wp.array3d(dtype=wp.int32),
+    out: wp.array3d(dtype=Any),
+):
+    """``idx``: the ``(B, L)`` index broadcast to ``(B, C, L)``."""
+    b, c, l = wp.tid()
+    i = idx[b, c, l]
+    v = out.dtype(0)
+    if _valid(i, features.shape[2]):
+        v = features[b, c, i]
+    out[b, c, l] = v
+
+
 def scatter_add_atomic(
     grad_out: wp.array3d(dtype=Any),
-    idx: wp.array2d(dtype=wp.int32),
+    idx: wp.array3d(dtype=wp.int32),
     grad_features: wp.array3d(dtype=Any),
 ):
-    """``grad_features`` must be zero on entry."""
+    """``idx``: the ``(B, L)`` index broadcast to ``(B, C, L)``; ``grad_features`` must be zero on entry."""
     b, c, l = wp.tid()
-    i = idx[b, l]
+    i = idx[b, c, l]
     if _valid(i, grad_features.shape[2]):
         wp.atomic_add(grad_features, b, c, i, grad_out[b, c, l])
 
 
-@device_kernel
 def scatter_add_segments(
     grad_out: wp.array3d(dtype=Any),
     order: wp.array2d(dtype=wp.int32),
-    offsets: wp.array2d(dtype=wp.int32),
+    starts: wp.array3d(dtype=wp.int32),
+    ends: wp.array3d(dtype=wp.int32),
     grad_features: wp.array3d(dtype=Any),
 ):
-    """``order[b]`` lists ``l`` by ascending ``idx[b, l]`` (stable); ``order[b, offsets[b, n]:offsets[b, n+1]]``
-    are the ``l`` with ``idx[b, l] == n``. Every element of ``grad_features`` is written."""
+    """``order[b]`` lists ``l`` by ascending ``idx[b, l]`` (stable); ``order[b, starts[b, c, n]:ends[b, c,
+    n]]`` are the ``l`` with ``idx[b, l] == n`` (``starts`` / ``ends``: the ``(B, N)`` CSR offsets broadcast
+    along C). Every element of ``grad_features`` is written."""
     b, c, n = wp.tid()
     acc = grad_features.dtype(0)
-    for j in range(offsets[b, n], offsets[b, n + 1]):
+    for j in range(starts[b, c, n], ends[b, c, n]):
         acc = acc + grad_out[b, c, order[b, j]]
     grad_features[b, c, n] = acc
 
 
-# Explicit instances, keyed by dtype name, so that Warp builds the module once with all of them (an implicit
-# instance created at launch time would rebuild it). The CPU row kernels read int32 and int64 indices as they
-# come (no conversion pass; tables keyed by the index dtype first); the CUDA kernels take int32 indices.
-_BITS = {"int16": wp.int16, "int32": wp.int32, "int64": wp.int64}
-_ACCUMULATORS = {"float32": wp.float32, "float64": wp.float64}
-_INDICES = {"int32": wp.int32, "int64": wp.int64}
-_INDEX = wp.array2d(dtype=wp.int32)
-
-
-def _instances(kernel, scalars, index_arrays=1, row_start=False, index=_INDEX):
-    table = {}
-    for name, t in scalars.items():
-        types = [wp.array3d(dtype=t)] + [index] * index_arrays + [wp.array3d(dtype=t)]
-        if row_start:
-            types.append(wp.int32)
-        table[name] = wp.overload(kernel, types)
-    return table
-
-
-#: The CPU row kernels' Warp modules, one per index dtype and precision, each holding the gather and the
-#: scatter-add (its backward) of that precision: a first forward + backward compiles one module of two
-#: kernels, not every index dtype and precision of both (16 kernels with the weighted ones). ``bits``: the
-#: width the forward copies; ``accumulator``: the backward's float type.
-_ROW_PRECISIONS = {
+#: The forward's bits and the backward's accumulator per features precision.
+_PRECISIONS = {
     "half": (wp.int16, wp.float32),
     "single": (wp.int32, wp.float32),
     "double": (wp.int64, wp.float64),
 }
-_PRECISION_OF = {
-    "gather": {"int16": "half", "int32": "single", "int64": "double"},
-    "scatter": {"float32": "single", "float64": "double"},
-}
-_ROW_MODULES: dict[tuple[str, str], dict[str, Any]] = {}
-_ROW_LOCK = threading.Lock()
+_INDICES = {"int32": wp.int32, "int64": wp.int64}
 
 
-def _row_module(index: str, precision: str) -> dict[str, Any]:
-    """``{"gather": overload, "scatter": overload}`` of one row module, both created on its first use (a
-    kernel added to a module after it was built would make Warp build it again)."""
-    with _ROW_LOCK:
-        found = _ROW_MODULES.get((index, precision))
-        if found is None:
-            name = f"{__name__}.rows_{index}_{precision}"
-            wp.set_module_options({"enable_backward": False}, module=name)
-            bits, accumulator = _ROW_PRECISIONS[precision]
-            rows = wp.array2d(dtype=_INDICES[index])
-            found = {}
-            for role, func, t in (
-                ("gather", gather_rows, bits),
-                ("scatter", scatter_add_rows, accumulator),
-            ):
-                kernel = wp.kernel(func, module=name)
-                found[role] = wp.overload(kernel, [wp.array3d(dtype=t), rows, wp.array3d(dtype=t), wp.int32])
-            _ROW_MODULES[(index, precision)] = found
-    return found
+def _types(bits, accumulator, index=None) -> dict:
+    types = {
+        "features": wp.array3d(dtype=bits),
+        "out": wp.array3d(dtype=bits),
+        "grad_out": wp.array3d(dtype=accumulator),
+        "grad_features": wp.array3d(dtype=accumulator),
+    }
+    if index is not None:
+        types["idx"] = wp.array2d(dtype=index)
+    return types
 
 
-class _RowTable(dict):
-    """``{index dtype name: {dtype name: overload}}`` of a row kernel (``role``), created on first lookup."""
-
-    def __init__(self, role: str) -> None:
-        super().__init__()
-        self._role = role
-
-    def __missing__(self, index: str) -> dict[str, Any]:
-        if index not in _INDICES:
-            raise KeyError(index)
-        table = _RowOverloads(self._role, index)
-        self[index] = table
-        return table
-
-    def build_all(self) -> dict:
-        """Every overload, created now (ahead-of-time builds, the code-generation test)."""
-        return {index: {n: self[index][n] for n in _PRECISION_OF[self._role]} for index in _INDICES}
-
-
-class _RowOverloads(dict):
-    def __init__(self, role: str, index: str) -> None:
-        super().__init__()
-        self._role = role
-        self._index = index
-
-    def __missing__(self, name: str) -> Any:
-        kernel = _row_module(self._index, _PRECISION_OF[self._role][name])[
-            self._role
-        ]  # KeyError: no such dtype
-        self[name] = kernel
-        return kernel
-
-
-GATHER_ROWS = _RowTable("gather")
-GATHER_ELEMENTS = _instances(gather_elements, _BITS)
-SCATTER_ADD_ROWS = _RowTable("scatter")
-SCATTER_ADD_ATOMIC = _instances(scatter_add_atomic, _ACCUMULATORS)
-SCATTER_ADD_SEGMENTS = _instances(scatter_add_segments, _ACCUMULATORS, index_arrays=2)
+#: The CPU kernels: ``ROWS[(index dtype, precision)].gather_rows`` / ``.scatter_add_rows``.
+ROWS = KernelTable(
+    f"{__name__}.rows",
+    (gather_rows, scatter_add_rows),
+    {(i, p): _types(*_PRECISIONS[p], _INDICES[i]) for i in _INDICES for p in _PRECISIONS},
+    options=OPTIONS,
+)
+#: The CUDA kernels: ``ELEMENTS[precision].gather_elements`` / ``.scatter_add_atomic`` /
+#: ``.scatter_add_segments`` (int32 indices).
+ELEMENTS = KernelTable(
+    f"{__name__}.elements",
+    (gather_elements, scatter_add_atomic, scatter_add_segments),
+    {p: _types(*_PRECISIONS[p]) for p in _PRECISIONS},
+    options=OPTIONS,
+    cuda_only=True,
+)
 
 
 # --------------------------------------------------------------------------------------------------------
 # weighted gather: out[b, c, m] = sum_k weight[b, m, k] * features[b, c, idx[b, m, k]]
 #
-# ``features`` / ``weight`` / ``out`` and the gradients are in the compute precision (float32 or float64);
-# ``idx`` and ``weight`` are ``(B, M, K)``. An index outside ``[0, N)`` contributes nothing.
+# Every float array is in the compute precision (float32 or float64); ``idx`` is int32, ``idx`` and
+# ``weight`` are ``(B, M, K)`` (broadcast to ``(B, C, M, K)`` for the element kernels). An index outside
+# ``[0, N)`` contributes nothing.
 # --------------------------------------------------------------------------------------------------------
 
 
-@wp.func
-def _weighted_sum(
-    features: wp.array3d(dtype=Any),
-    idx: wp.array3d(dtype=wp.int32),
-    weight: wp.array3d(dtype=Any),
-    b: int,
-    c: int,
-    m: int,
-):
-    n = features.shape[2]
-    acc = features.dtype(0)
-    for k in range(idx.shape[2]):
-        i = idx[b, m, k]
-        if _valid(i, n):
-            acc = acc + weight[b, m, k] * features[b, c, i]
-    return acc
-
-
-def weighted_gather_rows(  # a kernel of every weighted row module (see _weighted_row_module)
+def weighted_gather_rows(
     features: wp.array3d(dtype=Any),
     idx: wp.array3d(dtype=wp.int32),
     weight: wp.array3d(dtype=Any),
@@ -390,24 +317,18 @@ def weighted_gather_rows(  # a kernel of every weighted row module (see _weighte
     """A thread per ``(b, c)`` row (the CPU kernel)."""
     r = wp.tid() + row_start
     b = r // features.shape[1]
-    c = r % features.shape[1]
+    c = r - b * features.shape[1]
+    n = features.shape[2]
     for m in range(idx.shape[1]):
-        out[b, c, m] = _weighted_sum(features, idx, weight, b, c, m)
+        acc = out.dtype(0)
+        for k in range(idx.shape[2]):
+            i = idx[b, m, k]
+            if _valid(i, n):
+                acc = acc + weight[b, m, k] * features[b, c, i]
+        out[b, c, m] = acc
 
 
-@device_kernel
-def weighted_gather_elements(
-    features: wp.array3d(dtype=Any),
-    idx: wp.array3d(dtype=wp.int32),
-    weight: wp.array3d(dtype=Any),
-    out: wp.array3d(dtype=Any),
-):
-    """A thread per output element (the CUDA kernel)."""
-    b, c, m = wp.tid()
-    out[b, c, m] = _weighted_sum(features, idx, weight, b, c, m)
-
-
-def weighted_scatter_rows(  # a kernel of every weighted row module (see _weighted_row_module)
+def weighted_scatter_rows(
     grad_out: wp.array3d(dtype=Any),
     idx: wp.array3d(dtype=wp.int32),
     weight: wp.array3d(dtype=Any),
@@ -417,7 +338,7 @@ def weighted_scatter_rows(  # a kernel of every weighted row module (see _weight
     """d/d(features), a thread per ``(b, c)`` row owning ``grad_features[b, c]`` (CPU; deterministic)."""
     r = wp.tid() + row_start
     b = r // grad_features.shape[1]
-    c = r % grad_features.shape[1]
+    c = r - b * grad_features.shape[1]
     n = grad_features.shape[2]
     zero = grad_features.dtype(0)
     for i in range(n):
@@ -430,128 +351,106 @@ def weighted_scatter_rows(  # a kernel of every weighted row module (see _weight
                 grad_features[b, c, i] = grad_features[b, c, i] + g * weight[b, m, k]
 
 
-@device_kernel
-def weighted_scatter_atomic(
-    grad_out: wp.array3d(dtype=Any),
-    idx: wp.array3d(dtype=wp.int32),
-    weight: wp.array3d(dtype=Any),
-    grad_features: wp.array3d(dtype=Any),
-):
-    """d/d(features), a thread per ``(b, c, m)`` with float atomics (CUDA); ``grad_features`` zeroed."""
-    b, c, m = wp.tid()
-    n = grad_features.shape[2]
-    g = grad_out[b, c, m]
-    for k in range(idx.shape[2]):
-        i = idx[b, m, k]
-        if _valid(i, n):
-            wp.atomic_add(grad_features, b, c, i, g * weight[b, m, k])
-
-
-@device_kernel
-def weighted_scatter_segments(
-    grad_out: wp.array3d(dtype=Any),
-    weight: wp.array3d(dtype=Any),
-    order: wp.array2d(dtype=wp.int32),
-    offsets: wp.array2d(dtype=wp.int32),
-    grad_features: wp.array3d(dtype=Any),
-):
-    """d/d(features), a thread per ``(b, c, n)`` summing its contributors in flat ``l = m * K + k`` order
-    through the CSR of the stably sorted flat indices (CUDA ``deterministic=True``)."""
-    b, c, n = wp.tid()
-    group = weight.shape[2]
-    acc = grad_features.dtype(0)
-    length = order.shape[1]
-    for j in range(wp.clamp(int(offsets[b, n]), 0, length), wp.clamp(int(offsets[b, n + 1]), 0, length)):
-        l = int(order[b, j])
-        m = l // group
-        acc = acc + grad_out[b, c, m] * weight[b, m, l - m * group]
-    grad_features[b, c, n] = acc
-
-
-def weighted_grad_weight_rows(  # a kernel of every weighted row module (see _weighted_row_module)
+def weighted_grad_weight_rows(
     grad_out: wp.array3d(dtype=Any),
     features: wp.array3d(dtype=Any),
     idx: wp.array3d(dtype=wp.int32),
     grad_weight: wp.array3d(dtype=Any),
     row_start: wp.int32,
 ):
-    """d/d(weight): ``grad_weight[b, m, k] = sum_c grad_out[b, c, m] * features[b, c, idx[b, m, k]]``, a
-    thread per ``(b, m)`` row (both devices: each output element is written by one thread)."""
+    """d/d(weight): ``grad_weight[b, m, k] = sum_c grad_out[b, m, c] * features[b, c, idx[b, m, k]]``, a thread
+    per ``(b, m)`` row (both devices: each output element is written by one thread). ``grad_out`` arrives as
+    a ``(B, M, C)`` view, sliced like the rows."""
     r = wp.tid() + row_start
     b = r // idx.shape[1]
-    m = r % idx.shape[1]
+    m = r - b * idx.shape[1]
     n = features.shape[2]
     for k in range(idx.shape[2]):
         i = idx[b, m, k]
         acc = grad_weight.dtype(0)
         if _valid(i, n):
             for c in range(features.shape[1]):
-                acc = acc + grad_out[b, c, m] * features[b, c, i]
+                acc = acc + grad_out[b, m, c] * features[b, c, i]
         grad_weight[b, m, k] = acc
 
 
-_IDX3 = wp.array3d(dtype=wp.int32)
+def weighted_gather_elements(
+    features: wp.array3d(dtype=Any),
+    idx: wp.array4d(dtype=wp.int32),
+    weight: wp.array4d(dtype=Any),
+    out: wp.array3d(dtype=Any),
+):
+    """A thread per output element (the CUDA kernel)."""
+    b, c, m = wp.tid()
+    n = features.shape[2]
+    acc = out.dtype(0)
+    for k in range(idx.shape[3]):
+        i = idx[b, c, m, k]
+        if _valid(i, n):
+            acc = acc + weight[b, c, m, k] * features[b, c, i]
+    out[b, c, m] = acc
 
 
-def _weighted(kernel, params):
-    """Instances over the accumulators; ``params`` lists each parameter's kind: "f" a float array3d,
-    "i" the (B, M, K) index, "o" an int32 array2d."""
-    table = {}
-    for name, t in _ACCUMULATORS.items():
-        kinds = {"f": wp.array3d(dtype=t), "i": _IDX3, "o": _INDEX}
-        table[name] = wp.overload(kernel, [kinds[p] for p in params])
-    return table
+def weighted_scatter_atomic(
+    grad_out: wp.array3d(dtype=Any),
+    idx: wp.array4d(dtype=wp.int32),
+    weight: wp.array4d(dtype=Any),
+    grad_features: wp.array3d(dtype=Any),
+):
+    """d/d(features), a thread per ``(b, c, m)`` with float atomics (CUDA); ``grad_features`` zeroed."""
+    b, c, m = wp.tid()
+    n = grad_features.shape[2]
+    g = grad_out[b, c, m]
+    for k in range(idx.shape[3]):
+        i = idx[b, c, m, k]
+        if _valid(i, n):
+            wp.atomic_add(grad_features, b, c, i, g * weight[b, c, m, k])
 
 
-#: The weighted CPU row kernels' Warp modules, one per precision, each holding the forward and both backwards
-#: of that precision (``weighted_grad_weight_rows`` runs on CUDA too): a first weighted gather compiles one
-#: module of three kernels, not both precisions of all three.
-_WEIGHTED_ROWS = {
-    "gather": (weighted_gather_rows, "fiff"),
-    "scatter": (weighted_scatter_rows, "fiff"),
-    "grad_weight": (weighted_grad_weight_rows, "ffif"),
-}
-_WEIGHTED_ROW_MODULES: dict[str, dict[str, Any]] = {}
+def weighted_scatter_segments(
+    grad_out: wp.array3d(dtype=Any),
+    weight: wp.array4d(dtype=Any),
+    order: wp.array2d(dtype=wp.int32),
+    starts: wp.array3d(dtype=wp.int32),
+    ends: wp.array3d(dtype=wp.int32),
+    grad_features: wp.array3d(dtype=Any),
+):
+    """d/d(features), a thread per ``(b, c, n)`` summing its contributors in flat ``l = m * K + k`` order
+    through the CSR of the stably sorted flat indices (CUDA ``deterministic=True``; ``starts`` / ``ends`` as
+    in ``scatter_add_segments``)."""
+    b, c, n = wp.tid()
+    group = weight.shape[3]
+    acc = grad_features.dtype(0)
+    length = order.shape[1]
+    for j in range(wp.clamp(int(starts[b, c, n]), 0, length), wp.clamp(int(ends[b, c, n]), 0, length)):
+        l = int(order[b, j])
+        m = l // group
+        acc = acc + grad_out[b, c, m] * weight[b, c, m, l - m * group]
+    grad_features[b, c, n] = acc
 
 
-def _weighted_row_module(precision: str) -> dict[str, Any]:
-    """``{role: overload}`` of the weighted row module of ``precision`` (``"float32"`` / ``"float64"``), its
-    kernels all created on its first use (see ``_row_module``)."""
-    t = _ACCUMULATORS[precision]  # KeyError: no such dtype
-    with _ROW_LOCK:
-        found = _WEIGHTED_ROW_MODULES.get(precision)
-        if found is None:
-            name = f"{__name__}.weighted_rows_{precision}"
-            wp.set_module_options({"enable_backward": False}, module=name)
-            kinds = {"f": wp.array3d(dtype=t), "i": _IDX3}
-            found = {}
-            for role, (func, params) in _WEIGHTED_ROWS.items():
-                kernel = wp.kernel(func, module=name)
-                found[role] = wp.overload(kernel, [kinds[p] for p in params] + [wp.int32])
-            _WEIGHTED_ROW_MODULES[precision] = found
-    return found
+_ACCUMULATORS = {"single": wp.float32, "double": wp.float64}
 
 
-class _WeightedRowTable(dict):
-    """``{dtype name: overload}`` of a weighted row kernel (``role``), created on first lookup."""
-
-    def __init__(self, role: str) -> None:
-        super().__init__()
-        self._role = role
-
-    def __missing__(self, name: str) -> Any:
-        kernel = _weighted_row_module(name)[self._role]
-        self[name] = kernel
-        return kernel
-
-    def build_all(self) -> dict:
-        """Every overload, created now (the code-generation test)."""
-        return {name: self[name] for name in _ACCUMULATORS}
+def _weighted_types(t, weight_dim: int) -> dict:
+    names = ("features", "out", "grad_out", "grad_features", "grad_weight")
+    types = {name: wp.array3d(dtype=t) for name in names}
+    types["weight"] = wp.array(dtype=t, ndim=weight_dim)
+    return types
 
 
-WEIGHTED_GATHER_ROWS = _WeightedRowTable("gather")
-WEIGHTED_GATHER_ELEMENTS = _weighted(weighted_gather_elements, "fiff")
-WEIGHTED_SCATTER_ROWS = _WeightedRowTable("scatter")
-WEIGHTED_SCATTER_ATOMIC = _weighted(weighted_scatter_atomic, "fiff")
-WEIGHTED_SCATTER_SEGMENTS = _weighted(weighted_scatter_segments, "ffoof")
-WEIGHTED_GRAD_WEIGHT_ROWS = _WeightedRowTable("grad_weight")
+#: The CPU kernels (``weighted_grad_weight_rows`` runs on CUDA too): ``WEIGHTED_ROWS[precision].<kernel>``.
+WEIGHTED_ROWS = KernelTable(
+    f"{__name__}.weighted_rows",
+    (weighted_gather_rows, weighted_scatter_rows, weighted_grad_weight_rows),
+    {p: _weighted_types(t, 3) for p, t in _ACCUMULATORS.items()},
+    options=OPTIONS,
+)
+#: The CUDA kernels: ``WEIGHTED_ELEMENTS[precision].<kernel>``.
+WEIGHTED_ELEMENTS = KernelTable(
+    f"{__name__}.weighted_elements",
+    (weighted_gather_elements, weighted_scatter_atomic, weighted_scatter_segments),
+    {p: _weighted_types(t, 4) for p, t in _ACCUMULATORS.items()},
+    options=OPTIONS,
+    cuda_only=True,
+)
