@@ -98,11 +98,10 @@ def _floor_case(device: torch.device) -> Callable[[], object]:
     two Warp kernels through warpgeo's launcher, with no checks, no template, no dispatch (CPU only: the
     row kernels). What the op template adds is the gather row minus this one."""
     from warpgeo import _interop
+    from warpgeo._constants import GATHER_CHANNELS_PER_ROW as block
 
-    kernels = _interop.kernels("gather")
-    gather_kernel = kernels.GATHER_ROWS["int64"]["int32"]
-    scatter_kernel = kernels.SCATTER_ADD_ROWS["int64"]["float32"]
-    block = kernels.CHANNELS_PER_ROW
+    rows = _interop.kernels("gather").ROWS["int64", "single"]  # int64 indices, float32 features
+    gather_kernel, scatter_kernel = rows.gather_rows, rows.scatter_add_rows
 
     class Bare(torch.autograd.Function):
         @staticmethod

@@ -160,8 +160,11 @@ def bench_per_core(name, spheres, world, scene, pcu, posed, meshes, args) -> Non
             leaf.grad = None
             warpgeo.sphere_mesh_cost(leaf, world, activation_distance=_ETA).sum().backward()
 
-        ids = wp.array(world._mesh_ids[0].cpu().numpy().view(np.uint64), dtype=wp.uint64, device="cpu")
-        xfs = wp.array(world.kernel_args(torch.float32).inv_poses[0].cpu().numpy(), dtype=wp.transform)
+        from warpgeo.world import WORLD_FIELDS
+
+        fields = dict(zip(WORLD_FIELDS, world.kernel_args(torch.float32).world, strict=True))
+        ids = wp.array(fields["mesh_ids"][0].cpu().numpy().view(np.uint64), dtype=wp.uint64, device="cpu")
+        xfs = wp.array(fields["inv_poses"][0].cpu().numpy(), dtype=wp.transform)
         wsph = wp.array(spheres.cpu().numpy(), dtype=wp.vec4, device="cpu")
         cost = wp.zeros(n, dtype=float, device="cpu")
         grad = wp.zeros(n, dtype=wp.vec4, device="cpu")

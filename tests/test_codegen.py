@@ -262,7 +262,7 @@ def test_generic_kernel_without_overload_is_caught(tmp_path):
 
 def test_tile_kernels_are_built_at_their_block_size():
     """The one-block-per-cloud FPS kernel (CUDA only, tiled) is built at the block size of its table."""
-    tiled = {
-        ident: b for ident, b in _MODULES.values() if ident.startswith("fps") and b != _WARP_DEFAULT_BLOCK_DIM
-    }
-    assert tiled, _MODULES
+    tiled = [(table, key) for table, key, _ in _table_modules() if table.block_dim is not None]
+    assert any(table.name.endswith("fps_cuda.fps_block") and table.cuda_only for table, _ in tiled), tiled
+    for table, key in tiled:
+        assert _MODULES[table.module_name(key)][1] == table.block_dim

@@ -640,3 +640,40 @@ def test_point_transformer_block_runs(device):
     assert h.shape == (200, 8) and pooled.shape == (50, 8)
     for t in (p.grad, x.grad, layer.linear_q.weight.grad):
         assert t is not None and torch.isfinite(t).all() and t.abs().sum() > 0
+
+
+def test_compat_calls_public_functions_only():
+    """compat is a thin layer over the public API: no private name of warpgeo (``warpgeo._interop``,
+    ``neighbors._run_ball_query``, ``warpgeo.fps._x``, ...) is imported or reached from warpgeo/compat/, only
+    its own helpers (``warpgeo.compat._common``)."""
+    import ast
+    from pathlib import Path
+
+    import warpgeo.compat
+
+    root = Path(warpgeo.compat.__file__).parent
+    public = set(warpgeo.__all__)
+    found = []
+    files = sorted(root.rglob("*.py"))
+    assert len(files) >= 5, files
+    for path in files:
+        tree = ast.parse(path.read_text(), filename=str(path))
+        aliases = {"warpgeo"}  # names bound to the warpgeo package itself
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("warpgeo"):
+                if node.module.startswith("warpgeo.compat"):
+                    continue
+                for alias in node.names:
+                    if node.module != "warpgeo" or alias.name not in public:
+                        found.append(f"{path.name}:{node.lineno} from {node.module} import {alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("warpgeo") and not alias.name.startswith("warpgeo.compat"):
+                        if alias.name != "warpgeo":
+                            found.append(f"{path.name}:{node.lineno} import {alias.name}")
+                        aliases.add(alias.asname or alias.name)
+        for node in ast.walk(tree):
+            reaches = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            if reaches and node.value.id in aliases and node.attr not in public | {"compat"}:
+                found.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
+    assert not found, f"compat reaches past the public API: {found}"

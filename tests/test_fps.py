@@ -381,7 +381,8 @@ def test_cuda_block_kernel_agrees_on_the_cpu(block_dim):
     previous = wp.config.enable_cpu_blocks
     wp.config.enable_cpu_blocks = block_dim > 1
     try:
-        kernel = kernels.FPS_BLOCK["float32"]
+        assert kernels.FPS_BLOCK.cuda_only and kernels.FPS_BLOCK.block_dim >= 32  # a CPU warmup skips it
+        kernel = kernels.FPS_BLOCK["float32"].fps_block
         _interop.launch(kernel, [batch], device=torch.device("cpu"), tiled=True, block_dim=block_dim, **args)
     finally:
         wp.config.enable_cpu_blocks = previous
@@ -397,6 +398,43 @@ def test_function_backward_returns_none(device):
         pass
 
     assert FarthestPointSampling.backward(Ctx(), None, None) == (None, None, None, None, None)
+
+
+def test_function_marks_outputs_non_differentiable():
+    points = _cloud(2, 50).requires_grad_()
+    indices, distances = FarthestPointSampling.apply(points, None, None, None, 5)
+    assert not indices.requires_grad and not distances.requires_grad
+    assert torch.equal(indices, farthest_point_sampling(points, 5))
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_shape_checks_run_once_per_call(monkeypatch, grad):
+    """The op's check runs exactly once per call, from every entry point: the public function (every form
+    of num_samples / start_index, with and without a gradient), the public Function, the registered op.
+    Counted where the op's check ends, the device check."""
+    from warpgeo import _interop
+
+    calls = []
+    real = _interop.check_device
+
+    def counted(reference, **tensors):
+        calls.append(reference)
+        return real(reference, **tensors)
+
+    points = _cloud(2, 60).requires_grad_(grad)
+    lengths = torch.tensor([60, 30])
+    monkeypatch.setattr(_interop, "check_device", counted)
+    for run in (
+        lambda: farthest_point_sampling(points, 8),
+        lambda: farthest_point_sampling(points[0], 8),
+        lambda: farthest_point_sampling(points, [3, 8], lengths=lengths, start_index=2),
+        lambda: farthest_point_sampling(points, torch.tensor([3, 8]), lengths=lengths, random_start=True),
+        lambda: FarthestPointSampling.apply(points, lengths, None, torch.tensor([1, 2]), 8),
+        lambda: torch.ops.warpgeo.farthest_point_sampling(points, None, None, None, 8),
+    ):
+        calls.clear()
+        run()
+        assert calls == ["points"], calls
 
 
 # ---------------------------------------------------------------------------------------------------------

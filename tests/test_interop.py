@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import subprocess
 import sys
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -565,3 +567,32 @@ def test_op_suites_pass_on_the_public_path():
         text=True,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "public"])
+def test_a_launch_keeps_no_tensor_alive(monkeypatch, fast):
+    """An op's output is the caller's: once dropped it is freed, whatever the launch recorded."""
+    from warpgeo import _fast_launch
+
+    monkeypatch.setattr(_fast_launch, "enabled", lambda: fast)
+    monkeypatch.setattr(_interop, "_THREAD", threading.local())
+    kernel = _scale_kernel()
+    cpu = torch.device("cpu")
+    refs = []
+    for _ in range(3):
+        points, out = torch.rand(2, 4, 3), torch.empty(2, 4, 3)
+        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out)
+        refs += [weakref.ref(points), weakref.ref(out)]
+        del points, out
+    assert all(r() is None for r in refs)
+
+
+def test_a_deleted_world_and_its_structs_are_collected():
+    import trimesh
+
+    world = warpgeo.MeshWorld([trimesh.creation.box((1, 1, 1))])
+    warpgeo.sphere_mesh_cost(torch.tensor([[0.2, 0.0, 0.0, 0.1]], requires_grad=True), world).sum().backward()
+    refs = [weakref.ref(world), *(weakref.ref(t) for t in world.kernel_args().world)]
+    del world
+    gc.collect()
+    assert all(r() is None for r in refs)

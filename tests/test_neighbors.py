@@ -139,6 +139,61 @@ def test_ball_query_radius_is_inclusive(device):
     queries = torch.zeros(1, 1, 3, device=device)
     assert ball_query(queries, points, 1.0, 8)[0, 0].tolist() == [0, 1, 3, 4, -1, -1, -1, -1]
     assert ball_query(queries, points, 1.0, 2)[0, 0].tolist() == [0, 1]
+    # inclusive=False: pointnet2's strict d < radius (what warpgeo.compat's pointnet2 ball_query asks for)
+    assert ball_query(queries, points, 1.0, 8, inclusive=False)[0, 0].tolist() == [
+        0,
+        4,
+        -1,
+        -1,
+        -1,
+        -1,
+        -1,
+        -1,
+    ]
+
+
+@pytest.mark.parametrize("method", [None, *METHODS])
+def test_ball_query_exclusive_matches_brute_force(device, method):
+    """``inclusive=False`` on a lattice (many points exactly at the radius), every kernel path."""
+    grid = torch.stack(torch.meshgrid(*[torch.arange(5.0)] * 3, indexing="ij"), dim=-1).reshape(-1, 3)
+    points = torch.cat([grid, grid.flip(0)])[None].to(device)
+    queries = grid[::7][None].to(device)
+    if method is None:
+        got = ball_query(queries, points, 1.0, 10, inclusive=False)
+    elif device.type != "cpu":
+        pytest.skip("the methods are forced on the CPU")
+    else:
+        got = neighbors._ball_query(queries, points, None, None, 1.0, 10, False, method)
+    want = ball_query_reference(queries[0].cpu(), points[0].cpu(), 1.0, 10, inclusive=False)
+    np.testing.assert_array_equal(got[0].cpu().numpy(), want)
+    assert not torch.equal(got, ball_query(queries, points, 1.0, 10))  # the radius is reached: they differ
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_shape_checks_run_once_per_call(monkeypatch, grad):
+    """Each op's check runs exactly once per call, from the public function (eager, with and without a
+    gradient) and from the registered op: counted where every check of these ops ends, the device check."""
+    from warpgeo import _interop
+
+    calls = []
+    real = _interop.check_device
+
+    def counted(reference, **tensors):
+        calls.append(reference)
+        return real(reference, **tensors)
+
+    queries, points = _cloud(2, 12, 300)
+    queries.requires_grad_(grad)
+    monkeypatch.setattr(_interop, "check_device", counted)
+    for run in (
+        lambda: knn(queries, points, 3).dists.sum().backward() if grad else knn(queries, points, 3),
+        lambda: torch.ops.warpgeo.knn(queries, points, None, None, 3),
+        lambda: ball_query(queries, points, 0.2, 4, inclusive=False),
+        lambda: torch.ops.warpgeo.ball_query(queries, points, None, None, 0.2, 4, True),
+    ):
+        calls.clear()
+        run()
+        assert calls == ["queries"], calls
 
 
 @pytest.mark.parametrize("method", ["brute", "counting", "sort"])
@@ -365,6 +420,13 @@ def test_bad_radius(radius):
         error = (TypeError, RuntimeError)
     with pytest.raises(error, match=r"radius|float"):
         torch.ops.warpgeo.ball_query(queries, points, None, None, radius, 3, True)
+
+
+@pytest.mark.parametrize("inclusive", [1, "yes", None])
+def test_bad_inclusive(inclusive):
+    queries, points = _cloud(1, 4, 20)
+    with pytest.raises(TypeError, match="inclusive must be a bool"):
+        ball_query(queries, points, 0.2, 3, inclusive=inclusive)
 
 
 def test_invalid_points_beyond_lengths_are_not_checked():

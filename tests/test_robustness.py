@@ -422,17 +422,95 @@ CASES: list[Case] = [
         V,
         "env_index",
     ),
+    # the world as declared inputs: forged / hostile world tensors through every entry point. A mesh id
+    # that is no live mesh's must never reach Warp's mesh queries (it is a pointer they dereference)
     R(
-        "cost_apply_forged_world_id",
-        "SdfMesh.apply(SPH, None, 10**9, *list(ARGS.values())[1:], PARAMS, 0.0, False)",
+        "cost_apply_forged_mesh_ids",
+        "SdfMesh.apply(SPH, None, FORGE(ARGS, mesh_ids=lambda t: torch.full_like(t, 10**9)), False, PARAMS, 0.0, False)",
         V,
-        "world_id",
+        "mesh_ids",
     ),
     R(
-        "cost_apply_world_id_str",
-        "SdfMesh.apply(SPH, None, 'x', *list(ARGS.values())[1:], PARAMS, 0.0, False)",
+        "cost_op_mesh_ids_off_by_8",
+        "torch.ops.warpgeo.sphere_mesh_cost(SPH, None, FORGE(ARGS2, mesh_ids=lambda t: t + 8 * (t != 0)), False, PARAMS, 0.0, False)",
+        V,
+        "mesh_ids",
+    ),
+    R(
+        "cost_op_mesh_ids_written_in_place",
+        "(lambda a: (a['world'][0].add_(16), torch.ops.warpgeo.sphere_mesh_cost(SPH, None, *a.values(), PARAMS, 0.0, False)))(MeshWorld([BOX]).kernel_args()._asdict())",
+        V,
+        "mesh_ids",
+    ),
+    R(
+        "cost_op_mesh_ids_written_through_data",
+        "(lambda a: (a['world'][0].data.add_(16), torch.ops.warpgeo.sphere_mesh_cost(SPH, None, *a.values(), PARAMS, 0.0, False)))(MeshWorld([BOX]).kernel_args()._asdict())",
+        V,
+        "mesh_ids",
+    ),
+    OK(
+        "cost_op_mesh_ids_cloned",
+        "torch.ops.warpgeo.sphere_mesh_cost(SPH, None, FORGE(ARGS2, mesh_ids=lambda t: t.clone()), False, PARAMS, 0.0, False)",
+        "torch.equal(r[0], torch.ops.warpgeo.sphere_mesh_cost(SPH, None, *ARGS2.values(), PARAMS, 0.0, False)[0])",
+    ),
+    OK(
+        "cost_op_world_args_outlive_their_world",
+        "torch.ops.warpgeo.sphere_mesh_cost(SPH, None, *MeshWorld([BOX]).kernel_args(), PARAMS, 0.0, False)",
+        "torch.equal(r[0], torch.ops.warpgeo.sphere_mesh_cost(SPH, None, *ARGS.values(), PARAMS, 0.0, False)[0])",
+    ),
+    R(
+        "cost_op_mesh_ids_int32",
+        "torch.ops.warpgeo.sphere_mesh_cost(SPH, None, FORGE(ARGS, mesh_ids=lambda t: t.int()), False, PARAMS, 0.0, False)",
         T,
-        "world_id",
+        "mesh_ids",
+    ),
+    R(
+        "cost_op_enabled_wider_than_mesh_ids",
+        "torch.ops.warpgeo.sphere_mesh_cost(SPH, None, FORGE(ARGS, enabled=lambda t: torch.ones(1, 5, dtype=torch.int32)), False, PARAMS, 0.0, False)",
+        V,
+        "enabled",
+    ),
+    R(
+        "cost_op_bounds_float64",
+        "torch.ops.warpgeo.sphere_mesh_cost(SPH, None, FORGE(ARGS, bounds=lambda t: t.double()), False, PARAMS, 0.0, False)",
+        T,
+        "bounds",
+    ),
+    R(
+        "cost_op_vertex_normals_strided",
+        "torch.ops.warpgeo.sphere_mesh_cost(SPH, None, FORGE(ARGS2, vertex_normals=lambda t: torch.zeros(5, 6, dtype=torch.float64)[:, ::2]), False, PARAMS, 0.0, False)",
+        V,
+        "vertex_normals",
+    ),
+    R(
+        "cost_op_world_short",
+        "torch.ops.warpgeo.sphere_mesh_cost(SPH, None, ARGS['world'][:-1], False, PARAMS, 0.0, False)",
+        T,
+        "world",
+    ),
+    R(
+        "cost_apply_world_str",
+        "SdfMesh.apply(SPH, None, 'x', False, PARAMS, 0.0, False)",
+        T,
+        "world",
+    ),
+    R(
+        "cost_apply_all_cuboids_int",
+        "SdfMesh.apply(SPH, None, ARGS['world'], 1, PARAMS, 0.0, False)",
+        T,
+        "all_cuboids",
+    ),
+    OK(
+        "cost_op_all_cuboids_forged_on_meshes",
+        "torch.ops.warpgeo.sphere_mesh_cost(SPH, None, ARGS2['world'], True, PARAMS, 0.0, False)",
+        "bool(torch.isfinite(r[0]).all())",
+    ),
+    OK(
+        "cost_op_hostile_tables",
+        "torch.ops.warpgeo.sphere_mesh_cost(SPH, None, FORGE(ARGS2, topo_offsets=lambda t: torch.full_like(t, 2**31 - 1), "
+        "face_neighbors=lambda t: torch.full_like(t, -(2**31)), grid_dims=lambda t: torch.full_like(t, 2**31 - 1), "
+        "cone_offsets=lambda t: torch.full_like(t, 7), grid_cells=lambda t: torch.full_like(t, -1e30)), False, PARAMS, 0.0, False)",
+        "bool(torch.isfinite(r[0]).all())",
     ),
     R(
         "cost_apply_params_1",
@@ -448,7 +526,7 @@ CASES: list[Case] = [
     ),
     R(
         "cost_apply_other_worlds_poses",
-        "SdfMesh.apply(SPH, None, ARGS['world_id'], ARGS2['inv_poses'], *list(ARGS.values())[2:], PARAMS, 0.0, False)",
+        "SdfMesh.apply(SPH, None, FORGE(ARGS, inv_poses=lambda t: ARGS2['world'][1]), False, PARAMS, 0.0, False)",
         V,
         "inv_poses",
     ),
@@ -484,10 +562,10 @@ CASES: list[Case] = [
         "sweep_steps",
     ),
     R(
-        "swept_op_forged_world_id",
-        "torch.ops.warpgeo.swept_sphere_mesh_cost(TRAJ, None, -5, *list(ARGS.values())[1:], PARAMS, 4, False)",
+        "swept_op_forged_mesh_ids",
+        "torch.ops.warpgeo.swept_sphere_mesh_cost(TRAJ, None, FORGE(ARGS, mesh_ids=lambda t: t - 5), False, PARAMS, 4, False)",
         V,
-        "world_id",
+        "mesh_ids",
     ),
     OK(
         "swept_across_float32_range",
@@ -499,10 +577,15 @@ CASES: list[Case] = [
     R("sd_points_meta", "signed_distance(torch.rand(5, 3, device='meta'), W)", V, "points"),
     R("sd_inf", "signed_distance(torch.tensor([[float('inf'), 0, 0]]), W)", V, "points", value=True),
     R(
-        "sd_op_forged_world_id",
-        "torch.ops.warpgeo.signed_distance(torch.rand(1, 5, 3), None, 0, *list(ARGS.values())[1:], False)",
+        "sd_op_forged_mesh_ids",
+        "torch.ops.warpgeo.signed_distance(torch.rand(1, 5, 3), None, FORGE(ARGS2, mesh_ids=lambda t: t * 3), True, False)",
         V,
-        "world_id",
+        "mesh_ids",
+    ),
+    OK(
+        "sd_op_live_mesh_ids_in_other_slots",
+        "torch.ops.warpgeo.signed_distance(torch.rand(1, 5, 3), None, FORGE(ARGS2, mesh_ids=lambda t: t.flip(1)), False, False)",
+        "r[0].shape == (1, 5)",
     ),
     R(
         "sd_op_env_int16",
@@ -641,8 +724,17 @@ OUT_NPY = os.path.join(TMP, "out.npy")
 IDENTITY = [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
 W = MeshWorld([BOX])
 W2 = MeshWorld.from_envs([[BOX], [BOX, trimesh.creation.icosphere()]])
-ARGS = W.kernel_args()._asdict()
+ARGS = W.kernel_args()._asdict()  # {"world": [tensors of warpgeo.world.WORLD_FIELDS], "all_cuboids": bool}
 ARGS2 = W2.kernel_args()._asdict()
+
+
+def FORGE(args, **change):
+    # args' world list, each field named in change replaced by change[name](field)
+    names = list(warpgeo.world.WORLD_FIELDS)
+    world = list(args["world"])
+    for name, make in change.items():
+        world[names.index(name)] = make(world[names.index(name)])
+    return world
 PARAMS = torch.tensor([0.0, 1.0])
 SPH = torch.tensor([[[0.6, 0.0, 0.0, 0.2], [0.0, 0.0, 0.0, 0.1], [3.0, 0.0, 0.0, 0.5]]] * 2)
 TRAJ = torch.tensor([[[[-1.0, 0.0, 0.0, 0.05]], [[1.0, 0.0, 0.0, 0.05]]]])
@@ -866,22 +958,31 @@ _BLOCKED = {
     "grad_weight",
     "order",
     "offsets",
+    "starts",
+    "ends",
 }
 
 
 @pytest.fixture
 def small_launch_limits(monkeypatch):
-    """Lower the ops' launch limits (byte strides and dimensions, rows per launch) so that small tensors take
-    the split paths; every launch is then checked to fit the lowered limit, as real ones must fit 2**31."""
-    from warpgeo import gather, sdf
+    """Lower the launch limits (byte strides and dimensions, rows per launch) so that small tensors take
+    the split paths: those of the one splitter, ``_interop.launch_blocks`` (which also makes every launch
+    refuse a tensor beyond the lowered limit), and of any op that still has limits of its own. Every launch
+    is then checked to fit the lowered limit, as real ones must fit 2**31."""
+    from warpgeo import sdf
 
     launches: list[str] = []
     real_run = _interop._run  # where every launch ends
+    real_dense_below = _interop.dense_below
 
     def lower(limit: int, rows: int) -> list[str]:
-        for module in (sdf, gather):
-            monkeypatch.setattr(module, "_STRIDE_LIMIT", limit)
-            monkeypatch.setattr(module, "_MAX_LAUNCH_ROWS", rows)
+        monkeypatch.setattr(_interop, "INT32_LIMIT", limit)
+        monkeypatch.setattr(_interop, "MAX_LAUNCH_ROWS", rows)
+        monkeypatch.setattr(_interop, "dense_below", lambda tensors, _=None: real_dense_below(tensors, limit))
+        for module in (sdf,):
+            for name, value in (("_STRIDE_LIMIT", limit), ("_MAX_LAUNCH_ROWS", rows)):
+                if hasattr(module, name):
+                    monkeypatch.setattr(module, name, value)
 
         def checked_run(kernel, dims, device, block_dim, args):
             for name, t in args.items():

@@ -469,13 +469,16 @@ def test_dtypes(device, dtype, box_world_cpu):
 
 def test_no_gradient_computed_unless_needed(monkeypatch, box_world_cpu):
     calls = []
-    real = _interop.call
 
-    def spy(op, function, impl, names, needs_grad, **kwargs):
-        calls.append(kwargs["compute_grad"])
-        return real(op, function, impl, names, needs_grad, **kwargs)
+    def spy(real):
+        def call(**kwargs):
+            calls.append(kwargs["compute_grad"])
+            return real(**kwargs)
 
-    monkeypatch.setattr(_interop, "call", spy)
+        return call
+
+    for op in (sdf_module._cost, sdf_module._swept):
+        monkeypatch.setattr(op, "call", spy(op.call))
     spheres = torch.tensor([[0.5, 0.0, 0.0, 0.1]])
     sphere_mesh_cost(spheres, box_world_cpu)
     swept_sphere_mesh_cost(spheres[None, None], box_world_cpu)
@@ -489,9 +492,9 @@ def test_no_gradient_computed_unless_needed(monkeypatch, box_world_cpu):
 
 def test_backward_with_none_grad_output():
     for backward, n_inputs in (
-        (warpgeo.SdfMesh.backward, 10),
-        (warpgeo.SweptSdfMesh.backward, 10),
-        (sdf_module._backward_distance, 8),
+        (warpgeo.SdfMesh.backward, 7),
+        (warpgeo.SweptSdfMesh.backward, 7),
+        (sdf_module._backward_distance, 5),
     ):
         ctx = types.SimpleNamespace(needs_input_grad=(True,) + (False,) * (n_inputs - 1), saved_tensors=())
         assert backward(ctx, None, None) == (None,) * n_inputs
@@ -608,7 +611,7 @@ def test_compile_inductor(box_world_cpu):
 
 def test_opcheck(device):
     world = _world([box_mesh()], device)
-    args = world.kernel_args(torch.float64)._asdict()
+    args = world.kernel_args(torch.float64)._asdict()  # world, all_cuboids
     gen = torch.Generator().manual_seed(11)
     spheres = (torch.rand(2, 5, 4, generator=gen, dtype=torch.float64) * 0.8 - 0.4).to(device)
     spheres[..., 3] = 0.1
@@ -617,18 +620,18 @@ def test_opcheck(device):
     for compute_grad in (True, False):
         x = spheres.clone().requires_grad_(compute_grad)
         torch.library.opcheck(
-            sdf_module._cost_op,
+            sdf_module._cost.custom,
             (x, env),
             dict(args, params=params, max_distance=0.0, compute_grad=compute_grad),
         )
         traj = spheres.reshape(2, 5, 1, 4).clone().requires_grad_(compute_grad)
         torch.library.opcheck(
-            sdf_module._swept_op,
+            sdf_module._swept.custom,
             (traj, None),
             dict(args, params=params, sweep_steps=2, compute_grad=compute_grad),
         )
         p = spheres[..., :3].clone().requires_grad_(compute_grad)
-        torch.library.opcheck(sdf_module._distance_op, (p, env), dict(args, compute_grad=compute_grad))
+        torch.library.opcheck(sdf_module._distance.custom, (p, env), dict(args, compute_grad=compute_grad))
 
 
 def test_shapes(box_world_cpu):
@@ -676,9 +679,9 @@ def test_cpu_launch_split_among_threads_gives_the_same_answer(monkeypatch):
 def _reference_path(world: MeshWorld) -> MeshWorld:
     """``world`` with its shortcuts off (no closed flag, no grid, no broad phase: posed boxes without bounds):
     every query takes the plain path."""
-    world._grid_tables["grid_dims"].zero_()
-    world._grid_tables["grid_flags"].zero_()
-    bounds = world._grid_tables["world_bounds"]
+    world._tables["grid_dims"].zero_()
+    world._tables["grid_flags"].zero_()
+    bounds = world._tables["world_bounds"]
     bounds[..., 0, :] = -math.inf
     bounds[..., 1, :] = math.inf
     return world
@@ -716,8 +719,8 @@ def test_shortcuts_match_the_reference_path(device, method, dtype):
     """Closed-mesh sign and distance grids and the cuboid's closed form change no distance, cost or gradient
     (posed box, icosphere, torus; points deep inside, near the surfaces and around)."""
     fast = MeshWorld(_CLOSED_SCENE, poses=_CLOSED_POSES, device=device, sign_method=method)
-    assert fast._grid_tables["grid_flags"].tolist() == [[3, 1, 1]]  # the box is a cuboid (closed form)
-    assert (fast._grid_tables["grid_dims"][0, 1:, 0] > 0).all()
+    assert fast._tables["grid_flags"].tolist() == [[3, 1, 1]]  # the box is a cuboid (closed form)
+    assert (fast._tables["grid_dims"][0, 1:, 0] > 0).all()
     slow = _reference_path(MeshWorld(_CLOSED_SCENE, poses=_CLOSED_POSES, device=device, sign_method=method))
     pts = _probe_points(_CLOSED_SCENE, _CLOSED_POSES, 300, seed=11).to(device, dtype)
     gen = torch.Generator().manual_seed(12)
@@ -751,7 +754,7 @@ def test_shortcuts_match_the_reference_path(device, method, dtype):
 
 def _without_broad_phase(world: MeshWorld) -> MeshWorld:
     """``world`` with its broad phase off (posed boxes without bounds) and every other shortcut on."""
-    bounds = world._grid_tables["world_bounds"]
+    bounds = world._tables["world_bounds"]
     bounds[..., 0, :] = -math.inf
     bounds[..., 1, :] = math.inf
     return world
@@ -819,8 +822,8 @@ def _open_bin(size: float = 1.0, height: float = 0.5) -> trimesh.Trimesh:
 def test_unsigned_open_bin(device):
     """A sphere in an open bin collides only where it touches a wall or the floor; distances are >= 0."""
     world = MeshWorld([_open_bin()], device=device, sign_method="unsigned")
-    assert world._grid_tables["grid_flags"].item() == 0  # open: not closed
-    assert world._grid_tables["grid_dims"][0, 0, 0] > 0  # but it has an (unsigned) grid
+    assert world._tables["grid_flags"].item() == 0  # open: not closed
+    assert world._tables["grid_dims"][0, 0, 0] > 0  # but it has an (unsigned) grid
     spheres = torch.tensor(
         [
             [0.0, 0.0, 0.0, 0.1],  # in the middle of the bin: touches nothing
@@ -863,7 +866,7 @@ def test_winding_on_an_open_mesh_matches_the_reference_path(device):
     mesh = sphere_mesh(1.0, 3)
     mesh = trimesh.Trimesh(mesh.vertices, mesh.faces[mesh.triangles_center[:, 2] < 0.85], process=False)
     world = MeshWorld([mesh], device=device, sign_method="winding")
-    assert world._grid_tables["grid_flags"].item() == 0 and world._grid_tables["grid_dims"][0, 0, 0] == 0
+    assert world._tables["grid_flags"].item() == 0 and world._tables["grid_dims"][0, 0, 0] == 0
     pts = torch.from_numpy(np.random.default_rng(16).uniform(-1.5, 1.5, size=(1000, 3))).to(device)
     d = signed_distance(pts, world).cpu().numpy()
     ideal = np.linalg.norm(pts.cpu().numpy(), axis=1) - 1.0
@@ -879,8 +882,8 @@ def test_self_intersecting_mesh_is_not_closed(device):
         np.concatenate([a.vertices, b.vertices]), np.concatenate([a.faces, b.faces + 8]), process=False
     )
     world = MeshWorld([both], device=device)
-    assert world._grid_tables["grid_flags"].item() == 0
-    assert MeshWorld([a], device=device)._grid_tables["grid_flags"].item() == 3  # closed, a cuboid
+    assert world._tables["grid_flags"].item() == 0
+    assert MeshWorld([a], device=device)._tables["grid_flags"].item() == 3  # closed, a cuboid
     pts = torch.from_numpy(np.random.default_rng(17).uniform(-0.5, 0.6, size=(500, 3))).to(device)
     np.testing.assert_array_equal(
         signed_distance(pts, world).cpu().numpy(),
@@ -1019,7 +1022,7 @@ def test_grid_cells_of_unknown_side_give_no_bound(device):
     """A cell whose centre's side is unknown (NaN) must bound nothing: with every cell so, the union signed
     distance and the cost equal the reference path's (a stored 0 once made |p - c| a false upper bound)."""
     fast = MeshWorld(_CLOSED_SCENE, poses=_CLOSED_POSES, device=device)
-    fast._grid_tables["grid_cells"][::2] = float("nan")
+    fast._tables["grid_cells"][::2] = float("nan")
     slow = _reference_path(MeshWorld(_CLOSED_SCENE, poses=_CLOSED_POSES, device=device))
     pts = _probe_points(_CLOSED_SCENE, _CLOSED_POSES, 200, seed=19).to(device)
     d = signed_distance(pts, fast)
@@ -1035,18 +1038,20 @@ def test_grid_cells_of_unknown_side_give_no_bound(device):
 
 _FIRST_QUERY = """
 import re, torch, trimesh, warpgeo
-from warp._src.context import user_modules
-from warpgeo import _interop
-def loaded():  # unique modules are named <kernel>_<8 hex digits of its hash>
-    return sorted(re.sub("_[0-9a-f]{8}$", "", name) for name, m in user_modules.items() if m.execs)
+from warpgeo._kernels import _table
+def loaded():  # the Warp modules of warpgeo's kernel tables that were loaded (compiled or read from the cache)
+    return sorted(
+        t.module_name(k) for t in _table.TABLES for k, kernels in t._built.items()
+        if any(getattr(kernel.module, "execs", None) for kernel in vars(kernels).values())
+    )
+def created(*names):
+    return [sorted(t._built) for t in _table.TABLES for n in names if t.name.endswith("sdf." + n)]
 world = warpgeo.MeshWorld([trimesh.creation.box((1, 1, 1))])
 after_box = loaded()
 warpgeo.MeshWorld([trimesh.creation.icosphere(1)])
-after_build = sorted(_interop.kernels("sdf").SPHERE_MESH_COST), sorted(_interop.kernels("sdf").SIGNED_DISTANCE)
+after_build = created("sphere_mesh_cost", "signed_distance")
 warpgeo.sphere_mesh_cost(torch.rand(8, 4, dtype=torch.float64, requires_grad=True), world).sum().backward()
-kernels = _interop.kernels("sdf")
-names = ("SPHERE_MESH_COST", "SWEPT_SPHERE_MESH_COST", "SIGNED_DISTANCE")
-tables = [sorted(getattr(kernels, n + end)) for end in ("", "_CUBOIDS") for n in names]
+tables = created("sphere_mesh_cost", "swept_sphere_mesh_cost", "signed_distance")
 print(after_box, after_build, tables, loaded())
 """
 
@@ -1062,8 +1067,8 @@ def test_a_first_query_creates_and_compiles_only_its_kernel():
     out = subprocess.run([sys.executable, "-c", _FIRST_QUERY], capture_output=True, text=True, check=True)
     line = out.stdout.strip().splitlines()[-1]
     assert line == (
-        "[] ([], []) [[], [], [], ['float64'], [], []] "
-        "['sphere_mesh_cost_cuboids_float64', 'warpgeo._kernels.sdf_build']"
+        "[] [[], []] [[('float64', 'cuboids')], [], []] "
+        "['warpgeo._kernels.sdf.sphere_mesh_cost_float64_cuboids', 'warpgeo._kernels.sdf_build.build_float32']"
     ), line
 
 
@@ -1124,8 +1129,8 @@ def test_closed_mesh_sign_next_to_edges_and_vertices(device, method, shape):
     rot = quat_matrix(pose[3:])
     world_pts = torch.from_numpy(local @ rot.T + np.asarray(pose[:3]))
     fast = MeshWorld([mesh], poses=[pose], device=device, sign_method=method)
-    assert fast._grid_tables["grid_flags"].item() == 1
-    assert fast._grid_tables["topo_offsets"].tolist() == [[[0, 0]]]
+    assert fast._tables["grid_flags"].item() == 1
+    assert fast._tables["topo_offsets"].tolist() == [[[0, 0]]]
     slow = _reference_path(MeshWorld([mesh], poses=[pose], device=device, sign_method=method))
     d = signed_distance(world_pts.to(device), fast).cpu().numpy()
     unsigned = triangle_distance_reference(local, mesh.vertices, mesh.faces)
@@ -1201,20 +1206,20 @@ def _inside_points(mesh: trimesh.Trimesh, n: int, seed: int) -> np.ndarray:
 
 
 def _no_plane_tree(world: MeshWorld) -> MeshWorld:
-    world._grid_tables["cone_offsets"].fill_(-1)
+    world._tables["cone_offsets"].fill_(-1)
     return world
 
 
 def test_plane_tree_only_for_convex_closed_meshes(device):
     shapes = _convex_shapes()
     world = MeshWorld(list(shapes.values()), device=device)
-    assert (world._grid_tables["cone_offsets"][0, :, 3] > 0).all()
+    assert (world._tables["cone_offsets"][0, :, 3] > 0).all()
     two = trimesh.util.concatenate([sphere_mesh(0.2, 2), sphere_mesh(0.2, 2).apply_translation([1, 0, 0])])
     dented = sphere_mesh(0.3, 3)
     dented.vertices[0] *= 0.8
     others = [torus_mesh(), box_mesh(), two, dented, _open_bin()]
     world = MeshWorld(others, device=device, sign_method="winding")
-    assert (world._grid_tables["cone_offsets"] == -1).all()
+    assert (world._tables["cone_offsets"] == -1).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -1271,7 +1276,7 @@ def test_plane_tree_is_used():
         triangle_distance_reference(pts.numpy(), mesh.vertices.astype(np.float32), mesh.faces),
         atol=1e-6,
     )
-    world._grid_tables["cone_faces"].fill_(0)
+    world._tables["cone_faces"].fill_(0)
     after = signed_distance(pts, world)
     assert (after - before).abs().min() > 0.1
 
@@ -1279,7 +1284,7 @@ def test_plane_tree_is_used():
 def test_hostile_plane_tree_never_crashes():
     mesh = sphere_mesh(0.3, 3)
     pts = torch.from_numpy(_inside_points(mesh, 100, seed=4)).float()
-    assert (MeshWorld([mesh])._grid_tables["cone_offsets"][..., 3] > 0).all()
+    assert (MeshWorld([mesh])._tables["cone_offsets"][..., 3] > 0).all()
     for change in (
         lambda t: t["cone_links"].fill_(-(2**31)),
         lambda t: t["cone_links"].fill_(2**31 - 1),
@@ -1291,6 +1296,43 @@ def test_hostile_plane_tree_never_crashes():
         lambda t: t["cone_nodes"].fill_(float("nan")),
     ):
         world = MeshWorld([mesh])
-        change(world._grid_tables)
+        change(world._tables)
         d = signed_distance(pts, world)
         assert torch.isfinite(d).all()
+
+
+def test_fakes_run_the_shape_checks(box_world_cpu):
+    """torch.compile / opcheck see the ops through their fakes: those refuse what the ops refuse (shapes,
+    dtypes, the world's tensors), reading no values."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    args = box_world_cpu.kernel_args()
+    with FakeTensorMode() as mode:
+        world = [mode.from_tensor(t) for t in args.world]
+        params = torch.empty(2)
+        cost, grad = torch.ops.warpgeo.sphere_mesh_cost(
+            torch.empty(2, 3, 4), None, world, False, params, 0.0, True
+        )
+        assert cost.shape == (2, 3) and grad.shape == (2, 3, 4)
+        with pytest.raises(ValueError, match="spheres"):
+            torch.ops.warpgeo.sphere_mesh_cost(torch.empty(1, 3, 5), None, world, False, params, 0.0, False)
+        with pytest.raises(ValueError, match="sweep_steps"):
+            torch.ops.warpgeo.swept_sphere_mesh_cost(
+                torch.empty(1, 2, 3, 4), None, world, False, params, -1, False
+            )
+        wide = [*world[:4], torch.empty(1, 2, dtype=torch.int32), *world[5:]]  # enabled (E, M + 1)
+        with pytest.raises(ValueError, match="enabled"):
+            torch.ops.warpgeo.signed_distance(torch.empty(1, 3, 3), None, wide, False, False)
+        with pytest.raises(TypeError, match="inv_poses"):  # float32 poses for a float64 query
+            torch.ops.warpgeo.signed_distance(
+                torch.empty(1, 3, 3, dtype=torch.float64), None, world, False, False
+            )
+
+
+def test_ops_declare_what_they_read_and_write():
+    """The world reaches each op as a declared input (a list of tensors), and no op writes its inputs."""
+    for name in ("sphere_mesh_cost", "swept_sphere_mesh_cost", "signed_distance"):
+        schema = getattr(torch.ops.warpgeo, name).default._schema
+        world = next(a for a in schema.arguments if a.name == "world")
+        assert str(world.type) == "List[Tensor]"
+        assert not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments), schema

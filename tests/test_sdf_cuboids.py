@@ -1,4 +1,4 @@
-"""Worlds of cuboids run kernels of their own (``warpgeo._kernels.sdf.CUBOIDS``): the same kernels with the
+"""Worlds of cuboids run kernels of their own (``warpgeo._kernels.sdf.query_kernels(cuboids=True)``): the same kernels with the
 cuboid's closed form in the place of the general mesh distance. They must agree bit for bit with the general
 kernels (whose cuboid branch is the same code) and with an analytic box distance."""
 
@@ -12,7 +12,6 @@ from reference import box_sdf_reference
 
 from warpgeo import MeshWorld, _interop, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
 from warpgeo import sdf as sdf_module
-from warpgeo import world as world_module
 
 POSES = [[0.3, -0.2, 0.1, 0.9238795, 0.0, 0.3826834, 0.0], [-0.4, 0.5, 0.0, 1.0, 0.0, 0.0, 0.0]]
 EXTENTS = [(0.6, 0.4, 0.2), (0.3, 0.3, 0.5)]
@@ -42,17 +41,21 @@ def run_all(world, s, eta=0.05):
     return [t.detach() for t in (cost, grad, swept, swept_grad, dist, dist_grad)]
 
 
+def all_cuboids(world: MeshWorld) -> bool:
+    return world.kernel_args().all_cuboids
+
+
 def test_world_of_cuboids_is_told_apart():
-    assert world_module.all_cuboids(cuboid_world()._id)
+    assert all_cuboids(cuboid_world())
     mixed = MeshWorld([trimesh.creation.box((1, 1, 1)), trimesh.creation.icosphere(2)])
-    assert not world_module.all_cuboids(mixed._id)
+    assert not all_cuboids(mixed)
     # one environment of cuboids and one with a sphere: the world is not all cuboids
     envs = MeshWorld.from_envs([[trimesh.creation.box((1, 1, 1))], [trimesh.creation.icosphere(2)]])
-    assert not world_module.all_cuboids(envs._id)
+    assert not all_cuboids(envs)
     # a box whose faces wind inwards is no cuboid (FLAG_BOX needs an outward box surface)
     inverted = trimesh.creation.box((1, 1, 1))
     inverted.invert()
-    assert not world_module.all_cuboids(MeshWorld([inverted])._id)
+    assert not all_cuboids(MeshWorld([inverted]))
 
 
 def test_cuboid_world_uses_the_cuboid_kernels(monkeypatch):
@@ -60,7 +63,7 @@ def test_cuboid_world_uses_the_cuboid_kernels(monkeypatch):
     run = _interop._run
 
     def watch(kernel, *args):
-        launched.append(kernel.key)
+        launched.append(kernel.module.name)  # warpgeo._kernels.sdf.<kernel>_<precision>_<meshes|cuboids>
         return run(kernel, *args)
 
     monkeypatch.setattr(_interop, "_run", watch)
@@ -77,7 +80,9 @@ def test_cuboid_kernels_equal_the_general_kernels(monkeypatch, dtype, sign_metho
     world = cuboid_world(sign_method=sign_method)
     s = spheres(2000, dtype)
     fast = run_all(world, s)
-    monkeypatch.setattr(sdf_module, "all_cuboids", lambda world_id: False)
+    # every key mapped to the general kernels (whose cuboid branch is the same code)
+    general = {k: (key[0], "meshes") for k, key in sdf_module._KEYS.items()}
+    monkeypatch.setattr(sdf_module, "_KEYS", general)
     slow = run_all(world, s)
     for a, b in zip(fast, slow, strict=True):
         assert torch.equal(a, b)
@@ -118,3 +123,8 @@ def test_cuboid_world_through_the_registered_op():
     )
     assert torch.equal(cost[0], sphere_mesh_cost(s, world, activation_distance=0.05))
     assert (cost > 0).any()
+    # all_cuboids=False through the op: the general kernels, the same bits
+    world_args, cuboids = world.kernel_args(s.dtype)
+    assert cuboids
+    general, _ = torch.ops.warpgeo.sphere_mesh_cost(s[None], None, world_args, False, params, 0.0, False)
+    assert torch.equal(general, cost)

@@ -13,6 +13,8 @@ import pytest
 import torch
 import trimesh
 
+import warpgeo
+import warpgeo.world
 from warpgeo import MeshWorld, signed_distance
 
 
@@ -50,12 +52,14 @@ def test_vertices_faces_pairs(device):
 
 def test_set_poses_moves_meshes_without_rebuild(device):
     world = MeshWorld([_cube()], device=device)
-    ids = world._mesh_ids.clone()
+    ids = world._tables["mesh_ids"].clone()
     meshes = [m for row in world._wp_meshes for m in row]
     # 90 degrees about z, then a shift: the cube's corner (0.5, 0.5, 0.5) goes to (x - 0.5, y + 0.5, ...)
     c, s = math.cos(math.pi / 4), math.sin(math.pi / 4)
     world.set_poses(torch.tensor([[2.0, 0.0, 0.0, c, 0.0, 0.0, s]]))
-    assert torch.equal(world._mesh_ids, ids) and [m for row in world._wp_meshes for m in row] == meshes
+    assert (
+        torch.equal(world._tables["mesh_ids"], ids) and [m for row in world._wp_meshes for m in row] == meshes
+    )
     assert _distance(world, [2.0, 0.0, 0.0]) == pytest.approx(-0.5, abs=1e-6)
     assert _distance(world, [0.0, 0.0, 0.0]) == pytest.approx(1.5, abs=1e-6)
     # a stretched box, rotated: its long axis (x in the mesh frame) becomes y in the world
@@ -205,7 +209,7 @@ def test_pseudo_normal_tables_of_closed_meshes():
     open_mesh = (cuboid.vertices, cuboid.faces[:-2])
     box = cuboid.subdivide()  # closed, and no cuboid (those get no tables: their distance is in closed form)
     world = MeshWorld.from_envs([[sphere, open_mesh], [box]])
-    tables = world._grid_tables
+    tables = world._tables
     assert tables["topo_offsets"].tolist() == [
         [[0, 0], [-1, -1]],
         [[len(sphere.faces), len(sphere.vertices)], [-1, -1]],
@@ -285,7 +289,7 @@ def test_world_bounds_hold_the_posed_meshes(device):
     world = MeshWorld.from_envs([meshes, meshes[:1]], poses=[first, first[:1]], device=device)
     for step in range(3):
         current = world.poses
-        boxes = world._grid_tables["world_bounds"].cpu().double().numpy()
+        boxes = world._tables["world_bounds"].cpu().double().numpy()
         assert boxes.shape == (2, 3, 2, 3)
         for e, count in enumerate(world.num_meshes):
             for m in range(count):
@@ -303,12 +307,12 @@ def test_world_bounds_round_outwards_beyond_float32():
     """A float64 pose beyond float32's range gives a box bound of the largest float32 or inf, never one
     that cuts the mesh off; ordinary poses get finite bounds rounded outwards."""
     world = MeshWorld([_cube()], poses=[[1e39, -1e39, 1.0, 1.0, 0.0, 0.0, 0.0]])
-    lo, hi = world._grid_tables["world_bounds"][0, 0].double()
+    lo, hi = world._tables["world_bounds"][0, 0].double()
     big = float(np.finfo(np.float32).max)
     assert lo.tolist()[:2] == [big, -math.inf] and hi.tolist()[:2] == [math.inf, -big]
     assert lo[2] <= 0.5 and hi[2] >= 1.5
     world.set_poses([[0.1, 0.2, 0.3, 1.0, 0.0, 0.0, 0.0]])
-    lo, hi = world._grid_tables["world_bounds"][0, 0].double()
+    lo, hi = world._tables["world_bounds"][0, 0].double()
     exact = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
     assert (lo <= exact - 0.5).all() and (hi >= exact + 0.5).all()
     assert (lo > exact - 0.5 - 1e-5).all() and (hi < exact + 0.5 + 1e-5).all()
@@ -351,13 +355,13 @@ def test_cuboids_are_told_apart():
     extents = (1.0, 2.0, 0.5)
     for v, f in (_cuboid(extents, 0), _cuboid(extents, 1)):
         assert trimesh.Trimesh(v, f, process=False).is_volume  # the reference says: a closed, outward box
-        tables = _box_faces(v, f)._grid_tables
+        tables = _box_faces(v, f)._tables
         assert tables["grid_flags"].item() == 3 and tables["grid_dims"][0, 0].tolist()[:3] == [0, 0, 0]
         assert tables["topo_offsets"].tolist() == [[[-1, -1]]]
         unshared = (v[f].reshape(-1, 3), np.arange(36).reshape(12, 3))
-        assert _box_faces(*unshared)._grid_tables["grid_flags"].item() == 3
+        assert _box_faces(*unshared)._tables["grid_flags"].item() == 3
     box = trimesh.creation.box(extents)
-    assert MeshWorld([box])._grid_tables["grid_flags"].item() == 3
+    assert MeshWorld([box])._tables["grid_flags"].item() == 3
     v, f = _cuboid(extents, 0)
     inward = f.copy()
     inward[5] = inward[5][::-1]
@@ -365,11 +369,9 @@ def test_cuboids_are_told_apart():
     dented[0] = dented[0] * 0.5  # a corner pulled in: no longer on its box's corner
     overlapping = _cuboid(extents, 2)
     for vertices, faces in ((v, inward), overlapping, (v, f[:-1]), (dented, f)):
-        assert not _box_faces(vertices, faces)._grid_tables["grid_flags"].item() & 2
+        assert not _box_faces(vertices, faces)._tables["grid_flags"].item() & 2
     subdivided = box.subdivide()
-    flags = _box_faces(np.asarray(subdivided.vertices), np.asarray(subdivided.faces))._grid_tables[
-        "grid_flags"
-    ]
+    flags = _box_faces(np.asarray(subdivided.vertices), np.asarray(subdivided.faces))._tables["grid_flags"]
     assert flags.item() == 1
 
 
@@ -469,7 +471,7 @@ def _kernel_intersecting_pairs(vertices: np.ndarray, faces: np.ndarray, device) 
     )
     found = torch.zeros(1, dtype=torch.int32, device=device)
     _interop.launch(
-        _interop.kernels("sdf_build").face_intersections,
+        _interop.kernels("sdf_build").BUILD["float32"].face_intersections,
         len(faces),
         device=torch.device(device),
         mesh=mesh.id,
@@ -540,5 +542,62 @@ def test_closed_mesh_check_against_exact_intersections(device, name, mesh, inter
     assert (expected > 0) == intersecting, name
     assert _kernel_intersecting_pairs(vertices, faces, device) == expected, name
     if trimesh.Trimesh(vertices, faces, process=False).is_watertight and "box" not in name:
-        flags = MeshWorld([(vertices, faces)], device=device)._grid_tables["grid_flags"].item()
+        flags = MeshWorld([(vertices, faces)], device=device)._tables["grid_flags"].item()
         assert bool(flags & 1) != intersecting, name
+
+
+def test_world_fields_are_the_kernels_struct_fields():
+    """The ops' world list and the kernels' world struct name the same fields in the same order (the struct
+    is built from the list by name)."""
+    from warpgeo import _interop
+    from warpgeo.world import WORLD_FIELDS
+
+    kernels = _interop.kernels("sdf")
+    assert tuple(WORLD_FIELDS) == kernels.WORLD_FIELDS
+    for struct in kernels.WORLD.values():
+        assert tuple(struct.vars) == tuple(WORLD_FIELDS)
+
+
+def test_kernel_args_are_the_live_state():
+    """set_poses / set_enabled write into the very tensors the ops are handed (so captured CUDA graphs and
+    compiled graphs see the new state), for both precisions."""
+    world = MeshWorld([_cube(), _cube()])
+    lists = {dtype: world.kernel_args(dtype).world for dtype in (torch.float32, torch.float64)}
+    ptrs = {dtype: [t.data_ptr() for t in lst] for dtype, lst in lists.items()}
+    world.set_poses(torch.tensor([[1.0, 0, 0, 1, 0, 0, 0], [0, 2.0, 0, 0, 1, 0, 0]]))
+    world.set_enabled([True, False])
+    for dtype, lst in lists.items():
+        assert world.kernel_args(dtype).world is lst
+        assert [t.data_ptr() for t in lst] == ptrs[dtype]
+        fields = dict(zip(warpgeo.world.WORLD_FIELDS, lst, strict=True))
+        assert fields["inv_poses"].dtype == dtype
+        assert fields["enabled"].tolist() == [[1, 0]]
+        assert fields["inv_poses"][0, 0, 0].item() == -1.0  # mesh-from-world of a shift by +1 along x
+        assert fields["world_bounds"][0, 0, 0, 0].item() < 0.5 < fields["world_bounds"][0, 0, 1, 0].item()
+    assert world.kernel_args(torch.float16).world is lists[torch.float32]
+
+
+@pytest.mark.parametrize("checks", [True, False])
+@pytest.mark.parametrize("how", ["data", "numpy", "in place"])
+def test_mesh_ids_written_behind_torchs_back_are_refused(checks, how):
+    """A world's own mesh_ids tensor written in place, through .data or through a NumPy view (no version
+    bump) is refused before any launch, value checks on or off (on the CPU its bytes are compared on every
+    call); a clone with the same values is accepted (vetted by value)."""
+    world = MeshWorld([_cube()])
+    args = world.kernel_args()
+    points = torch.zeros(1, 2, 3)
+    op = torch.ops.warpgeo.signed_distance
+    expected, _ = op(points, None, [args.world[0].clone(), *args.world[1:]], args.all_cuboids, False)
+    ids = args.world[0]
+    if how == "data":
+        ids.data.add_(64)
+    elif how == "numpy":
+        ids.numpy()[...] += 64
+    else:
+        ids.add_(64)
+    with warpgeo.value_checks(checks), pytest.raises(ValueError, match="mesh_ids"):
+        op(points, None, args.world, args.all_cuboids, False)
+    ids.sub_(64)  # the same values again: accepted (by value: the version moved on)
+    with warpgeo.value_checks(checks):
+        got, _ = op(points, None, args.world, args.all_cuboids, False)
+    assert torch.equal(got, expected)

@@ -12,3 +12,37 @@ INT32_LIMIT = 2**31
 MAX_POINTS = INT32_LIMIT - 1
 #: Rows (threads) of one launch when a launch too large for Warp is split into several.
 MAX_LAUNCH_ROWS = 2**30
+
+# ---- farthest point sampling, knn, ball query (fps.py, neighbors.py and their kernels)
+#: A squared distance above any a finite cloud has: FPS's start distance to the (empty) chosen set, and the
+#: distance knn writes beside a -1 index.
+FAR = float("inf")
+#: FPS: the distance to the chosen set of a point already chosen (below every real squared distance).
+FPS_CHOSEN = -1.0
+#: FPS: above every point index, so it loses every "lowest index" tie-break.
+NO_POINT = MAX_POINTS
+#: FPS on CUDA: threads of the one block per cloud (each owns N / 256 points; one arg-max per sample).
+FPS_BLOCK_DIM = 256
+#: Neighbour grids (``grid_setup``): cells at least a ball's radius wide, or about a few points per cell.
+MODE_BALL = 0
+MODE_KNN = 1
+
+# ---- SDF ops and MeshWorld (warpgeo/sdf.py, world.py, _mesh_prep.py, _kernels/sdf.py) ----
+#: Sign methods, as stored in a world's ``sign[e, m]``.
+SIGN_RAY = 0
+SIGN_WINDING = 1
+SIGN_NORMAL = 2
+SIGN_UNSIGNED = 3
+#: Mesh id of an empty (padding) slot of a world.
+NO_MESH = 0
+#: ``grid_flags`` bit: the mesh is closed (every edge in two faces with opposite orientations, no sliver, no
+#: self-intersection); its distance grid is signed.
+FLAG_CLOSED = 1
+#: ``grid_flags`` bit: the mesh is exactly the surface of its box (a cuboid), wound outwards: its distance is
+#: the box's, in closed form.
+FLAG_BOX = 2
+
+# ---- gather (warpgeo/gather.py, _kernels/gather.py)
+#: Rows ``(b, c)`` one CPU gather thread copies together (the host launches ``ceil(B * C / this)`` threads):
+#: the index row is read once for all of them. 4 rows of 16384 float32 points (256 KiB) fit a 512 KiB L2.
+GATHER_CHANNELS_PER_ROW = 4

@@ -6,9 +6,11 @@ dtype as last call, new memory. The public path hands Warp a new descriptor for 
 descriptor the launch already holds gets its data pointer rewritten (~0.3 µs) and is set again through
 ``Launch.set_param_at_index_from_ctype``.
 
-It relies on one undocumented fact: Warp's array descriptor names its data pointer field ``data``. So it is
-on only for the Warp versions it was tested with (:data:`TESTED`), after a check at first use that a
-re-pointed descriptor is byte for byte the one ``wp.from_torch`` builds for the new tensor; otherwise, or
+It relies on two undocumented facts of Warp's array descriptor: it names its data pointer field ``data``,
+and it keeps the tensor it was made from alive through its ``_ref`` attribute (dropped here: a launch must
+not hold an op's output after the op returns). So it is on only for the Warp versions it was tested with
+(:data:`TESTED`), after a check at first use that a re-pointed descriptor is byte for byte the one
+``wp.from_torch`` builds for the new tensor and that the reference is where it is expected; otherwise, or
 with ``WARPGEO_FAST_LAUNCH=0``, the launcher takes the public path (the test suite runs both).
 """
 
@@ -42,11 +44,21 @@ def enabled() -> bool:
         field = dict(type(desc)._fields_).get("data")
         if field not in (ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t) or desc.data != a.data_ptr():
             return False
+        if getattr(desc, "_ref", None) is not a:
+            return False
+        release(desc)
         repoint(desc, b.data_ptr())
         fresh = wp.from_torch(b, dtype=wp.vec3f, requires_grad=False, return_ctype=True)
         return bytes(desc) == bytes(fresh)
     except Exception:
         return False
+
+
+def release(desc: Any) -> Any:
+    """``desc`` without the reference to its tensor (and gradient) that ``wp.from_torch`` attached."""
+    desc._ref = None
+    desc._gradref = None
+    return desc
 
 
 def repoint(desc: Any, ptr: int) -> None:

@@ -29,6 +29,7 @@ import math
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -501,6 +502,11 @@ class _Recorded:
     rank); later ones of that kind reuse its element type, as a descriptor from ``wp.from_torch`` — or, for a
     tensor that only moved (same shape, strides, dtype), the held descriptor re-pointed
     (:mod:`warpgeo._fast_launch`, where it is on).
+
+    A record holds no tensor after its launch (an op's output is the caller's to free): the accelerator's
+    descriptors hold raw pointers only, and on the public path (whose descriptors hold their tensors) every
+    tensor parameter is reset after the launch and set again at the next. A struct is held by weak
+    reference (an identical object is never set twice; a new one at a reused address is).
     """
 
     __slots__ = ("cmd", "cuda", "descs", "dims", "kernel", "keys", "last", "names", "ptrs", "types")
@@ -520,7 +526,7 @@ class _Recorded:
         count = len(self.names)
         #: per parameter: the scalar / struct it holds, or for a tensor the (shape, strides, dtype) and
         #: data pointer of the one it holds, and the descriptor the launch holds for it
-        self.last: list[Any] = [None if isinstance(args[n], torch.Tensor) else args[n] for n in self.names]
+        self.last: list[Any] = [None] * count
         self.keys: list[Any] = [None] * count
         self.ptrs: list[int | None] = [None] * count
         self.descs: list[Any] = [None] * count
@@ -542,10 +548,7 @@ class _Recorded:
                     if ptr == ptrs[i]:
                         continue
                     desc = descs[i]
-                    if _fast_launch.enabled():
-                        _fast_launch.repoint(desc, ptr)
-                    else:
-                        desc = descs[i] = _wrap(value, self.types[i][_signature(value)], ctype=True)
+                    _fast_launch.repoint(desc, ptr)  # keys are kept between calls only where it is on
                     cmd.set_param_at_index_from_ctype(i, desc)
                     ptrs[i] = ptr
                     continue
@@ -554,15 +557,27 @@ class _Recorded:
                 ptrs[i] = ptr
             elif isinstance(value, torch.Tensor):  # a subclass (fake, functional): never launched
                 raise TypeError(f"internal error: {self.kernel.key}({name}=...) got a {type(value).__name__}")
-            elif value is not self.last[i] and (
-                type(value) is not type(self.last[i]) or value != self.last[i]
-            ):
-                cmd.set_param_at_index(i, value)
-                self.last[i] = value
+            elif type(value) in _SCALARS:
+                if type(value) is not type(self.last[i]) or value != self.last[i]:
+                    cmd.set_param_at_index(i, value)
+                    self.last[i] = value
+            else:  # a struct (or a Warp vector): by weak reference where it can be
+                held = self.last[i]
+                if not (isinstance(held, weakref.ref) and held() is value):
+                    cmd.set_param_at_index(i, value)
+                    try:
+                        self.last[i] = weakref.ref(value)
+                    except TypeError:
+                        self.last[i] = None
         if dims != self.dims:
             cmd.set_dim(dims)  # Warp validates the grid
             self.dims = dims
         cmd.launch(warp_stream(device) if self.cuda else None)
+        if not _fast_launch.enabled():
+            for i in range(len(names)):  # the public path's descriptors hold their tensors: let them go
+                if keys[i] is not None:
+                    cmd.set_param_at_index(i, None)
+                    keys[i] = ptrs[i] = descs[i] = None
 
     def _set_tensor(self, i: int, name: str, value: torch.Tensor) -> None:
         """A tensor of a new shape, strides or dtype for parameter ``i``: sizes checked, element type found
@@ -579,8 +594,15 @@ class _Recorded:
                     f"and dtype {value.dtype} fits no parameter type ({error})"
                 ) from None
             self.types[i][sig] = dtype
-        desc = self.descs[i] = _wrap(value, dtype, ctype=True)
+        desc = _wrap(value, dtype, ctype=True)
+        if _fast_launch.enabled():
+            _fast_launch.release(desc)
+        self.descs[i] = desc
         self.cmd.set_param_at_index_from_ctype(i, desc)
+
+
+#: Plain scalar argument types, compared by value (equal value and type: not set again).
+_SCALARS = (int, float, bool)
 
 
 def _check_names(kernel: Any, names: Sequence[str], args: dict[str, Any]) -> None:
@@ -842,10 +864,11 @@ def launch_blocks(
 # Warp structs built from tensors (a world's arrays as one kernel argument)
 # --------------------------------------------------------------------------------------------------------
 
-#: Struct instances by (type, fields): the same tensors give back the same instance (each instance holds
-#: its tensors alive, so a data pointer in a key cannot be reused while the entry exists).
+#: Struct instances by (type, every field's data pointer, shape, strides, dtype, device / value). An
+#: instance's arrays hold raw pointers, not the tensors (``_unowned``): its content is a function of its key
+#: alone, so a cached instance is right for any tensors with that key, and the cache pins no memory.
 _STRUCTS: collections.OrderedDict = collections.OrderedDict()
-#: Entries kept (a world per entry in practice; the oldest goes first).
+#: Entries kept (oldest first out).
 _MAX_STRUCTS = 64
 _STRUCTS_LOCK = threading.Lock()
 
@@ -853,9 +876,13 @@ _STRUCTS_LOCK = threading.Lock()
 def struct(struct_type: Any, **fields: Any) -> Any:
     """An instance of the ``@wp.struct`` ``struct_type`` with ``fields`` set: tensors wrapped zero-copy as
     the array type the field declares (Warp refuses a wrong element type or rank: TypeError), other values
-    as they are. Every field must be given. Cached: the same tensors (data pointers, shapes, strides,
-    dtypes) and values give back the same instance, built once."""
-    key_parts = [struct_type]
+    as they are. Every field must be given.
+
+    Cached: the same tensors (data pointers, shapes, strides, dtypes) and values give back the same
+    instance, built once (building one wraps every tensor: ~10 µs a field). The instance does not keep its
+    tensors alive: the caller passes it to a launch together with the tensors it was built from (the
+    op's inputs), which are alive for the launch."""
+    key_parts: list[Any] = [struct_type]
     for name, value in fields.items():
         if isinstance(value, torch.Tensor):
             key_parts.append((name, value.data_ptr(), value.shape, value.stride(), value.dtype, value.device))
@@ -872,12 +899,13 @@ def struct(struct_type: Any, **fields: Any) -> Any:
         if isinstance(value, torch.Tensor):
             check_fits(name, value)
             try:
-                _wrap_checked(value, lambda a, name=name: setattr(instance, name, a))
+                dtype, _ = _wrap_checked(value, lambda a, name=name: setattr(instance, name, a))
             except TypeError as error:
                 raise TypeError(
                     f"internal error: {struct_type.__name__}.{name}: a tensor of shape {tuple(value.shape)} and "
                     f"dtype {value.dtype} fits no field type ({error})"
                 ) from None
+            setattr(instance, name, _unowned(value, dtype))
         else:
             setattr(instance, name, value)
     with _STRUCTS_LOCK:
@@ -885,6 +913,19 @@ def struct(struct_type: Any, **fields: Any) -> Any:
         while len(_STRUCTS) > _MAX_STRUCTS:
             _STRUCTS.popitem(last=False)
     return instance
+
+
+def _unowned(t: torch.Tensor, dtype: Any) -> Any:
+    """A Warp array over ``t``'s memory (element type ``dtype``, already checked) that does not own or
+    reference ``t`` (``wp.array(ptr=...)``)."""
+    wp = warp()
+    item = t.element_size()
+    inner = len(getattr(dtype, "_shape_", ()))
+    shape = tuple(t.shape[: t.dim() - inner]) or (1,)
+    strides = tuple(st * item for st in t.stride()[: t.dim() - inner]) or (item,)
+    return wp.array(
+        ptr=t.data_ptr(), dtype=dtype, shape=shape, strides=strides, device=warp_device(t.device), copy=False
+    )
 
 
 __all__ = [

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 import torch
 
 from . import _interop
+from ._constants import INT32_LIMIT, SENTINEL_INDEX
+from ._op import Op
 
 __all__ = ["FarthestPointSampling", "farthest_point_sampling"]
 
-_SENTINEL_INDEX = -1
 #: The CPU tree sorts its leaves by grid cell: about this many points per cell, at most 2**24 cells.
 _POINTS_PER_CELL = 4
 _MAX_CELLS = 8**8
@@ -19,7 +20,7 @@ _MAX_CELLS = 8**8
 _MIN_TREE_WORK = 1 << 22
 #: Warp arrays have int32 byte strides: every per-cloud row (the points, their distances, the output) must
 #: stay below this many bytes.
-_MAX_ROW_BYTES = 2**31 - 1
+_MAX_ROW_BYTES = INT32_LIMIT - 1
 #: Bytes per point of a cloud's widest row: three coordinates in the compute precision.
 _POINT_BYTES = {torch.float64: 24, torch.float32: 12}
 #: Bytes per sample of an output row (int64 indices, float64 distances).
@@ -28,15 +29,41 @@ _SAMPLE_BYTES = 8
 #: [2**(e - 1), 2**e) for this e: every squared distance and every sum of three then stays below float64's
 #: largest value (3 * (2 * 2**e)**2 < 2**1024) and distances 2**-537 apart still differ when squared.
 _SCALED_EXPONENT = 509
-#: Threads per cloud on CUDA. Each thread owns N / 256 points; one arg-max over the block per sample.
-_GPU_BLOCK_DIM = 256
-#: The op's inputs, in order (its backward returns one entry per name).
-_FPS_INPUTS = ("points", "lengths", "num_samples", "start", "max_samples")
+#: Compute dtype -> the key of the FPS kernel tables (``warpgeo._kernels.fps.TYPES``).
+_KEY = {torch.float32: "float32", torch.float64: "float64"}
 
 
 # --------------------------------------------------------------------------------------------------------
-# the custom op (what torch.compile sees as one opaque node)
+# the op's declarations: shape checks, implementation (value checks, launches), fake
 # --------------------------------------------------------------------------------------------------------
+
+
+def _check_fps(points, lengths, num_samples, start, max_samples) -> None:
+    """The checks of every entry point that read no tensor values: types, shapes, devices, sizes."""
+    _interop.check_float(points, "points")
+    if points.dim() != 3 or points.shape[-1] != 3:
+        raise ValueError(f"points must have shape (B, N, 3); got {tuple(points.shape)}")
+    batch, n = points.shape[0], points.shape[1]
+    point_bytes = _POINT_BYTES[_interop.compute_dtype(points.dtype)]
+    if n > _MAX_ROW_BYTES // point_bytes:
+        raise ValueError(
+            f"points may hold at most {_MAX_ROW_BYTES // point_bytes} points per cloud in "
+            f"{str(points.dtype).removeprefix('torch.')} ({point_bytes} bytes each: Warp addresses a row of "
+            f"at most 2**31 - 1 bytes); got N={n}"
+        )
+    _interop.check_int(max_samples, "num_samples", minimum=0)
+    if isinstance(max_samples, int) and max_samples > _MAX_ROW_BYTES // _SAMPLE_BYTES:
+        raise ValueError(
+            f"num_samples may be at most {_MAX_ROW_BYTES // _SAMPLE_BYTES} (an output row of "
+            f"{_SAMPLE_BYTES}-byte entries must stay below 2**31 bytes, Warp's int32 strides); got {max_samples}"
+        )
+    for name, t in (("lengths", lengths), ("num_samples", num_samples), ("start_index", start)):
+        if t is not None:
+            _interop.check_index(t, name)
+            _interop.check_shape(t, name, (batch,))
+    _interop.check_device(
+        "points", points=points, lengths=lengths, num_samples=num_samples, start_index=start
+    )
 
 
 def _fps_impl(
@@ -49,7 +76,6 @@ def _fps_impl(
     """points (B, N, 3) float; optional integer (B,) lengths, per-cloud num_samples and start; K = max_samples
     -> indices (B, K) int64, distances (B, K) in points' dtype. ``None`` means every point / K samples for
     every cloud / start at point 0."""
-    _check_shapes(points, lengths, num_samples, start, max_samples)
     if _interop.checking_values(points.device):
         _check_values(points, lengths, num_samples, start, max_samples)
     batch, n = points.shape[0], points.shape[1]
@@ -63,11 +89,12 @@ def _fps_impl(
             f"({2 * _SAMPLE_BYTES * batch * max_samples} bytes), more than {device} can allocate"
         ) from error
     if n == 0 or max_samples == 0 or batch == 0:
-        return indices.fill_(_SENTINEL_INDEX), distances.fill_(float("nan")).to(points.dtype)
+        return indices.fill_(SENTINEL_INDEX), distances.fill_(float("nan")).to(points.dtype)
     empty = indices.new_empty(0)
     lengths = None if lengths is None else lengths.to(torch.int64)
     # half -> float32; float32 is read as it is; float64 is scaled by 2**shift (exact, see _SCALED_EXPONENT)
     compute, shift = _normalise(_interop.to_compute(points), lengths)
+    key = _KEY[compute.dtype]
     args = {
         "points": compute,
         "lengths": empty if lengths is None else lengths,
@@ -77,19 +104,20 @@ def _fps_impl(
         "out_index": indices,
         "out_dist": distances,
     }
-    precision = compute.dtype
     if device.type == "cuda":  # one block per cloud
-        kernel = _interop.overload(_interop.kernels("fps_cuda").FPS_BLOCK, precision)
-        _interop.launch(kernel, batch, device=device, tiled=True, block_dim=_GPU_BLOCK_DIM, **args)
+        table = _interop.kernels("fps_cuda").FPS_BLOCK
+        _interop.launch(
+            table[key].fps_block, batch, device=device, tiled=True, block_dim=table.block_dim, **args
+        )
     elif n * max_samples < _MIN_TREE_WORK:  # CPU, small: one thread per cloud, batch split among threads
-        kernel = _interop.overload(_interop.kernels("fps").FPS_SERIAL, precision)
+        kernel = _interop.kernels("fps").FPS_SERIAL[key].fps_serial
         _interop.launch_rows(kernel, batch, device=device, work_per_row=n * max_samples, **args)
     else:  # CPU, large: the same order from a tree of boxes over Morton-ordered leaves (sorted in-kernel)
         kernels = _interop.kernels("fps")
         nodes = kernels.tree_size(n)
         cells = min(8 ** max(1, round(math.log2(max(n, 1) / _POINTS_PER_CELL) / 3)), _MAX_CELLS)
         _interop.launch_rows(
-            _interop.overload(kernels.FPS_TREE, precision),
+            kernels.FPS_TREE[key].fps_tree,
             batch,
             device=device,
             work_per_row=n * max_samples,
@@ -107,6 +135,14 @@ def _fps_impl(
         half = shift // 2
         distances = distances * _power_of_two(-half)[:, None] * _power_of_two(half - shift)[:, None]
     return indices, distances.to(points.dtype)
+
+
+def _fps_fake(points, lengths, num_samples, start, max_samples):
+    batch = points.shape[0]
+    return (
+        points.new_empty(batch, max_samples, dtype=torch.int64),
+        points.new_empty(batch, max_samples),
+    )
 
 
 def _power_of_two(exponent: torch.Tensor) -> torch.Tensor:
@@ -133,47 +169,6 @@ def _normalise(
     half = shift // 2
     scaled = points * _power_of_two(half)[:, None, None] * _power_of_two(shift - half)[:, None, None]
     return scaled, shift
-
-
-_fps_op = torch.library.custom_op("warpgeo::farthest_point_sampling", _fps_impl, mutates_args=())
-
-
-@_fps_op.register_fake
-def _(points, lengths, num_samples, start, max_samples):
-    _check_shapes(points, lengths, num_samples, start, max_samples)
-    batch = points.shape[0]
-    return (
-        points.new_empty(batch, max_samples, dtype=torch.int64),
-        points.new_empty(batch, max_samples),
-    )
-
-
-def _check_shapes(points, lengths, num_samples, start, max_samples) -> None:
-    """The checks of every entry point that read no tensor values: types, shapes, devices, sizes."""
-    _interop.check_float(points, "points")
-    if points.dim() != 3 or points.shape[-1] != 3:
-        raise ValueError(f"points must have shape (B, N, 3); got {tuple(points.shape)}")
-    batch, n = points.shape[0], points.shape[1]
-    point_bytes = _POINT_BYTES[_interop.compute_dtype(points.dtype)]
-    if n > _MAX_ROW_BYTES // point_bytes:
-        raise ValueError(
-            f"points may hold at most {_MAX_ROW_BYTES // point_bytes} points per cloud in "
-            f"{str(points.dtype).removeprefix('torch.')} ({point_bytes} bytes each: Warp addresses a row of "
-            f"at most 2**31 - 1 bytes); got N={n}"
-        )
-    _interop.check_int(max_samples, "num_samples", minimum=0)
-    if isinstance(max_samples, int) and max_samples > _MAX_ROW_BYTES // _SAMPLE_BYTES:
-        raise ValueError(
-            f"num_samples may be at most {_MAX_ROW_BYTES // _SAMPLE_BYTES} (an output row of "
-            f"{_SAMPLE_BYTES}-byte entries must stay below 2**31 bytes, Warp's int32 strides); got {max_samples}"
-        )
-    for name, t in (("lengths", lengths), ("num_samples", num_samples), ("start_index", start)):
-        if t is not None:
-            _interop.check_index(t, name)
-            _interop.check_shape(t, name, (batch,))
-    _interop.check_device(
-        "points", points=points, lengths=lengths, num_samples=num_samples, start_index=start
-    )
 
 
 def _check_values(points, lengths, num_samples, start, max_samples) -> None:
@@ -228,7 +223,7 @@ def _bad_start(start: torch.Tensor, lengths: torch.Tensor | None, n: int) -> tor
 
 
 # --------------------------------------------------------------------------------------------------------
-# autograd: the op's registration and FarthestPointSampling share one setup / backward pair
+# autograd: sampling is a selection (no gradient); the op and FarthestPointSampling share setup / backward
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -239,30 +234,30 @@ def _setup_fps(ctx, inputs, output) -> None:
 
 def _backward_fps(ctx, grad_indices, grad_distances):
     """Sampling is a selection: no input gets a gradient through it."""
-    return _interop.grads(_FPS_INPUTS)
+    return _fps.grads()
 
 
-_fps_op.register_autograd(_backward_fps, setup_context=_setup_fps)
+_fps = Op(
+    "warpgeo::farthest_point_sampling",
+    check=_check_fps,
+    impl=_fps_impl,
+    fake=_fps_fake,
+    setup=_setup_fps,
+    backward=_backward_fps,
+)
 
-
-class FarthestPointSampling(torch.autograd.Function):
+FarthestPointSampling = _fps.function(
+    "FarthestPointSampling",
     """FPS as an autograd Function: indices and distances are marked non-differentiable.
 
     Sampling is a selection, so no gradient flows to ``points`` through it; gradients reach whatever the
     caller gathers with the indices. Prefer :func:`farthest_point_sampling`, which also takes ints, lists and
-    ``(N, 3)`` clouds. ``apply`` is ``torch.ops.warpgeo.farthest_point_sampling``:
+    ``(N, 3)`` clouds. ``apply`` runs ``torch.ops.warpgeo.farthest_point_sampling``'s checks and kernels:
 
     ``apply(points (B, N, 3), lengths (B,) | None, num_samples (B,) | None, start (B,) | None,
     max_samples: int)`` -> ``(indices (B, K) int64, distances (B, K))``, K = ``max_samples``.
-    """
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        output = _fps_impl(*inputs)
-        _setup_fps(ctx, inputs, output)
-        return output
-
-    backward = staticmethod(_backward_fps)
+    """,
+)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -349,13 +344,7 @@ def farthest_point_sampling(
         default_start = start_index is None or (type(start_index) is int and start_index == 0)
         start = None if default_start else _per_cloud(start_index, "start_index", batch, device)
 
-    # indices are never differentiable: in eager mode the implementation runs bare (no autograd node)
-    indices, distances = _interop.call(
-        _fps_op,
-        FarthestPointSampling,
-        _fps_impl,
-        _FPS_INPUTS,
-        False,
+    indices, distances = _fps.call(
         points=points,
         lengths=lengths_t,
         num_samples=ks,
@@ -392,7 +381,12 @@ def _per_cloud_samples(num_samples, batch: int, device: torch.device) -> tuple[t
             ks = ks.pin_memory().to(device, non_blocking=True)
         return ks, max(num_samples, default=0)
     if isinstance(num_samples, torch.Tensor):
+        # read below (the output's width): checked here first, as the op checks it again
         ks = _per_cloud(num_samples, "num_samples", batch, device)
+        _interop.check_index(ks, "num_samples")
+        _interop.check_shape(ks, "num_samples", (batch,))
+        if ks.device != device:
+            raise ValueError(f"num_samples must be on the device of points ({device}); got {ks.device}")
         if ks.numel() == 0:
             return ks, 0
         lo, hi = torch.stack(torch.aminmax(ks)).tolist()  # the output's width: one device-to-host read
@@ -405,17 +399,12 @@ def _per_cloud_samples(num_samples, batch: int, device: torch.device) -> tuple[t
 
 
 def _per_cloud(value, name: str, batch: int, device: torch.device) -> torch.Tensor | None:
-    """None, an int, or an integer ``(B,)`` / 0-d tensor on ``device`` -> None or a ``(B,)`` integer tensor."""
+    """None, an int, or a tensor (a 0-d one is expanded to ``(B,)``) -> None or a tensor, the op's input
+    (whose check refuses a tensor of the wrong dtype, shape or device)."""
     if value is None:
         return None
     if isinstance(value, torch.Tensor):
-        _interop.check_index(value, name)
-        if value.dim() == 0:
-            value = value.reshape(1).expand(batch)
-        _interop.check_shape(value, name, (batch,))
-        if value.device != device:
-            raise ValueError(f"{name} must be on the device of points ({device}); got {value.device}")
-        return value
+        return value.reshape(1).expand(batch) if value.dim() == 0 else value
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int or an integer tensor; got {type(value).__name__}")
     return torch.full((batch,), value, dtype=torch.int64, device=device)
@@ -427,5 +416,8 @@ def _random_start(lengths, n: int, batch: int, generator, device: torch.device) 
         raise TypeError(f"generator must be a torch.Generator; got {type(generator).__name__}")
     gen_device = generator.device if generator is not None else device
     u = torch.rand(batch, dtype=torch.float64, generator=generator, device=gen_device).to(device)
-    size = lengths.to(torch.float64) if lengths is not None else torch.full_like(u, float(n))
+    size = torch.full_like(u, float(n))
+    # a lengths of the wrong shape or device is refused by the op's check, after this draw
+    if lengths is not None and lengths.shape == (batch,) and lengths.device == device:
+        size = lengths.to(torch.float64)
     return (u * size).floor().to(torch.int64)

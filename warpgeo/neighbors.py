@@ -9,16 +9,16 @@ dtype, so results do not depend on it, and ties go to the lowest index.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
 from . import _interop
+from ._constants import FAR, INT32_LIMIT, MAX_POINTS, MODE_BALL, MODE_KNN, SENTINEL_INDEX
+from ._op import Op
 
 __all__ = ["KNN", "ball_query", "knn"]
 
-_SENTINEL_INDEX = -1
-#: The kernels index points with int32.
 #: Clouds with at most this many points are scanned directly: below it building the grid costs more than
 #: it saves (measured on the CPU at k = 16 and 32).
 _BRUTE_MAX_POINTS = 256
@@ -28,8 +28,8 @@ _KNN_POINTS_PER_CELL = 2.0
 _BALL_CELL = 0.5
 #: Rough cost of one query row, for splitting CPU launches among threads.
 _ROW_WORK = 256
-#: The ops' inputs, in order (a backward returns one entry per name).
-_KNN_INPUTS = ("queries", "points", "query_lengths", "point_lengths", "k")
+#: Compute dtype -> the key of the neighbour kernel tables (``warpgeo._kernels.neighbors.TYPES``).
+_KEY = {torch.float32: "float32", torch.float64: "float64"}
 
 
 class KNN(NamedTuple):
@@ -40,11 +40,11 @@ class KNN(NamedTuple):
 
 
 # --------------------------------------------------------------------------------------------------------
-# checks
+# checks (both ops)
 # --------------------------------------------------------------------------------------------------------
 
 
-def _check_shapes(queries, points, query_lengths, point_lengths, k) -> None:
+def _check_knn(queries, points, query_lengths, point_lengths, k) -> None:
     """The checks of every entry point that read no tensor values: types, shapes, devices, sizes."""
     _interop.check_float(queries, "queries")
     _interop.check_float(points, "points")
@@ -62,12 +62,12 @@ def _check_shapes(queries, points, query_lengths, point_lengths, k) -> None:
     k = _interop.check_int(k, "k", minimum=1)
     batch, num_queries, num_points = queries.shape[0], queries.shape[1], points.shape[1]
     item = _interop.compute_dtype(points.dtype).itemsize
-    if num_points > _interop.MAX_POINTS or 3 * item * num_points >= _interop.INT32_LIMIT:
+    if num_points > MAX_POINTS or 3 * item * num_points >= INT32_LIMIT:
         raise ValueError(
-            f"points may hold fewer than {_interop.INT32_LIMIT // (3 * item)} points per cloud in "
+            f"points may hold fewer than {INT32_LIMIT // (3 * item)} points per cloud in "
             f"{points.dtype} (int32 strides of one Warp launch); got N={num_points}"
         )
-    if isinstance(k, int) and 8 * num_queries * k >= _interop.INT32_LIMIT:
+    if isinstance(k, int) and 8 * num_queries * k >= INT32_LIMIT:
         raise ValueError(
             f"queries * k must stay below 2**28 per cloud (int32 strides of one Warp launch); got M={num_queries}, "
             f"k={k}"
@@ -81,13 +81,15 @@ def _check_shapes(queries, points, query_lengths, point_lengths, k) -> None:
     )
 
 
-def _check_radius(radius) -> float:
+def _check_ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive) -> None:
+    """:func:`_check_knn`'s checks, and the radius and the comparison."""
+    _check_knn(queries, points, query_lengths, point_lengths, k)
     if isinstance(radius, bool) or not isinstance(radius, (int, float)):
         raise TypeError(f"radius must be a float; got {type(radius).__name__}")
-    radius = float(radius)
     if not (math.isfinite(radius) and radius > 0.0):
         raise ValueError(f"radius must be a finite float > 0; got {radius}")
-    return radius
+    if not isinstance(inclusive, bool):
+        raise TypeError(f"inclusive must be a bool; got {type(inclusive).__name__}")
 
 
 def _bounds(x: torch.Tensor, lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,12 +151,12 @@ def _empty_lengths(t: torch.Tensor | None, device: torch.device) -> torch.Tensor
 
 
 def _grid(
-    kernels: dict, points, point_lengths, mode: int, cell_size: float, method: str, bounds=None
+    kernels: Any, points, point_lengths, mode: int, cell_size: float, method: str, bounds=None
 ) -> dict[str, torch.Tensor]:
     """The grid of ``points`` (B, N, 3) in compute dtype: the query kernels' grid arguments by name.
 
     ``kernels``: the search's module (``KNN_GRID`` / ``BALL_QUERY_GRID`` of the points' precision), which
-    holds the grid kernels. ``method``: ``"counting"`` (a Warp counting sort, a thread per cloud: the CPU
+    holds the grid kernels too. ``method``: ``"counting"`` (a Warp counting sort, a thread per cloud: the CPU
     path) or ``"sort"`` (``torch.sort``, stable, and ``searchsorted``: the CUDA path). Both give the same
     layout.
     """
@@ -172,7 +174,7 @@ def _grid(
         "slack": torch.empty(batch, **f64),
     }
     _interop.launch(
-        kernels["grid_setup"],
+        kernels.grid_setup,
         batch,
         device=device,
         lo=lo.to(torch.float64).contiguous(),
@@ -187,7 +189,7 @@ def _grid(
     )
     cells = torch.empty(batch, n, dtype=torch.int32, device=device)
     _interop.launch(
-        kernels["assign_cells"],
+        kernels.assign_cells,
         [batch, n],
         device=device,
         points=points,
@@ -203,7 +205,7 @@ def _grid(
         sorted_points = torch.empty_like(points)
         sorted_index = torch.empty(batch, n, dtype=torch.int32, device=device)
         _interop.launch_rows(
-            kernels["counting_sort_rows"],
+            kernels.counting_sort_rows,
             batch,
             device=device,
             work_per_row=n + cap,
@@ -234,7 +236,7 @@ def _method(points: torch.Tensor, method: str | None) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------
-# ball query
+# ball query: declarations (check above, impl, fake); no gradient (an index selection)
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -249,21 +251,13 @@ def _ball_query_impl(
 ) -> torch.Tensor:
     """queries (B, M, 3), points (B, N, 3) -> int64 (B, M, k): the k smallest indices with distance
     <= radius (``inclusive``) or < radius, ascending, then -1."""
-    _check_shapes(queries, points, query_lengths, point_lengths, k)
-    radius = _check_radius(radius)
     bounds = None
     if _interop.checking_values(queries.device):
         bounds = _check_values(queries, points, query_lengths, point_lengths)
     return _ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive, bounds=bounds)
 
 
-_ball_query_op = torch.library.custom_op("warpgeo::ball_query", _ball_query_impl, mutates_args=())
-
-
-@_ball_query_op.register_fake
-def _(queries, points, query_lengths, point_lengths, radius, k, inclusive):
-    _check_shapes(queries, points, query_lengths, point_lengths, k)
-    _check_radius(radius)
+def _ball_query_fake(queries, points, query_lengths, point_lengths, radius, k, inclusive):
     return queries.new_empty(queries.shape[0], queries.shape[1], k, dtype=torch.int64)
 
 
@@ -271,13 +265,14 @@ def _ball_query(
     queries, points, query_lengths, point_lengths, radius, k, inclusive, method=None, bounds=None
 ):
     """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort")."""
-    kernels = _interop.kernels("neighbors")
     batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
     device = queries.device
     out = torch.empty(batch, m, k, dtype=torch.int64, device=device)
     if n == 0 or batch * m == 0:
-        return out.fill_(_SENTINEL_INDEX)
+        return out.fill_(SENTINEL_INDEX)
     queries, points = _interop.to_compute(queries), _interop.to_compute(points)
+    key = _KEY[points.dtype]
+    radius = float(radius)
     common = {
         "queries": queries,
         "query_lengths": _empty_lengths(query_lengths, device),
@@ -287,16 +282,21 @@ def _ball_query(
     }
     method = _method(points, method)
     if method == "brute":
-        kernel = _interop.overload(kernels.BALL_QUERY_BRUTE, points.dtype)["ball_query_brute"]
+        kernel = _interop.kernels("neighbors").BALL_QUERY_BRUTE[key].ball_query_brute
         extra = {"points": points, "point_lengths": _empty_lengths(point_lengths, device)}
         work = n
     else:
-        grid = _interop.overload(kernels.BALL_QUERY_GRID, points.dtype)
-        kernel = grid["ball_query_rows"]
-        extra = _grid(grid, points, point_lengths, 0, radius * _BALL_CELL, method, bounds)
+        grid = _interop.kernels("neighbors").BALL_QUERY_GRID[key]
+        kernel = grid.ball_query_rows
+        extra = _grid(grid, points, point_lengths, MODE_BALL, radius * _BALL_CELL, method, bounds)
         work = _ROW_WORK
     _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
     return out
+
+
+_ball_query_op = Op(
+    "warpgeo::ball_query", check=_check_ball_query, impl=_ball_query_impl, fake=_ball_query_fake
+)
 
 
 def ball_query(
@@ -307,6 +307,7 @@ def ball_query(
     *,
     query_lengths: torch.Tensor | None = None,
     point_lengths: torch.Tensor | None = None,
+    inclusive: bool = True,
 ) -> torch.Tensor:
     """Ball query with pointnet2's semantics: the first ``k`` points, in index order, within ``radius``.
 
@@ -324,13 +325,15 @@ def ball_query(
         query_lengths: optional integer ``(B,)``: only the first ``query_lengths[b]`` queries of cloud b
             are answered; the other rows are all ``-1``.
         point_lengths: optional integer ``(B,)``: cloud b holds only its first ``point_lengths[b]`` points.
+        inclusive: ``True`` (the default) keeps the points at distance ``<= radius``; ``False`` only those
+            at ``< radius``, as the pointnet2 CUDA extension (``d**2 < radius**2``) does.
 
     Returns:
         int64 ``(B, M, k)``: ascending point indices, ``-1`` padding.
 
     Raises:
-        TypeError: non-float points or queries, different dtypes, non-integer lengths, a non-int ``k`` or a
-            non-float ``radius``.
+        TypeError: non-float points or queries, different dtypes, non-integer lengths, a non-int ``k``, a
+            non-float ``radius`` or a non-bool ``inclusive``.
         ValueError: bad shapes, ``k < 1``, ``radius`` not finite and > 0, lengths outside ``[0, M]`` /
             ``[0, N]``, NaN or inf among the valid points or queries, tensors on different devices.
 
@@ -340,22 +343,7 @@ def ball_query(
         >>> idx = ball_query(centres, pts, 0.2, 16)              # (2, 64, 16) int64, -1 padded
         >>> grouped = gather_points(pts.transpose(1, 2), idx)   # (2, 3, 64, 16), 0 where idx == -1
     """
-    _check_shapes(queries, points, query_lengths, point_lengths, k)
-    radius = _check_radius(radius)
-    return _run_ball_query(queries, points, query_lengths, point_lengths, radius, k, True)
-
-
-_BALL_QUERY_INPUTS = ("queries", "points", "query_lengths", "point_lengths", "radius", "k", "inclusive")
-
-
-def _run_ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive) -> torch.Tensor:
-    """The op, or in eager mode its implementation (indices are not differentiable: no autograd node)."""
-    return _interop.call(
-        _ball_query_op,
-        None,
-        _ball_query_impl,
-        _BALL_QUERY_INPUTS,
-        False,
+    return _ball_query_op.call(
         queries=queries,
         points=points,
         query_lengths=query_lengths,
@@ -367,7 +355,7 @@ def _run_ball_query(queries, points, query_lengths, point_lengths, radius, k, in
 
 
 # --------------------------------------------------------------------------------------------------------
-# k nearest neighbours
+# k nearest neighbours: declarations (check above, impl, fake), backward, public function
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -379,34 +367,28 @@ def _knn_impl(
     k: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """queries (B, M, 3), points (B, N, 3) -> dists (B, M, k) in points' dtype, idx (B, M, k) int64."""
-    _check_shapes(queries, points, query_lengths, point_lengths, k)
     bounds = None
     if _interop.checking_values(queries.device):
         bounds = _check_values(queries, points, query_lengths, point_lengths)
     return _knn(queries, points, query_lengths, point_lengths, k, bounds=bounds)
 
 
-_knn_op = torch.library.custom_op("warpgeo::knn", _knn_impl, mutates_args=())
-
-
-@_knn_op.register_fake
-def _(queries, points, query_lengths, point_lengths, k):
-    _check_shapes(queries, points, query_lengths, point_lengths, k)
+def _knn_fake(queries, points, query_lengths, point_lengths, k):
     shape = (queries.shape[0], queries.shape[1], k)
     return queries.new_empty(shape), queries.new_empty(shape, dtype=torch.int64)
 
 
 def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=None):
     """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort")."""
-    kernels = _interop.kernels("neighbors")
     batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
     device = queries.device
     dtype = points.dtype
     idx = torch.empty(batch, m, k, dtype=torch.int64, device=device)
     dists = torch.empty(batch, m, k, dtype=torch.float64, device=device)
     if n == 0 or batch * m == 0:
-        return dists.fill_(torch.inf).to(dtype), idx.fill_(_SENTINEL_INDEX)
+        return dists.fill_(FAR).to(dtype), idx.fill_(SENTINEL_INDEX)
     queries, points = _interop.to_compute(queries), _interop.to_compute(points)
+    key = _KEY[points.dtype]
     common = {
         "queries": queries,
         "query_lengths": _empty_lengths(query_lengths, device),
@@ -415,13 +397,13 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=N
     }
     method = _method(points, method)
     if method == "brute":
-        kernel = _interop.overload(kernels.KNN_BRUTE, points.dtype)["knn_brute"]
+        kernel = _interop.kernels("neighbors").KNN_BRUTE[key].knn_brute
         extra = {"points": points, "point_lengths": _empty_lengths(point_lengths, device)}
         work = n
     else:
-        grid = _interop.overload(kernels.KNN_GRID, points.dtype)
-        kernel = grid["knn_rows"]
-        extra = _grid(grid, points, point_lengths, 1, 0.0, method, bounds)
+        grid = _interop.kernels("neighbors").KNN_GRID[key]
+        kernel = grid.knn_rows
+        extra = _grid(grid, points, point_lengths, MODE_KNN, 0.0, method, bounds)
         work = _ROW_WORK
     _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
     return dists.to(dtype), idx
@@ -436,9 +418,11 @@ def _setup_knn(ctx, inputs, output) -> None:
 
 def _backward_knn(ctx, grad_dists, _grad_idx):
     """d|q - p|: ``(q - p) / |q - p|`` to the query, its negative scatter-added to the point; 0 where the
-    distance is 0 (a subgradient) and for padding. Plain torch, so it is differentiable itself."""
+    distance is 0 (a subgradient) and for padding. Written with torch ops (a gather, a norm and a
+    scatter-add over the (B, M, k) neighbours, no (B, M, N) intermediate), so it is differentiable itself
+    (double backward) and runs as one graph node under torch.compile."""
     if grad_dists is None or not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
-        return _interop.grads(_KNN_INPUTS)
+        return _knn_op.grads()
     queries, points, idx = ctx.saved_tensors
     work = _interop.compute_dtype(points.dtype)
     batch, m, k = idx.shape
@@ -457,22 +441,17 @@ def _backward_knn(ctx, grad_dists, _grad_idx):
             1, safe.reshape(batch, m * k, 1).expand(-1, -1, 3), -step.reshape(batch, -1, 3)
         )
         grad_points = grad_points.to(points.dtype)
-    return _interop.grads(_KNN_INPUTS, queries=grad_queries, points=grad_points)
+    return _knn_op.grads(queries=grad_queries, points=grad_points)
 
 
-_knn_op.register_autograd(_backward_knn, setup_context=_setup_knn)
-
-
-class _Knn(torch.autograd.Function):
-    """``torch.ops.warpgeo.knn`` as a Function over the same setup / backward: the eager path of knn."""
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        output = _knn_impl(*inputs)
-        _setup_knn(ctx, inputs, output)
-        return output
-
-    backward = staticmethod(_backward_knn)
+_knn_op = Op(
+    "warpgeo::knn",
+    check=_check_knn,
+    impl=_knn_impl,
+    fake=_knn_fake,
+    setup=_setup_knn,
+    backward=_backward_knn,
+)
 
 
 def knn(
@@ -513,17 +492,7 @@ def knn(
         >>> bool((idx[..., 0] == torch.arange(100)).all())         # a point is its own nearest
         True
     """
-    _check_shapes(queries, points, query_lengths, point_lengths, k)
-    dists, idx = _interop.call(
-        _knn_op,
-        _Knn,
-        _knn_impl,
-        _KNN_INPUTS,
-        (queries.requires_grad or points.requires_grad) and torch.is_grad_enabled(),
-        queries=queries,
-        points=points,
-        query_lengths=query_lengths,
-        point_lengths=point_lengths,
-        k=k,
+    dists, idx = _knn_op.call(
+        queries=queries, points=points, query_lengths=query_lengths, point_lengths=point_lengths, k=k
     )
     return KNN(dists, idx)

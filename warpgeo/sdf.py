@@ -1,22 +1,29 @@
 """Sphere-to-mesh collision cost (discrete and swept) and signed distance against a :class:`MeshWorld`.
 
-Three custom ops, one Warp kernel each (``warpgeo._kernels.sdf``): ``warpgeo::sphere_mesh_cost``,
-``warpgeo::swept_sphere_mesh_cost`` and ``warpgeo::signed_distance``. Each forward kernel also writes the
+Three custom ops, one Warp kernel each (``warpgeo._kernels.sdf``), declared with :class:`~warpgeo._op.Op`:
+``warpgeo::sphere_mesh_cost``, ``warpgeo::swept_sphere_mesh_cost`` and ``warpgeo::signed_distance``. Each
+takes the world as declared inputs: ``world``, the list of the world's tensors (``MeshWorld.kernel_args``;
+order and shapes in ``warpgeo.world.WORLD_FIELDS``), which the kernels read as one Warp struct, and
+``all_cuboids`` (every mesh a cuboid: the kernels made for that run). Each forward kernel also writes the
 derivative of its value w.r.t. its input (only when a gradient is wanted), and the one registered backward
 of each op scales it by the incoming gradient. The public Function classes :class:`SdfMesh` and
 :class:`SweptSdfMesh` are the same ops with the same setup / backward pair.
 
-Each op takes the world as the fields of :class:`~warpgeo.world.MeshWorldArgs`, by name.
+The file reads: checks, the three declarations (check, impl, fake), backward, public functions.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
+from typing import Any, NamedTuple
 
 import torch
 
 from . import _interop
-from .world import MeshWorld, all_cuboids, grid_tables_of, mesh_ids_of
+from ._op import Op
+from .world import WORLD_FIELDS, MeshWorld, check_mesh_ids, refuse_changed_mesh_ids
 
 __all__ = ["SdfMesh", "SweptSdfMesh", "signed_distance", "sphere_mesh_cost", "swept_sphere_mesh_cost"]
 
@@ -31,64 +38,118 @@ _NO_MESH_DISTANCE = float("inf")
 #: The most interpolated spheres per interval of the swept cost: ``t = j / (S + 1)`` stays exact in float32
 #: and the kernel's int32 step counter cannot overflow.
 _MAX_SWEEP_STEPS = 2**24
-#: Rows of one launch when a query too large for one Warp launch (int32 thread ids, int32 byte strides) is
-#: split into several.
-_MAX_LAUNCH_ROWS = 2**30
 #: Spheres (points) one CPU thread of an SDF kernel handles, one after the other: a CPU launch calls the
-#: kernel once per thread, and each call reloads its ~25 array arguments and recomputes the row index
-#: (uniform scene of bench_sdf.py, 100k spheres, forward, medians of 8 alternating rounds in one process:
-#: 15.6 ms at 1, 14.0 at 4, 13.4 at 16, 13.1 at 64).
-#: On CUDA every sphere is a thread of its own.
+#: kernel once per thread, and each call reloads its arguments and recomputes the row index (uniform scene
+#: of bench_sdf.py, 100k spheres, forward, medians of 8 alternating rounds in one process: 15.6 ms at 1,
+#: 14.0 at 4, 13.4 at 16, 13.1 at 64). On CUDA every sphere is a thread of its own.
 _ROWS_PER_CPU_THREAD = 32
-#: A tensor dimension or byte stride reaching this does not fit one Warp launch (a name of its own so that
-#: tests can lower it).
-_STRIDE_LIMIT = _interop.INT32_LIMIT
-
-#: The ops' inputs, in order (each backward returns one entry per name).
-_WORLD = ("world_id", "inv_poses", "bounds", "enabled", "sign")
-_COST_INPUTS = ("spheres", "env_index", *_WORLD, "params", "max_distance", "compute_grad")
-_SWEPT_INPUTS = ("spheres", "env_index", *_WORLD, "params", "sweep_steps", "compute_grad")
-_DISTANCE_INPUTS = ("points", "env_index", *_WORLD, "compute_grad")
+#: (compute dtype, all cuboids) -> the key of the kernel tables (``warpgeo._kernels.sdf.KEYS``).
+_KEYS = {
+    (torch.float32, False): ("float32", "meshes"),
+    (torch.float32, True): ("float32", "cuboids"),
+    (torch.float64, False): ("float64", "meshes"),
+    (torch.float64, True): ("float64", "cuboids"),
+}
+#: The world's fields, in order, with their dtype (None: the query's compute dtype) and shape rule.
+_WORLD_SPEC = tuple((name, dtype, shape) for name, (dtype, shape) in WORLD_FIELDS.items())
 
 
 # --------------------------------------------------------------------------------------------------------
-# checks shared by the three ops
+# checks (shapes, dtypes, devices: no tensor values) shared by the three ops
 # --------------------------------------------------------------------------------------------------------
 
 
-def _check_tensor(name: str, t, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device) -> None:
-    """TypeError / ValueError naming ``name`` unless ``t`` is a ``dtype`` tensor of ``shape`` on ``device``."""
-    if not isinstance(t, torch.Tensor) or t.dtype != dtype:
-        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-        raise TypeError(f"{name} must be a {dtype} tensor; got {got}")
-    if t.shape != shape:
-        _interop.check_shape(t, name, shape)  # raises, with the expected and the actual shape
-    if t.device != device:
-        raise ValueError(f"{name} must be on the same device as the query ({device}); got {t.device}")
+class _Verified(NamedTuple):
+    """A world list that passed :func:`_check_world` (weakly: a cache entry pins no memory), and its struct
+    per kernel key."""
+
+    items: tuple  # weak references to its tensors, as checked
+    ptrs: tuple  # their data pointers, as checked
+    compute: torch.dtype
+    device: torch.device
+    structs: dict  # precision key -> the world struct (``_interop.struct``) of these tensors
 
 
-def _check_world(world_id, inv_poses, bounds, enabled, sign, *, dtype: torch.dtype, device) -> torch.Tensor:
-    """Shape / dtype / device checks of the world fields (reads no tensor values); returns the world's mesh
-    ids. ``dtype`` is the query's, ``device`` its device."""
-    if isinstance(world_id, bool) or not isinstance(world_id, int):
-        raise TypeError(
-            f"world_id must be an int (MeshWorld.kernel_args().world_id); got {type(world_id).__name__}"
-        )
-    mesh_ids = mesh_ids_of(world_id)
-    if mesh_ids.device != device:
-        raise ValueError(f"the world lives on {mesh_ids.device}; the query is on {device}")
-    envs, slots = mesh_ids.shape
+#: ``id(world list) -> _Verified``: a world's own lists come back call after call, so the full check of its
+#: 17 tensors (~20 us) and the struct's build run once, and a call checks that the list holds the very
+#: tensors it was checked with over the same memory (identity and data pointers, ~2 us; a list at a reused
+#: id passes only with those same tensors, for which the entry is right). Whatever else a caller might
+#: change in place (values, or a tensor's shape through ``.data =``) leaves the kernels reading the same
+#: memory they were checked against; the mesh ids are vetted on every call (``check_mesh_ids``).
+_VERIFIED: dict[int, _Verified] = {}
+#: World lists kept (the oldest goes first).
+_MAX_VERIFIED = 64
+_VERIFIED_LOCK = threading.Lock()
+
+
+def _verified(world: Any) -> _Verified | None:
+    """The cache entry of ``world`` if it still holds the very tensors (over the same memory) it was checked
+    with; None otherwise (fake / functional tensors are never cached)."""
+    found = _VERIFIED.get(id(world))
+    if (
+        found is None
+        or type(world) is not list
+        or len(world) != len(found.items)
+        or not all(ref() is t for ref, t in zip(found.items, world, strict=True))
+        or tuple(map(torch.Tensor.data_ptr, world)) != found.ptrs
+    ):
+        return None
+    return found
+
+
+def _check_world(world, all_cuboids, dtype: torch.dtype, device: torch.device, name: str) -> None:
+    """The world's tensors (``WORLD_FIELDS``, in order): dtypes, ranks, sizes (``E`` and ``M`` those of
+    ``mesh_ids``), a dense last dimension, and the query's device (``dtype``: the query's)."""
+    if type(all_cuboids) is not bool:
+        raise TypeError(f"all_cuboids must be a bool; got {type(all_cuboids).__name__}")
     compute = _interop.compute_dtype(dtype)
-    _check_tensor("inv_poses", inv_poses, compute, (envs, slots, 7), device)
-    _check_tensor("bounds", bounds, torch.float32, (envs, slots, 2, 3), device)
-    _check_tensor("enabled", enabled, torch.int32, (envs, slots), device)
-    _check_tensor("sign", sign, torch.int32, (envs, slots), device)
-    return mesh_ids
+    found = _verified(world)
+    if found is not None and found.compute == compute and found.device == device:
+        return
+    _check_world_fully(world, compute, device, name)
+    if type(world) is list and all(type(t) is torch.Tensor for t in world):
+        entry = _Verified(
+            tuple(map(weakref.ref, world)), tuple(t.data_ptr() for t in world), compute, device, {}
+        )
+        with _VERIFIED_LOCK:
+            while len(_VERIFIED) >= _MAX_VERIFIED:
+                del _VERIFIED[next(iter(_VERIFIED))]
+            _VERIFIED[id(world)] = entry
 
 
-def _check_query(x, name: str, width: int, env_index, world: tuple, rank: int = 3) -> torch.Tensor:
-    """Every shape / dtype / device check of a query (``world``: the five world fields in order); returns
-    the world's mesh ids."""
+def _check_world_fully(world, compute: torch.dtype, device: torch.device, name: str) -> None:
+    if not isinstance(world, (list, tuple)) or len(world) != len(_WORLD_SPEC):
+        got = f"{len(world)} items" if isinstance(world, (list, tuple)) else type(world).__name__
+        raise TypeError(
+            f"world must be the list of the {len(_WORLD_SPEC)} tensors of MeshWorld.kernel_args(dtype).world; "
+            f"got {got}"
+        )
+    mesh_ids = world[0]
+    if isinstance(mesh_ids, torch.Tensor) and mesh_ids.device != device:
+        raise ValueError(f"{name} must be on the world's device ({mesh_ids.device}); got {device}")
+    if not isinstance(mesh_ids, torch.Tensor) or mesh_ids.dim() != 2:
+        got = tuple(mesh_ids.shape) if isinstance(mesh_ids, torch.Tensor) else type(mesh_ids).__name__
+        raise ValueError(f"world[0] (mesh_ids) must be an (E, M) tensor; got {got}")
+    sizes = {"E": mesh_ids.shape[0], "M": mesh_ids.shape[1]}
+    for (field, field_dtype, rule), t in zip(_WORLD_SPEC, world, strict=True):
+        expected_dtype = field_dtype or compute
+        if not isinstance(t, torch.Tensor) or t.dtype != expected_dtype:
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"world's {field} must be a {expected_dtype} tensor; got {got}")
+        shape = t.shape
+        if len(shape) != len(rule) or any(
+            r is not None and shape[i] != sizes.get(r, r) for i, r in enumerate(rule)
+        ):
+            expected = ", ".join("*" if r is None else str(sizes.get(r, r)) for r in rule)
+            raise ValueError(f"world's {field} must have shape ({expected}); got {tuple(shape)}")
+        if t.device != device:
+            raise ValueError(f"world's {field} must be on {device}, like the query; got {t.device}")
+        if t.dim() > 1 and t.stride(-1) != 1 and shape[-1] > 1:
+            raise ValueError(f"world's {field} must have a dense last dimension; got strides {t.stride()}")
+
+
+def _check_query(x, name: str, width: int, rank: int, env_index, world, all_cuboids) -> None:
+    """Every shape / dtype / device check of a query and its world."""
     _interop.check_float(x, name)
     if x.dim() != rank or x.shape[-1] != width:
         dims = "(B, S, 4)" if rank == 3 and width == 4 else "(B, H, N, 4)" if width == 4 else "(B, S, 3)"
@@ -107,43 +168,18 @@ def _check_query(x, name: str, width: int, env_index, world: tuple, rank: int = 
             raise ValueError(
                 f"env_index must be on the same device as {name} ({device}); got {env_index.device}"
             )
-    return _check_world(*world, dtype=x.dtype, device=device)
+    _check_world(world, all_cuboids, x.dtype, device, name)
 
 
 def _check_params(params, x) -> None:
     compute = _interop.compute_dtype(x.dtype)
     if not isinstance(params, torch.Tensor) or params.dtype != compute:
-        raise TypeError(f"params must be a {compute} tensor (eta, weight)")
-    _check_tensor("params", params, compute, (2,), x.device)
-
-
-def _check_values(x, name: str, env_index, num_envs: int, params) -> None:
-    """The checks that need tensor values, run inside the op: one device-to-host transfer for all.
-
-    ``x`` is finite when its sum in float64 is (a NaN or inf propagates; float32 and half values cannot
-    overflow a float64 sum; :func:`_interop.sum64`); only where the sum is not finite (a NaN/inf, or float64
-    values summing past the float64 range) is every element tested. ``params`` is skipped when it is one of the parameter
-    tensors :func:`_params` made from Python floats (checked on the host already)."""
-    parts = [_interop.sum64(x)]
-    if env_index is not None and env_index.numel() > 0:
-        parts.extend(torch.aminmax(env_index))
-    check_params = params is not None and _TRUSTED_PARAMS.get(id(params)) is not params
-    if check_params:
-        parts.extend((params.amin(), params.amax()))
-    if x.device.type == "cpu":
-        values = [v.item() for v in parts]
-    else:
-        values = torch.stack([v.to(torch.float64) for v in parts]).tolist()
-    if not math.isfinite(values[0]) and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} must be finite: found NaN or inf")
-    if env_index is not None and env_index.numel() > 0 and (values[1] < 0 or values[2] >= num_envs):
-        raise IndexError(
-            f"env_index must lie in [0, num_envs={num_envs}); got values {env_index.unique().tolist()}"
-        )
-    if check_params and not (values[-2] >= 0 and math.isfinite(values[-1])):
-        raise ValueError(
-            f"activation_distance and weight must be finite and >= 0; got {params.tolist()} (eta, weight)"
-        )
+        got = params.dtype if isinstance(params, torch.Tensor) else type(params).__name__
+        raise TypeError(f"params must be a {compute} tensor (eta, weight); got {got}")
+    if params.shape != (2,):
+        raise ValueError(f"params must have shape (2,) (eta, weight); got {tuple(params.shape)}")
+    if params.device != x.device:
+        raise ValueError(f"params must be on the same device as the query ({x.device}); got {params.device}")
 
 
 def _check_sweep_steps(sweep_steps) -> int:
@@ -153,102 +189,124 @@ def _check_sweep_steps(sweep_steps) -> int:
     return sweep_steps
 
 
-def _launch_blocks(
-    kernel,
-    name: str,
-    grid: tuple[int, ...],
+def _check_cost(spheres, env_index, world, all_cuboids, params, max_distance, compute_grad) -> None:
+    _check_query(spheres, "spheres", 4, 3, env_index, world, all_cuboids)
+    _check_params(params, spheres)
+    if isinstance(max_distance, bool) or not isinstance(max_distance, (int, float)):
+        raise TypeError(f"max_distance must be a float; got {type(max_distance).__name__}")
+    if not max_distance >= 0.0 or math.isinf(max_distance):
+        raise ValueError(f"max_distance must be finite and >= 0; got {max_distance}")
+
+
+def _check_swept(spheres, env_index, world, all_cuboids, params, sweep_steps, compute_grad) -> None:
+    _check_query(spheres, "spheres", 4, 4, env_index, world, all_cuboids)
+    _check_params(params, spheres)
+    _check_sweep_steps(sweep_steps)
+
+
+def _check_distance(points, env_index, world, all_cuboids, compute_grad) -> None:
+    _check_query(points, "points", 3, 3, env_index, world, all_cuboids)
+
+
+# --------------------------------------------------------------------------------------------------------
+# value checks and the launch, shared by the three implementations
+# --------------------------------------------------------------------------------------------------------
+
+
+def _check_values(x, name: str, env_index, num_envs: int, params, ids_changed) -> None:
+    """The checks that need tensor values, run inside the op: one device-to-host transfer for all.
+
+    ``x`` is finite when its sum in float64 is (a NaN or inf propagates; float32 and half values cannot
+    overflow a float64 sum; :func:`_interop.sum64`); only where the sum is not finite (a NaN/inf, or float64
+    values summing past the float64 range) is every element tested. ``params`` is skipped when it is one of
+    the parameter tensors :func:`_params` made from Python floats (checked on the host already).
+    ``ids_changed``: None, or what ``check_mesh_ids`` left to be read here (a 0-d bool tensor)."""
+    parts = [_interop.sum64(x)]
+    check_env = env_index is not None and env_index.numel() > 0
+    if check_env:
+        parts.extend(torch.aminmax(env_index))
+    check_params = params is not None and _TRUSTED_PARAMS.get(id(params)) is not params
+    if check_params:
+        parts.extend((params.amin(), params.amax()))
+    if ids_changed is not None:
+        parts.append(ids_changed)
+    if x.device.type == "cpu":
+        values = [v.item() for v in parts]
+    else:
+        values = torch.stack([v.to(torch.float64) for v in parts]).tolist()
+    if ids_changed is not None and values.pop():
+        refuse_changed_mesh_ids()
+    if not math.isfinite(values[0]) and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} must be finite: found NaN or inf")
+    if check_env and (values[1] < 0 or values[2] >= num_envs):
+        raise IndexError(
+            f"env_index must lie in [0, num_envs={num_envs}); got values {env_index.unique().tolist()}"
+        )
+    if check_params and not (values[-2] >= 0 and math.isfinite(values[-1])):
+        raise ValueError(
+            f"activation_distance and weight must be finite and >= 0; got {params.tolist()} (eta, weight)"
+        )
+
+
+def _prepare_launch(x, name: str, env_index, world, params) -> torch.Tensor:
+    """Before any launch: the value checks (when on) and the world's mesh ids vetted (always: a forged id
+    must never reach Warp's mesh queries, see ``warpgeo.world.check_mesh_ids``); ``x`` in its compute
+    precision."""
+    checking = _interop.checking_values(x.device)
+    ids_changed = check_mesh_ids(world[0], by_value=checking)
+    if checking:
+        _check_values(x, name, env_index, world[0].shape[0], params, ids_changed)
+    return _interop.to_compute(x)
+
+
+def _launch(
+    table: str,
+    work: torch.Tensor,
+    env_index: torch.Tensor | None,
+    world: list[torch.Tensor],
+    all_cuboids: bool,
+    sliced: dict[str, torch.Tensor],
     *,
-    device: torch.device,
     work_per_row: int,
-    env_index: torch.Tensor,
-    blocked: dict[str, torch.Tensor],
-    **whole,
+    **args,
 ) -> None:
-    """Launch a row kernel over ``grid = (B, *inner)``: on CUDA thread ``t`` handles row ``t`` of the flattened
-    grid, on the CPU rows ``t * _ROWS_PER_CPU_THREAD`` onwards (the kernel's ``rows_per_thread``).
-
-    One launch when it fits Warp's int32 thread ids and byte strides (the usual case); otherwise blocks of
-    the grid, each launched on slices (views) of the ``blocked`` tensors (whose leading dimensions are
-    ``grid``; ``env_index`` is sliced along B): ranges of B where one B entry's rows fit, else one B entry
-    at a time (its size-1 dimension's stride is not used, see ``_interop``) in chunks of the last grid
-    dimension. A tensor whose stride along a middle dimension (a swept trajectory's time step) reaches 2**31
-    bytes cannot be split so: ValueError naming ``name``.
-    """
-    limit = _STRIDE_LIMIT
-    rows = math.prod(grid)
-    per = _ROWS_PER_CPU_THREAD if device.type == "cpu" else 1
-
-    def launch(count: int, env: torch.Tensor, tensors: dict[str, torch.Tensor]) -> None:
-        _interop.launch_rows(
-            kernel,
-            -(-count // per),
-            device=device,
-            work_per_row=work_per_row * per,
-            env_index=env,
-            rows_per_thread=per,
-            **tensors,
-            **whole,
-        )
-
-    if rows <= _MAX_LAUNCH_ROWS and _interop.dense_below(blocked.values(), limit):  # the usual case
-        launch(rows, env_index, blocked)
-        return
-
-    def too_big(dim: int) -> bool:
-        return any(
-            t.shape[dim] > 1 and (t.shape[dim] >= limit or t.stride(dim) * t.element_size() >= limit)
-            for t in blocked.values()
-            if t.numel() > 0
-        )
-
-    def run(b: slice, last: slice, count: int) -> None:
-        index = (b, *[slice(None)] * (len(grid) - 2), last)
-        sliced = {k: t[index] if t.numel() > 0 else t for k, t in blocked.items()}
-        launch(count, env_index[b] if env_index.shape[0] > 0 else env_index, sliced)
-
-    if rows < limit and rows <= _MAX_LAUNCH_ROWS and not any(too_big(d) for d in range(len(grid))):
-        launch(rows, env_index, blocked)
-        return
-    for d in range(1, len(grid) - 1):
-        if too_big(d):
-            raise ValueError(
-                f"{name} of shape {tuple(grid)} + (...): one entry of dimension {d} spans >= 2**31 bytes (with "
-                "its gradient), beyond what a Warp launch addresses (int32 byte strides); split the last "
-                "dimension into smaller calls"
-            )
-    batch, last = grid[0], grid[-1]
-    per_b = rows // batch if batch else 0
-    if not too_big(0) and not too_big(len(grid) - 1) and 0 < per_b <= _MAX_LAUNCH_ROWS:
-        step = _MAX_LAUNCH_ROWS // per_b
-        for b0 in range(0, batch, step):
-            b1 = min(b0 + step, batch)
-            run(slice(b0, b1), slice(None), (b1 - b0) * per_b)
-        return
-    inner = per_b // last if last else 0
-    step = max(1, _MAX_LAUNCH_ROWS // max(inner, 1))
-    for b in range(batch):
-        for n0 in range(0, last, step):
-            n1 = min(n0 + step, last)
-            run(slice(b, b + 1), slice(n0, n1), inner * (n1 - n0))
+    """Launch the kernel ``table`` (``SPHERE_MESH_COST``, ...) over the rows of ``work`` (the query in its
+    compute precision; ``sliced``: the tensors with its rows, itself first), with ``env_index`` per batch
+    entry and the world as its struct: the cuboid kernels where every mesh is a cuboid."""
+    kernels = _interop.kernels("sdf")
+    key = _KEYS[work.dtype, all_cuboids]
+    kernel = getattr(getattr(kernels, table)[key], table.lower())
+    per = _ROWS_PER_CPU_THREAD if work.device.type == "cpu" else 1
+    _interop.launch_blocks(
+        kernel,
+        work.shape[:-1],
+        device=work.device,
+        sliced=sliced,
+        per_batch={"env_index": _env(env_index, work)},
+        rows_per_thread=per,
+        work_per_row=work_per_row * world[0].shape[1],
+        what=next(iter(sliced)),
+        world=_world_struct(kernels, key[0], world),
+        per_thread=per,
+        surface_eps=_SURFACE_EPS[work.dtype],
+        **args,
+    )
 
 
-def _table(world_id: int, name: str):
-    """The SDF kernel table ``name`` (``SPHERE_MESH_COST``, ...) for the world ``world_id``: the one made for a
-    world of cuboids (``<name>_CUBOIDS``) where every mesh is one (it compiles in a fraction of the general
-    kernel's time), the general one otherwise."""
-    return getattr(_interop.kernels("sdf"), f"{name}_CUBOIDS" if all_cuboids(world_id) else name)
+def _world_struct(kernels, precision: str, world: list[torch.Tensor]) -> Any:
+    """The kernels' world struct (``kernels.WORLD[precision]``) over the world's tensors (built once per
+    checked world list, see ``_VERIFIED``)."""
+    found = _verified(world)
+    if found is not None:
+        instance = found.structs.get(precision)
+        if instance is None:
+            instance = found.structs[precision] = _world_struct_of(kernels, precision, world)
+        return instance
+    return _world_struct_of(kernels, precision, world)
 
 
-def _world_kernel_args(world_id: int, mesh_ids, inv_poses, bounds, enabled, sign) -> dict:
-    """The world's kernel parameters by name: its fields, its mesh ids and its distance-grid tables."""
-    return {
-        "mesh_ids": mesh_ids,
-        "inv_poses": inv_poses,
-        "bounds": bounds,
-        "enabled": enabled,
-        "sign": sign,
-        **grid_tables_of(world_id),
-    }
+def _world_struct_of(kernels, precision: str, world: list[torch.Tensor]) -> Any:
+    return _interop.struct(kernels.WORLD[precision], **dict(zip(kernels.WORLD_FIELDS, world, strict=True)))
 
 
 #: Per device, the empty int64 tensor the kernels read as "environment 0 everywhere" (never written).
@@ -272,157 +330,123 @@ def _grad_buffer(work: torch.Tensor, compute_grad: bool, *shape: int) -> torch.T
     return work.new_empty(0, *([0] * (work.dim() - 2)), *shape, work.shape[-1])
 
 
+def _fake_grad(x: torch.Tensor, compute_grad: bool, *shape: int) -> torch.Tensor:
+    dtype = _interop.compute_dtype(x.dtype)
+    lead = x.shape[:-1] if compute_grad else (0,) * (x.dim() - 1)
+    return x.new_empty(*lead, *shape, x.shape[-1], dtype=dtype)
+
+
 # --------------------------------------------------------------------------------------------------------
-# the custom ops (each one opaque node for torch.compile)
+# warpgeo::sphere_mesh_cost
 # --------------------------------------------------------------------------------------------------------
 
 
 def _cost_impl(
     spheres: torch.Tensor,
     env_index: torch.Tensor | None,
-    world_id: int,
-    inv_poses: torch.Tensor,
-    bounds: torch.Tensor,
-    enabled: torch.Tensor,
-    sign: torch.Tensor,
+    world: list[torch.Tensor],
+    all_cuboids: bool,
     params: torch.Tensor,
     max_distance: float,
     compute_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """spheres (B, S, 4), env_index (B,) or None, the world's fields, params (2,) = (eta, weight) in the
+    """spheres (B, S, 4), env_index (B,) or None, the world's tensors, params (2,) = (eta, weight) in the
     compute dtype -> cost (B, S) in spheres' dtype, grad (B, S, 4) = d cost / d spheres in the compute dtype
     ((0, 0, 4) unless compute_grad)."""
-    world = (world_id, inv_poses, bounds, enabled, sign)
-    mesh_ids = _check_query(spheres, "spheres", 4, env_index, world)
-    _check_params(params, spheres)
-    if not max_distance >= 0.0 or math.isinf(max_distance):
-        raise ValueError(f"max_distance must be finite and >= 0; got {max_distance}")
-    if _interop.checking_values(spheres.device):
-        _check_values(spheres, "spheres", env_index, mesh_ids.shape[0], params)
-    work = _interop.to_compute(spheres)
+    work = _prepare_launch(spheres, "spheres", env_index, world, params)
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
-    _launch_blocks(
-        _interop.overload(_table(world_id, "SPHERE_MESH_COST"), work.dtype),
-        "spheres",
-        work.shape[:-1],
-        device=work.device,
-        work_per_row=_QUERY_WORK * mesh_ids.shape[1],
-        env_index=_env(env_index, work),
-        blocked={"spheres": work, "cost": cost, "grad": grad},
+    _launch(
+        "SPHERE_MESH_COST",
+        work,
+        env_index,
+        world,
+        all_cuboids,
+        {"spheres": work, "cost": cost, "grad": grad},
+        work_per_row=_QUERY_WORK,
         params=params,
         extra_search=float(max_distance),
-        surface_eps=_SURFACE_EPS[work.dtype],
         compute_grad=int(compute_grad),
-        **_world_kernel_args(world_id, mesh_ids, inv_poses, bounds, enabled, sign),
     )
     return cost.to(spheres.dtype), grad
 
 
-_cost_op = torch.library.custom_op("warpgeo::sphere_mesh_cost", _cost_impl, mutates_args=())
-
-
-@_cost_op.register_fake
-def _(spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, max_distance, compute_grad):
+def _cost_fake(spheres, env_index, world, all_cuboids, params, max_distance, compute_grad):
     return spheres.new_empty(spheres.shape[:-1]), _fake_grad(spheres, compute_grad)
+
+
+# --------------------------------------------------------------------------------------------------------
+# warpgeo::swept_sphere_mesh_cost
+# --------------------------------------------------------------------------------------------------------
 
 
 def _swept_impl(
     spheres: torch.Tensor,
     env_index: torch.Tensor | None,
-    world_id: int,
-    inv_poses: torch.Tensor,
-    bounds: torch.Tensor,
-    enabled: torch.Tensor,
-    sign: torch.Tensor,
+    world: list[torch.Tensor],
+    all_cuboids: bool,
     params: torch.Tensor,
     sweep_steps: int,
     compute_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """spheres (B, H, N, 4), env_index (B,) or None, the world's fields, params (2,) -> cost (B, H, N) in
+    """spheres (B, H, N, 4), env_index (B,) or None, the world's tensors, params (2,) -> cost (B, H, N) in
     spheres' dtype, grad (B, H, N, 2, 4) in the compute dtype: d cost[h] / d spheres[h] and
     d cost[h] / d spheres[h + 1] ((0, 0, 0, 2, 4) unless compute_grad)."""
-    world = (world_id, inv_poses, bounds, enabled, sign)
-    mesh_ids = _check_query(spheres, "spheres", 4, env_index, world, rank=4)
-    _check_params(params, spheres)
-    _check_sweep_steps(sweep_steps)
-    if _interop.checking_values(spheres.device):
-        _check_values(spheres, "spheres", env_index, mesh_ids.shape[0], params)
-    work = _interop.to_compute(spheres)
+    work = _prepare_launch(spheres, "spheres", env_index, world, params)
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad, 2)
-    _launch_blocks(
-        _interop.overload(_table(world_id, "SWEPT_SPHERE_MESH_COST"), work.dtype),
-        "spheres",
-        work.shape[:-1],
-        device=work.device,
-        work_per_row=_QUERY_WORK * mesh_ids.shape[1] * (sweep_steps + 1),
-        env_index=_env(env_index, work),
-        blocked={"spheres": work, "cost": cost, "grad_here": grad[..., 0, :], "grad_next": grad[..., 1, :]},
+    _launch(
+        "SWEPT_SPHERE_MESH_COST",
+        work,
+        env_index,
+        world,
+        all_cuboids,
+        {"spheres": work, "cost": cost, "grad_here": grad[..., 0, :], "grad_next": grad[..., 1, :]},
+        work_per_row=_QUERY_WORK * (sweep_steps + 1),
         params=params,
         sweep_steps=sweep_steps,
-        surface_eps=_SURFACE_EPS[work.dtype],
         compute_grad=int(compute_grad),
-        **_world_kernel_args(world_id, mesh_ids, inv_poses, bounds, enabled, sign),
     )
     return cost.to(spheres.dtype), grad
 
 
-_swept_op = torch.library.custom_op("warpgeo::swept_sphere_mesh_cost", _swept_impl, mutates_args=())
-
-
-@_swept_op.register_fake
-def _(spheres, env_index, world_id, inv_poses, bounds, enabled, sign, params, sweep_steps, compute_grad):
+def _swept_fake(spheres, env_index, world, all_cuboids, params, sweep_steps, compute_grad):
     return spheres.new_empty(spheres.shape[:-1]), _fake_grad(spheres, compute_grad, 2)
+
+
+# --------------------------------------------------------------------------------------------------------
+# warpgeo::signed_distance
+# --------------------------------------------------------------------------------------------------------
 
 
 def _distance_impl(
     points: torch.Tensor,
     env_index: torch.Tensor | None,
-    world_id: int,
-    inv_poses: torch.Tensor,
-    bounds: torch.Tensor,
-    enabled: torch.Tensor,
-    sign: torch.Tensor,
+    world: list[torch.Tensor],
+    all_cuboids: bool,
     compute_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """points (B, S, 3), env_index (B,) or None, the world's fields -> distance (B, S) in points' dtype,
+    """points (B, S, 3), env_index (B,) or None, the world's tensors -> distance (B, S) in points' dtype,
     grad (B, S, 3) in the compute dtype ((0, 0, 3) unless compute_grad)."""
-    world = (world_id, inv_poses, bounds, enabled, sign)
-    mesh_ids = _check_query(points, "points", 3, env_index, world)
-    if _interop.checking_values(points.device):
-        _check_values(points, "points", env_index, mesh_ids.shape[0], None)
-    work = _interop.to_compute(points)
+    work = _prepare_launch(points, "points", env_index, world, None)
     dist = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
-    _launch_blocks(
-        _interop.overload(_table(world_id, "SIGNED_DISTANCE"), work.dtype),
-        "points",
-        work.shape[:-1],
-        device=work.device,
-        work_per_row=_QUERY_WORK * mesh_ids.shape[1],
-        env_index=_env(env_index, work),
-        blocked={"points": work, "dist": dist, "grad": grad},
-        surface_eps=_SURFACE_EPS[work.dtype],
+    _launch(
+        "SIGNED_DISTANCE",
+        work,
+        env_index,
+        world,
+        all_cuboids,
+        {"points": work, "dist": dist, "grad": grad},
+        work_per_row=_QUERY_WORK,
         far=_NO_MESH_DISTANCE,
         compute_grad=int(compute_grad),
-        **_world_kernel_args(world_id, mesh_ids, inv_poses, bounds, enabled, sign),
     )
     return dist.to(points.dtype), grad
 
 
-_distance_op = torch.library.custom_op("warpgeo::signed_distance", _distance_impl, mutates_args=())
-
-
-@_distance_op.register_fake
-def _(points, env_index, world_id, inv_poses, bounds, enabled, sign, compute_grad):
+def _distance_fake(points, env_index, world, all_cuboids, compute_grad):
     return points.new_empty(points.shape[:-1]), _fake_grad(points, compute_grad)
-
-
-def _fake_grad(x: torch.Tensor, compute_grad: bool, *shape: int) -> torch.Tensor:
-    dtype = _interop.compute_dtype(x.dtype)
-    lead = x.shape[:-1] if compute_grad else (0,) * (x.dim() - 1)
-    return x.new_empty(*lead, *shape, x.shape[-1], dtype=dtype)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -449,86 +473,91 @@ def _kernel_grad(ctx, op: str) -> torch.Tensor:
     return grad
 
 
+def _grads(op: Op, ctx, **given) -> tuple:
+    """``op.grads(**given)``, the world's entry shaped as autograd sees that input: through the registered
+    op's autograd (which flattens list inputs) ``needs_input_grad`` holds a list for it, and the gradient
+    must be a list of as many Nones; through a Function (:meth:`Op.function`) it is one None."""
+    grads = op.grads(**given)
+    world = ctx.needs_input_grad[2]
+    if isinstance(world, (list, tuple)):
+        return (*grads[:2], [None] * len(world), *grads[3:])
+    return grads
+
+
 def _backward_cost(ctx, grad_cost, _grad_grad):
     if grad_cost is None or not ctx.needs_input_grad[0]:
-        return _interop.grads(_COST_INPUTS)
+        return _grads(_cost, ctx)
     grad = _kernel_grad(ctx, "sphere_mesh_cost")
-    return _interop.grads(_COST_INPUTS, spheres=_interop.scale_rows(grad_cost, grad).to(ctx.dtype))
-
-
-def _backward_distance(ctx, grad_dist, _grad_grad):
-    if grad_dist is None or not ctx.needs_input_grad[0]:
-        return _interop.grads(_DISTANCE_INPUTS)
-    grad = _kernel_grad(ctx, "signed_distance")
-    return _interop.grads(_DISTANCE_INPUTS, points=_interop.scale_rows(grad_dist, grad).to(ctx.dtype))
+    return _grads(_cost, ctx, spheres=_interop.scale_rows(grad_cost, grad).to(ctx.dtype))
 
 
 def _backward_swept(ctx, grad_cost, _grad_grad):
     """Step h's cost depends on spheres h (``grad[..., 0, :]``) and h + 1 (``grad[..., 1, :]``)."""
     if grad_cost is None or not ctx.needs_input_grad[0]:
-        return _interop.grads(_SWEPT_INPUTS)
+        return _grads(_swept, ctx)
     grad = _kernel_grad(ctx, "swept_sphere_mesh_cost")
     g = grad_cost.to(grad.dtype)[..., None]
     spheres = g * grad[..., 0, :]
     spheres[:, 1:] += g[:, :-1] * grad[:, :-1, :, 1, :]
-    return _interop.grads(_SWEPT_INPUTS, spheres=spheres.to(ctx.dtype))
+    return _grads(_swept, ctx, spheres=spheres.to(ctx.dtype))
 
 
-_cost_op.register_autograd(_backward_cost, setup_context=_setup)
-_swept_op.register_autograd(_backward_swept, setup_context=_setup)
-_distance_op.register_autograd(_backward_distance, setup_context=_setup)
+def _backward_distance(ctx, grad_dist, _grad_grad):
+    if grad_dist is None or not ctx.needs_input_grad[0]:
+        return _grads(_distance, ctx)
+    grad = _kernel_grad(ctx, "signed_distance")
+    return _grads(_distance, ctx, points=_interop.scale_rows(grad_dist, grad).to(ctx.dtype))
 
 
-class SdfMesh(torch.autograd.Function):
+_cost = Op(
+    "warpgeo::sphere_mesh_cost",
+    check=_check_cost,
+    impl=_cost_impl,
+    fake=_cost_fake,
+    setup=_setup,
+    backward=_backward_cost,
+)
+_swept = Op(
+    "warpgeo::swept_sphere_mesh_cost",
+    check=_check_swept,
+    impl=_swept_impl,
+    fake=_swept_fake,
+    setup=_setup,
+    backward=_backward_swept,
+)
+_distance = Op(
+    "warpgeo::signed_distance",
+    check=_check_distance,
+    impl=_distance_impl,
+    fake=_distance_fake,
+    setup=_setup,
+    backward=_backward_distance,
+)
+
+SdfMesh = _cost.function(
+    "SdfMesh",
     """Sphere-mesh collision cost as an autograd Function (cuRobo's ``SdfMeshWarpPy``, fixed).
 
     ``apply`` is ``torch.ops.warpgeo.sphere_mesh_cost``, with the same backward. Prefer
     :func:`sphere_mesh_cost`, which takes any ``(..., 4)`` shape, floats for the parameters and a world:
 
-    ``apply(spheres (B, S, 4), env_index (B,) | None, world_id, inv_poses, bounds, enabled, sign,
-    params (2,), max_distance: float, compute_grad: bool)`` -> ``(cost (B, S), d cost / d spheres)``, where
-    the world's fields are ``world.kernel_args(spheres.dtype)`` and ``params = (activation_distance,
-    weight)`` in the compute dtype (float32, or float64 for float64 spheres).
-    """
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        output = _cost_impl(*inputs)
-        _setup(ctx, inputs, output)
-        return output
-
-    backward = staticmethod(_backward_cost)
-
-
-class SweptSdfMesh(torch.autograd.Function):
+    ``apply(spheres (B, S, 4), env_index (B,) | None, world, all_cuboids, params (2,), max_distance: float,
+    compute_grad: bool)`` -> ``(cost (B, S), d cost / d spheres)``, where ``world, all_cuboids`` are
+    ``world.kernel_args(spheres.dtype)`` and ``params = (activation_distance, weight)`` in the compute dtype
+    (float32, or float64 for float64 spheres).
+    """,
+)
+SweptSdfMesh = _swept.function(
+    "SweptSdfMesh",
     """Swept sphere-mesh cost over a trajectory as an autograd Function.
 
     ``apply`` is ``torch.ops.warpgeo.swept_sphere_mesh_cost``, with the same backward. Prefer
     :func:`swept_sphere_mesh_cost`:
 
-    ``apply(spheres (B, H, N, 4), env_index (B,) | None, world_id, inv_poses, bounds, enabled, sign,
-    params (2,), sweep_steps: int, compute_grad: bool)`` -> ``(cost (B, H, N), grad (B, H, N, 2, 4))``.
-    """
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        output = _swept_impl(*inputs)
-        _setup(ctx, inputs, output)
-        return output
-
-    backward = staticmethod(_backward_swept)
-
-
-class _SignedDistance(torch.autograd.Function):
-    """``torch.ops.warpgeo.signed_distance`` as a Function (the eager path of :func:`signed_distance`)."""
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        output = _distance_impl(*inputs)
-        _setup(ctx, inputs, output)
-        return output
-
-    backward = staticmethod(_backward_distance)
+    ``apply(spheres (B, H, N, 4), env_index (B,) | None, world, all_cuboids, params (2,), sweep_steps: int,
+    compute_grad: bool)`` -> ``(cost (B, H, N), grad (B, H, N, 2, 4))``.
+    """,
+)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -591,24 +620,18 @@ def sphere_mesh_cost(
         >>> cost = sphere_mesh_cost(spheres, world, activation_distance=0.02)       # (1, 1, 1)
         >>> cost.sum().backward()
     """
-    flat, env, params, compute_grad = _prepare(
-        spheres, world, 4, "spheres", env_index, activation_distance, weight
-    )
+    flat, compute_grad = _prepare(spheres, world, 4, "spheres")
+    params = _params(activation_distance, weight, flat)
     if max_distance is None:
         max_distance = 0.0
     if isinstance(max_distance, bool) or not isinstance(max_distance, (int, float)):
         raise TypeError(f"max_distance must be a float or None; got {type(max_distance).__name__}")
-    if not max_distance >= 0.0 or math.isinf(max_distance):
-        raise ValueError(f"max_distance must be finite and >= 0; got {max_distance}")
-    cost, _ = _interop.call(
-        _cost_op,
-        SdfMesh,
-        _cost_impl,
-        _COST_INPUTS,
-        compute_grad,
+    args = world.kernel_args(flat.dtype)
+    cost, _ = _cost.call(
         spheres=flat,
-        env_index=env,
-        **world.kernel_args(flat.dtype)._asdict(),
+        env_index=env_index,
+        world=args.world,
+        all_cuboids=args.all_cuboids,
         params=params,
         max_distance=float(max_distance),
         compute_grad=compute_grad,
@@ -663,19 +686,14 @@ def swept_sphere_mesh_cost(
     """
     if isinstance(spheres, torch.Tensor) and spheres.dim() != 4:
         raise ValueError(f"spheres must have shape (B, H, N, 4); got {tuple(spheres.shape)}")
-    sweep_steps = _check_sweep_steps(sweep_steps)
-    traj, env, params, compute_grad = _prepare(
-        spheres, world, 4, "spheres", env_index, activation_distance, weight, rank=4
-    )
-    cost, _ = _interop.call(
-        _swept_op,
-        SweptSdfMesh,
-        _swept_impl,
-        _SWEPT_INPUTS,
-        compute_grad,
+    traj, compute_grad = _prepare(spheres, world, 4, "spheres", reshape=False)
+    params = _params(activation_distance, weight, traj)
+    args = world.kernel_args(traj.dtype)
+    cost, _ = _swept.call(
         spheres=traj,
-        env_index=env,
-        **world.kernel_args(traj.dtype)._asdict(),
+        env_index=env_index,
+        world=args.world,
+        all_cuboids=args.all_cuboids,
         params=params,
         sweep_steps=sweep_steps,
         compute_grad=compute_grad,
@@ -710,56 +728,36 @@ def signed_distance(
         >>> signed_distance(torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]), world).round(decimals=2)
         tensor([-1.,  1.])
     """
-    flat, env, _, compute_grad = _prepare(points, world, 3, "points", env_index, None, None)
-    dist, _ = _interop.call(
-        _distance_op,
-        _SignedDistance,
-        _distance_impl,
-        _DISTANCE_INPUTS,
-        compute_grad,
+    flat, compute_grad = _prepare(points, world, 3, "points")
+    args = world.kernel_args(flat.dtype)
+    dist, _ = _distance.call(
         points=flat,
-        env_index=env,
-        **world.kernel_args(flat.dtype)._asdict(),
+        env_index=env_index,
+        world=args.world,
+        all_cuboids=args.all_cuboids,
         compute_grad=compute_grad,
     )
     return dist.view(points.shape[:-1])
 
 
 # --------------------------------------------------------------------------------------------------------
-# validation
+# what the public functions prepare for the ops
 # --------------------------------------------------------------------------------------------------------
 
 
-def _prepare(
-    x, world, width: int, name: str, env_index, activation_distance, weight, rank: int | None = None
-):
-    """Validate; return ``(x as (B, S, width) or as given for rank 4, env_index or None, params or None,
-    compute_grad)``."""
+def _prepare(x, world, width: int, name: str, *, reshape: bool = True) -> tuple[torch.Tensor, bool]:
+    """``(x as (B, S, width) (as given unless reshape), compute_grad)``; the checks the op cannot make (the
+    world's type, the trailing width before the reshape). The op checks the rest, once."""
     if not isinstance(world, MeshWorld):
         raise TypeError(f"world must be a warpgeo.MeshWorld; got {type(world).__name__}")
     _interop.check_float(x, name)
     shape = x.shape
     if not shape or shape[-1] != width:
         raise ValueError(f"{name} must have shape (..., {width}); got {tuple(shape)}")
-    if x.device != world.device:
-        raise ValueError(f"{name} must be on the world's device ({world.device}); got {x.device}")
     compute_grad = x.requires_grad and torch.is_grad_enabled()
-    if rank is None and len(shape) != 3:
+    if reshape and len(shape) != 3:
         x = x.reshape(1, 1, width) if len(shape) == 1 else x.reshape(shape[0], math.prod(shape[1:-1]), width)
-    if env_index is not None:
-        _interop.check_index(env_index, "env_index")
-        batch = x.shape[0]
-        if tuple(env_index.shape) != (batch,):
-            raise ValueError(
-                f"env_index must have shape ({batch},) (the leading dimension of {name}); "
-                f"got {tuple(env_index.shape)}"
-            )
-        if env_index.device != x.device:
-            raise ValueError(f"env_index must be on {x.device}, like {name}; got {env_index.device}")
-    params = None
-    if activation_distance is not None:
-        params = _params(activation_distance, weight, x)
-    return x, env_index, params, compute_grad
+    return x, compute_grad
 
 
 #: ``(eta, weight)`` tensors made from Python floats, by ``(eta, weight, dtype, device)``: a trajectory

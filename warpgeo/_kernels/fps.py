@@ -6,12 +6,14 @@ Three kernels, one greedy order (the largest distance to the chosen set, ties to
   can split a batch among threads;
 * :func:`fps_tree` (CPU, large clouds): the same order, from a binary tree of boxes over small buckets of
   nearby points, whose subtrees a new sample cannot change are skipped whole;
-* ``fps_cuda.fps_block`` (CUDA, modules of its own so that a CPU build never compiles it): one block per
-  cloud, a block-wide arg-max per step.
+* ``fps_cuda.fps_block`` (CUDA, a table of its own marked ``cuda_only``: a CPU warmup never compiles it):
+  one block per cloud, a block-wide arg-max per step.
+
+Each kernel is compiled per point precision, alone in a Warp module (:class:`KernelTable`).
 
 ``points`` are ``vec3f`` or ``vec3d``; either way distances are computed in float64 (the difference of two
 float32 values is exact in float64). float64 clouds arrive scaled by a power of two (exact) so that no
-squared distance overflows or underflows (see ``warpgeo/fps.py``). The module is built without
+squared distance overflows or underflows (see ``warpgeo/fps.py``). Every module is built without
 floating-point contraction (``fuse_fp``): every squared distance is the same sum of three rounded squares,
 bit for bit the reference's, and a box's squared distance is never more than that of a point inside it.
 """
@@ -20,17 +22,17 @@ from typing import Any
 
 import warp as wp
 
-# The kernels live in modules of their own (see per_precision); the routines below are compiled into them.
-wp.set_module_options({"enable_backward": False, "fuse_fp": False})
+from warpgeo import _constants
+from warpgeo._kernels._table import KernelTable
 
 #: Index written where a row has no more valid points.
-SENTINEL_INDEX = wp.constant(wp.int64(-1))
+SENTINEL_INDEX = wp.constant(wp.int64(_constants.SENTINEL_INDEX))
 #: ``mindist`` value of a point that is already in the sample (below every real squared distance).
-CHOSEN = wp.constant(wp.float64(-1.0))
+CHOSEN = wp.constant(wp.float64(_constants.FPS_CHOSEN))
 #: The start value of ``mindist``: larger than any squared distance a finite cloud can have.
-FAR = wp.constant(wp.float64(wp.inf))
+FAR = wp.constant(wp.float64(_constants.FAR))
 #: Larger than any point index; loses every "lowest index" tie-break.
-NO_POINT = wp.constant(wp.int32(2147483647))
+NO_POINT = wp.constant(wp.int32(_constants.NO_POINT))
 
 
 @wp.func
@@ -157,25 +159,17 @@ def fps_serial(
         best, cur = scan(points, mindist, b, n, cur, 0, 1)
 
 
-#: one overload per point precision, both built with the module
 #: Options of every FPS kernel module: warpgeo writes every backward itself (no adjoints: half the compile
 #: time); no fused multiply-adds (see the module docstring).
 OPTIONS = {"enable_backward": False, "fuse_fp": False}
-_POINTS = {"float32": wp.array2d(dtype=wp.vec3f), "float64": wp.array2d(dtype=wp.vec3d)}
+#: The Warp types of the point arrays, per point precision (the keys of every FPS kernel table).
+TYPES = {
+    "float32": {"points": wp.array2d(dtype=wp.vec3f), "sorted_points": wp.array2d(dtype=wp.vec3f)},
+    "float64": {"points": wp.array2d(dtype=wp.vec3d), "sorted_points": wp.array2d(dtype=wp.vec3d)},
+}
 
-
-def per_precision(func, arrays=("points",)):
-    """``{dtype name: kernel}``: ``func`` (a generic kernel) for each point precision, each one alone in a
-    Warp module of its own. A module is Warp's compilation unit: a process's first FPS call then compiles
-    the one kernel and precision it launches, not every kernel of this file in both precisions."""
-    table = {}
-    for name, arr in _POINTS.items():
-        kernel = wp.kernel(func, name=f"{func.__name__}_{name}", module="unique", module_options=OPTIONS)
-        table[name] = wp.overload(kernel, dict.fromkeys(arrays, arr))
-    return table
-
-
-FPS_SERIAL = per_precision(fps_serial)
+#: Small clouds on the CPU: ``FPS_SERIAL[precision].fps_serial``.
+FPS_SERIAL = KernelTable(f"{__name__}.fps_serial", (fps_serial,), TYPES, options=OPTIONS)
 
 
 #: Points per leaf of the CPU tree (consecutive points in Morton order: a small, tight box).
@@ -433,4 +427,5 @@ def tree_size(n: int) -> int:
     return (leaves * ARITY - 1) // (ARITY - 1)
 
 
-FPS_TREE = per_precision(fps_tree, ("points", "sorted_points"))
+#: Large clouds on the CPU: ``FPS_TREE[precision].fps_tree``.
+FPS_TREE = KernelTable(f"{__name__}.fps_tree", (fps_tree,), TYPES, options=OPTIONS)

@@ -1,14 +1,17 @@
-"""Farthest point sampling on CUDA: one block per cloud (a module per precision: a CPU build never compiles
-it, a first CUDA call compiles the precision it launches)."""
+"""Farthest point sampling on CUDA: one block per cloud (a module per precision, marked ``cuda_only``: a CPU
+warmup never compiles it, a first CUDA call compiles the precision it launches). The CPU test suite runs it
+too, through Warp's CPU blocks."""
 
 from typing import Any
 
 import warp as wp
 
-from warpgeo._kernels.fps import NO_POINT, begin_row, cloud, per_precision, scan
+from warpgeo._constants import FPS_BLOCK_DIM
+from warpgeo._kernels._table import KernelTable
+from warpgeo._kernels.fps import NO_POINT, OPTIONS, TYPES, begin_row, cloud, scan
 
 
-def fps_block(  # instantiated per precision below, with the options of every FPS module (no FMA)
+def fps_block(
     points: wp.array2d(dtype=Any),
     lengths: wp.array(dtype=wp.int64),
     num_samples: wp.array(dtype=wp.int64),
@@ -39,8 +42,8 @@ def fps_block(  # instantiated per precision below, with the options of every FP
         cur = wp.tile_min(wp.tile(candidate))[0]
 
 
-#: ``{dtype name: kernel}``, each precision alone in a Warp module of its own (see ``fps.per_precision``)
-FPS_BLOCK = per_precision(fps_block)
-
-#: Only CUDA launches these kernels: the install does not compile them for the CPU (``warpgeo._aot``).
-CUDA_ONLY = True
+#: ``FPS_BLOCK[precision].fps_block``, launched tiled with ``FPS_BLOCK.block_dim`` threads per cloud; with the
+#: options of every FPS module (no FMA).
+FPS_BLOCK = KernelTable(
+    f"{__name__}.fps_block", (fps_block,), TYPES, options=OPTIONS, block_dim=FPS_BLOCK_DIM, cuda_only=True
+)

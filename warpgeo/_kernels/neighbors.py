@@ -26,8 +26,8 @@ Queries (a thread per query row ``b * M + m``):
 * :func:`ball_query_brute` / :func:`knn_brute`: the same answers by scanning every point in index order,
   for small clouds (no grid to build).
 
-Each search is compiled apart, per point precision (:class:`PerModule`): ``KNN_BRUTE``, ``KNN_GRID``,
-``BALL_QUERY_BRUTE``, ``BALL_QUERY_GRID``, each ``{"float32" | "float64": {kernel name: kernel}}``, a Warp
+Each search is compiled apart, per point precision (:class:`KernelTable`): ``KNN_BRUTE``, ``KNN_GRID``,
+``BALL_QUERY_BRUTE``, ``BALL_QUERY_GRID``, each ``table["float32" | "float64"].<kernel name>``, a Warp
 module per entry created on first lookup (the grid kernels are compiled into both grid modules).
 
 Distances are computed in float64 from the points' compute dtype (``vec3f`` or ``vec3d``: the difference of
@@ -37,15 +37,17 @@ bounds; a point whose coordinates a cell boundary splits by rounding is still fo
 distances used for pruning subtract ``slack`` (a bound on the rounding of the cell assignment).
 """
 
-import threading
 from typing import Any
 
 import warp as wp
 
+from warpgeo import _constants
+from warpgeo._kernels._table import KernelTable
+
 #: Index written where a row has no (more) neighbours.
-SENTINEL_INDEX = wp.constant(wp.int64(-1))
+SENTINEL_INDEX = wp.constant(wp.int64(_constants.SENTINEL_INDEX))
 #: Distance written with the sentinel index (and the squared distance of an empty slot while searching).
-FAR = wp.constant(wp.float64(wp.inf))
+FAR = wp.constant(wp.float64(_constants.FAR))
 #: Cells per axis never exceed this (cell ids stay far from int32 overflow).
 MAX_CELLS_PER_AXIS = wp.constant(wp.float64(1048576.0))
 #: Growth of the cell size while the grid has more than ``cap`` cells.
@@ -53,8 +55,8 @@ CELL_GROWTH = wp.constant(wp.float64(1.25))
 #: Relative rounding slack: the cell of a point is computed as floor((x - origin) / cell) in float64.
 REL_SLACK = wp.constant(wp.float64(1.0e-9))
 #: ``grid_setup`` modes.
-MODE_BALL = wp.constant(0)
-MODE_KNN = wp.constant(1)
+MODE_BALL = wp.constant(_constants.MODE_BALL)
+MODE_KNN = wp.constant(_constants.MODE_KNN)
 
 
 @wp.func
@@ -582,50 +584,21 @@ def knn_brute(
 #: Options of every neighbour kernel module: warpgeo writes every backward itself (no adjoints: half the
 #: compile time).
 OPTIONS = {"enable_backward": False}
-_VEC = {"float32": wp.vec3f, "float64": wp.vec3d}
+#: The Warp types of the point arrays, per point precision (the keys of every neighbour kernel table); each
+#: kernel takes those it has.
+TYPES = {
+    precision: dict.fromkeys(("queries", "points", "sorted_points"), wp.array2d(dtype=vec))
+    for precision, vec in (("float32", wp.vec3f), ("float64", wp.vec3d))
+}
 #: The grid kernels every grid search launches (``counting_sort_rows`` on the CPU only: CUDA sorts with
-#: torch), with their point-array parameters (typed by the precision).
-_GRID = ((grid_setup, ()), (assign_cells, ("points",)), (counting_sort_rows, ("points", "sorted_points")))
-_LOCK = threading.Lock()
-
-
-class PerModule(dict):
-    """``{precision name: {kernel name: overload}}``: the kernels one search launches, for one point precision
-    (``"float32"`` / ``"float64"``), alone in a Warp module of their own, created on first lookup.
-
-    A module is Warp's compilation unit: a process's first ``knn`` on a large cloud then compiles the four
-    kernels of that search in that precision, not every neighbour kernel of this file in both precisions.
-    """
-
-    def __init__(self, name: str, kernels: tuple) -> None:
-        super().__init__()
-        self._name = name
-        self._kernels = kernels
-
-    def __missing__(self, precision: str) -> dict[str, Any]:
-        vec = _VEC[precision]  # KeyError: no such precision
-        with _LOCK:
-            found = self.get(precision)
-            if found is None:
-                module = f"{__name__}.{self._name}_{precision}"
-                wp.set_module_options(OPTIONS, module=module)
-                found = {}
-                for func, arrays in self._kernels:
-                    kernel = wp.kernel(func, module=module)
-                    if arrays:
-                        kernel = wp.overload(kernel, dict.fromkeys(arrays, wp.array2d(dtype=vec)))
-                    found[func.__name__] = kernel
-                self[precision] = found
-        return found
-
-    def build_all(self) -> dict:
-        """Every precision's module, created now (the code-generation test)."""
-        return {precision: self[precision] for precision in _VEC}
-
+#: torch).
+_GRID = (grid_setup, assign_cells, counting_sort_rows)
 
 #: Small clouds: a scan of every point (one kernel).
-KNN_BRUTE = PerModule("knn_brute", ((knn_brute, ("queries", "points")),))
-BALL_QUERY_BRUTE = PerModule("ball_query_brute", ((ball_query_brute, ("queries", "points")),))
+KNN_BRUTE = KernelTable(f"{__name__}.knn_brute", (knn_brute,), TYPES, options=OPTIONS)
+BALL_QUERY_BRUTE = KernelTable(f"{__name__}.ball_query_brute", (ball_query_brute,), TYPES, options=OPTIONS)
 #: Larger clouds: the grid (built per call) and the search over it.
-KNN_GRID = PerModule("knn_grid", (*_GRID, (knn_rows, ("queries", "sorted_points"))))
-BALL_QUERY_GRID = PerModule("ball_query_grid", (*_GRID, (ball_query_rows, ("queries", "sorted_points"))))
+KNN_GRID = KernelTable(f"{__name__}.knn_grid", (*_GRID, knn_rows), TYPES, options=OPTIONS)
+BALL_QUERY_GRID = KernelTable(
+    f"{__name__}.ball_query_grid", (*_GRID, ball_query_rows), TYPES, options=OPTIONS
+)

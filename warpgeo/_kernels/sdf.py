@@ -13,9 +13,11 @@ only bounds the closest-point search. A query that finds no face within its radi
 sign, so a centre with no face near it and inside the mesh's box is queried again without a bound: a centre
 deep inside a mesh is a collision, never "not found".
 
-Each query kernel is instantiated per precision in a Warp module of its own (:class:`PerPrecision`), into
-which the ``@wp.func`` code of this file is compiled: a process's first query compiles one small module, and
-building a world compiles only ``sdf_build`` (the closed-mesh check and the distance grids below).
+Every kernel and ``@wp.func`` takes the world as one struct (:data:`WORLD`, one per precision), whose fields
+are the world's arrays. Each query kernel is instantiated per key (precision, world of meshes or of cuboids
+only) in a Warp module of its own (:class:`KernelTable`), into which the ``@wp.func`` code of this file is
+compiled: a process's first query compiles one small module, and building a world compiles only
+``sdf_build`` (the closed-mesh check and the distance grids below).
 
 Exact shortcuts. First a broad phase: ``world_bounds[e, m]`` is the box of mesh ``m`` posed in the world
 (``MeshWorld`` keeps it with the poses, padded and rounded outwards), and a point farther from it along an axis
@@ -66,21 +68,25 @@ that far from a mesh (the cost kernels skip meshes beyond their search radius fi
 meshes beyond its best). Distances beyond the output dtype's range round to inf, as any float operation
 does.
 
-The world arrays (``mesh_ids``, ``inv_poses``, ``bounds``, ``world_bounds``, ``enabled``, ``sign``, ``grid_dims``,
-``grid_flags``, ``topo_offsets``, ``cone_offsets``; all ``(E, M, ...)``, and the flat ``grid_cells``,
-``face_neighbors``, ``vertex_normals``, ``cone_*``) are named as here. Kernels trust no index: an ``env_index`` outside ``[0, E)`` is an
-environment without meshes, a slot whose mesh id is 0 (padding) is never queried, a slot without a
-``world_bounds`` entry has no broad phase, a grid cell outside
+The world's arrays (the fields of :data:`WORLD`: ``mesh_ids``, ``inv_poses``, ``bounds``, ``world_bounds``,
+``enabled``, ``sign``, ``grid_dims``, ``grid_flags``, ``topo_offsets``, ``cone_offsets``; all ``(E, M, ...)``, and
+the flat ``grid_cells``, ``face_neighbors``, ``vertex_normals``, ``cone_*``) are named as here. The host checks
+that the ``(E, M, ...)`` arrays agree in shape and that every mesh id is a live mesh's (``warpgeo.sdf``).
+Kernels trust no index: an ``env_index`` outside ``[0, E)`` is an environment without meshes, a slot whose
+mesh id is 0 (padding) is never queried, a slot without a ``world_bounds`` entry has no broad phase, a grid
+cell outside
 ``grid_cells`` is treated as touching the surface, a pseudo-normal table row outside its table (or a
 negative offset) as a feature without a pseudo-normal, and a plane tree whose rows fall outside its tables
 (or a face index outside the mesh) as no tree (or no such leaf); its walk always moves forward.
 """
 
-import threading
-import types
+import functools
 from typing import Any
 
 import warp as wp
+
+from warpgeo import _constants
+from warpgeo._kernels._table import KernelTable
 
 # the torch glue differentiates through the gradient these kernels write; Warp's adjoints are not needed
 # (and would double the build time)
@@ -92,18 +98,16 @@ UNBOUNDED = wp.constant(3.4e38)
 #: just outside the radius is still found when its refined (``T``-precision) distance is inside.
 SEARCH_PAD_REL = wp.constant(1.0e-5)
 SEARCH_PAD_ABS = wp.constant(1.0e-6)
-#: Sign methods, as stored in ``sign[e, m]`` (MeshWorld's table maps the names to these).
-SIGN_RAY = wp.constant(0)
-SIGN_WINDING = wp.constant(1)
-SIGN_NORMAL = wp.constant(2)
-SIGN_UNSIGNED = wp.constant(3)
+#: Sign methods, as stored in ``world.sign[e, m]`` (``warpgeo._constants.SIGN_*``).
+SIGN_RAY = wp.constant(_constants.SIGN_RAY)
+SIGN_WINDING = wp.constant(_constants.SIGN_WINDING)
+SIGN_NORMAL = wp.constant(_constants.SIGN_NORMAL)
+SIGN_UNSIGNED = wp.constant(_constants.SIGN_UNSIGNED)
 #: Mesh id of an empty slot.
-NO_MESH = wp.constant(wp.int64(0))
-#: ``grid_flags`` bit: the mesh is closed (see the module docstring); its grid is signed.
-FLAG_CLOSED = wp.constant(1)
-#: ``grid_flags`` bit: the mesh is exactly the surface of its box (a cuboid), wound outwards: its distance
-#: is the box's, in closed form.
-FLAG_BOX = wp.constant(2)
+NO_MESH = wp.constant(wp.int64(_constants.NO_MESH))
+#: ``world.grid_flags`` bits: the mesh is closed (its grid is signed); the mesh is a cuboid (closed form).
+FLAG_CLOSED = wp.constant(_constants.FLAG_CLOSED)
+FLAG_BOX = wp.constant(_constants.FLAG_BOX)
 #: A point farther from a mesh's box than this many box diagonals takes the far path (nearest vertex): from
 #: here on the nearest vertex (relative error <= 2**-23, falling as 1/D^2) beats the float32 face choice.
 FAR_RATIO = wp.constant(2048.0)
@@ -112,6 +116,56 @@ FAR_ABS = wp.constant(1.152921504606846976e18)
 #: Relative rounding margin of a grid cell's bounds (float32 centre distances and cell geometry).
 GRID_MARGIN = wp.constant(1.0e-5)
 
+
+def _world_struct(name: str, transform: Any) -> Any:
+    """The world struct of one query precision (only ``inv_poses`` differs): the arrays every SDF kernel and
+    ``@wp.func`` reads, one field per tensor of the world the SDF ops take (``warpgeo.world.WORLD_FIELDS``,
+    same names, same order). ``(E, M, ...)``: one entry per environment and mesh slot; the flat tables are
+    shared by the meshes, each mesh's rows found through its offsets."""
+
+    class World:
+        #: Warp mesh ids (``NO_MESH`` in padding slots)
+        mesh_ids: wp.array2d(dtype=wp.int64)
+        #: mesh-from-world transforms, in the query's precision
+        inv_poses: wp.array2d(dtype=transform)
+        #: each mesh's box ``(lower, upper)`` in its own frame
+        bounds: wp.array3d(dtype=wp.vec3)
+        #: each mesh's box posed in the world, rounded outwards (the broad phase)
+        world_bounds: wp.array3d(dtype=wp.vec3)
+        #: 1 where a mesh is present and enabled
+        enabled: wp.array2d(dtype=wp.int32)
+        #: sign method codes (``SIGN_*``)
+        sign: wp.array2d(dtype=wp.int32)
+        #: distance grids: cells along x, y, z and the first cell's row in ``grid_cells`` (0 cells: none)
+        grid_dims: wp.array2d(dtype=wp.vec4i)
+        #: ``FLAG_CLOSED`` / ``FLAG_BOX``
+        grid_flags: wp.array2d(dtype=wp.int32)
+        #: cell-centre distances of every grid
+        grid_cells: wp.array(dtype=float)
+        #: first rows in ``face_neighbors`` and ``vertex_normals`` (-1: none)
+        topo_offsets: wp.array2d(dtype=wp.vec2i)
+        #: the face across each edge of each face of the closed meshes
+        face_neighbors: wp.array(dtype=wp.vec3i)
+        #: angle-weighted vertex normals of the closed meshes
+        vertex_normals: wp.array(dtype=wp.vec3d)
+        #: plane trees: first rows in ``cone_nodes``, ``cone_links``, ``cone_planes`` / ``cone_faces``, nodes
+        cone_offsets: wp.array2d(dtype=wp.vec4i)
+        cone_nodes: wp.array(dtype=wp.vec4)
+        cone_links: wp.array(dtype=wp.vec3i)
+        cone_planes: wp.array(dtype=wp.vec4)
+        cone_faces: wp.array(dtype=wp.int32)
+
+    World.__name__ = World.__qualname__ = name
+    return wp.struct(World)
+
+
+#: The world struct per query precision (the key of the kernel tables).
+WORLD = {
+    "float32": _world_struct("WorldF32", wp.transformf),
+    "float64": _world_struct("WorldF64", wp.transformd),
+}
+#: The world's fields, in order.
+WORLD_FIELDS = tuple(WORLD["float32"].vars)
 
 #: Which feature of a triangle ``abc`` (corners 0, 1, 2 of a face) holds the closest point to a query
 #: (``closest_point_on_triangle``): its interior, a vertex (``FEATURE_VERTEX + corner``) or an edge
@@ -239,10 +293,11 @@ def scan_planes(
     plane_base: int,
     link: wp.vec3i,
     num_faces: int,
-    cone_planes: wp.array(dtype=wp.vec4),
-    cone_faces: wp.array(dtype=wp.int32),
+    world: Any,
 ):
     """``(best, found)`` updated with the planes of a leaf (``link = (next, first row, count)``) nearer ``w``."""
+    cone_planes = world.cone_planes
+    cone_faces = world.cone_faces
     first = wp.int64(plane_base) + wp.int64(link[1])
     last = first + wp.int64(link[2])
     if link[1] < 0 or last > wp.int64(cone_planes.shape[0]) or last > wp.int64(cone_faces.shape[0]):
@@ -266,14 +321,13 @@ def plane_face(
     start: float,
     table: wp.vec4i,
     num_faces: int,
-    cone_nodes: wp.array(dtype=wp.vec4),
-    cone_links: wp.array(dtype=wp.vec3i),
-    cone_planes: wp.array(dtype=wp.vec4),
-    cone_faces: wp.array(dtype=wp.int32),
+    world: Any,
 ):
     """The face whose plane is nearest ``p`` (the smallest ``|n . p - b|`` over every face of the mesh), found
     below ``start`` (-1: none found, or no table): the plane tree of a convex closed mesh (see the module
     docstring). ``table = (first node row, first link row, first plane row, number of nodes)``."""
+    cone_nodes = world.cone_nodes
+    cone_links = world.cone_links
     node_base = table[0]
     link_base = table[1]
     plane_base = table[2]
@@ -313,7 +367,7 @@ def plane_face(
             k = other
     link = cone_links[link_base + k]
     if link[2] > 0:
-        best, found = scan_planes(w, best, found, plane_base, link, num_faces, cone_planes, cone_faces)
+        best, found = scan_planes(w, best, found, plane_base, link, num_faces, world)
     k = int(0)
     while k < count:
         axis = cone_nodes[node_base + 1 + 2 * k]
@@ -323,9 +377,7 @@ def plane_face(
         # every plane of the subtree is at least axis[3] - max(n . w) from p (|v| >= v), as is its face
         if axis[3] - cone_cap(w, ww, wl, axis, angle) - margin <= best:
             if link[2] > 0:
-                best, found = scan_planes(
-                    w, best, found, plane_base, link, num_faces, cone_planes, cone_faces
-                )
+                best, found = scan_planes(w, best, found, plane_base, link, num_faces, world)
             else:
                 following = k + 1  # descend
         k = following
@@ -356,6 +408,7 @@ def far_distance(mesh: wp.uint64, p: Any):
 
 @wp.func
 def pseudo_normal_side(
+    world: Any,
     mesh: wp.uint64,
     face: int,
     feature: int,
@@ -364,15 +417,15 @@ def pseudo_normal_side(
     b: wp.vec3d,
     c: wp.vec3d,
     topo: wp.vec2i,
-    face_neighbors: wp.array(dtype=wp.vec3i),
-    vertex_normals: wp.array(dtype=wp.vec3d),
 ):
     """``(known, inside)`` for ``p = q + diff`` whose closest point ``q`` on a closed mesh lies on ``feature``
     of ``face`` (corners ``a, b, c``): the side the angle-weighted pseudo-normal of that feature gives (the
     face normal; the sum of the unit normals of the two faces of an edge; the vertex's angle-weighted
     normal), exact on closed, consistently wound, manifold meshes. ``known`` is False where the tables lack
-    the feature (``topo``: this mesh's first rows in ``face_neighbors`` / ``vertex_normals``, -1: none) or
-    ``p`` lies on the pseudo-normal's plane."""
+    the feature (``topo``: this mesh's first rows in ``world.face_neighbors`` / ``world.vertex_normals``, -1:
+    none) or ``p`` lies on the pseudo-normal's plane."""
+    face_neighbors = world.face_neighbors
+    vertex_normals = world.vertex_normals
     n = wp.cross(b - a, c - a)
     m = wp.mesh_get(mesh)
     if feature >= FEATURE_EDGE:
@@ -449,33 +502,20 @@ def cuboid_distance(p: Any, lower: wp.vec3, upper: wp.vec3, search: Any, sign: i
 
 
 @wp.func
-def mesh_distance(
-    mesh: wp.uint64,
-    p: Any,
-    search: Any,
-    sign: int,
-    flags: int,
-    lower: wp.vec3,
-    upper: wp.vec3,
-    dims: wp.vec4i,
-    grid_cells: wp.array(dtype=float),
-    topo: wp.vec2i,
-    face_neighbors: wp.array(dtype=wp.vec3i),
-    vertex_normals: wp.array(dtype=wp.vec3d),
-    cone: wp.vec4i,
-    cone_nodes: wp.array(dtype=wp.vec4),
-    cone_links: wp.array(dtype=wp.vec3i),
-    cone_planes: wp.array(dtype=wp.vec4),
-    cone_faces: wp.array(dtype=wp.int32),
-    surface_eps: Any,
-):
-    """Signed distance of ``p`` (mesh frame, precision ``T``) and its gradient, if it is below ``search``.
+def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: Any):
+    """Signed distance of ``p`` (in the frame of mesh ``m`` of environment ``e``, precision ``T``) and its
+    gradient, if it is below ``search``.
 
     Returns ``(hit, d, n)``: ``hit`` is False when ``p`` is outside the mesh and at least ``search`` from it
     (then ``d`` and ``n`` are meaningless). ``n`` is the unit gradient of ``d`` in the mesh frame: the
     direction from the closest point, or the outward face normal when ``p`` lies within ``surface_eps`` of
     the surface (there the direction is undefined; the face normal keeps the gradient finite and nonzero).
     """
+    mesh = wp.uint64(world.mesh_ids[e, m])
+    sign = world.sign[e, m]
+    flags = world.grid_flags[e, m]
+    lower = world.bounds[e, m, 0]
+    upper = world.bounds[e, m, 1]
     zero = type(surface_eps)(0.0)
     box = box_distance(p, lower, upper)
     if box > search:
@@ -508,7 +548,7 @@ def mesh_distance(
             return False, zero, type(p)()
         face = q.face
     else:
-        s, slack = cell_bounds(p32, lower, upper, dims, grid_cells)
+        s, slack = cell_bounds(p32, lower, upper, world.grid_dims[e, m], world.grid_cells)
     if face < 0 and wp.abs(s) > slack and (closed or sign == SIGN_UNSIGNED):
         # p's cell does not touch the surface, and its side is known
         if s > 0.0 or sign == SIGN_UNSIGNED:
@@ -524,12 +564,9 @@ def mesh_distance(
             face = plane_face(
                 p32,
                 padded(wp.abs(s) + slack),
-                cone,
+                world.cone_offsets[e, m],
                 wp.mesh_get(mesh).indices.shape[0] // 3,
-                cone_nodes,
-                cone_links,
-                cone_planes,
-                cone_faces,
+                world,
             )
             if face >= 0:
                 a = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 0))
@@ -571,7 +608,7 @@ def mesh_distance(
         closest, feature = closest_point_on_triangle(pd, a, b, c)
         if by_face:
             known, inside = pseudo_normal_side(
-                mesh, face, feature, pd - closest, a, b, c, topo, face_neighbors, vertex_normals
+                world, mesh, face, feature, pd - closest, a, b, c, world.topo_offsets[e, m]
             )
             if not known:
                 face = -1
@@ -633,110 +670,22 @@ def beyond_world_box(c: Any, world_bounds: wp.array3d(dtype=wp.vec3), e: int, m:
 
 
 @wp.func
-def cuboid_mesh_distance(
-    mesh: wp.uint64,
-    p: Any,
-    search: Any,
-    sign: int,
-    flags: int,
-    lower: wp.vec3,
-    upper: wp.vec3,
-    dims: wp.vec4i,
-    grid_cells: wp.array(dtype=float),
-    topo: wp.vec2i,
-    face_neighbors: wp.array(dtype=wp.vec3i),
-    vertex_normals: wp.array(dtype=wp.vec3d),
-    cone: wp.vec4i,
-    cone_nodes: wp.array(dtype=wp.vec4),
-    cone_links: wp.array(dtype=wp.vec3i),
-    cone_planes: wp.array(dtype=wp.vec4),
-    cone_faces: wp.array(dtype=wp.int32),
-    surface_eps: Any,
-):
+def cuboid_mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: Any):
     """:func:`mesh_distance` (same parameters, same result) for a mesh that is exactly the surface of its box
     (``FLAG_BOX``): its first two steps, the only ones such a mesh takes. The kernels of a world of cuboids
-    call this in its place (``CUBOIDS``): they compile in a fraction of the time, with no BVH query in them."""
+    call this in its place (:func:`query_kernels`): they compile in a fraction of the time, with no BVH
+    query in them."""
+    lower = world.bounds[e, m, 0]
+    upper = world.bounds[e, m, 1]
     if box_distance(p, lower, upper) > search:
         return False, type(surface_eps)(0.0), type(p)()
-    return cuboid_distance(p, lower, upper, search, sign, surface_eps)
+    return cuboid_distance(p, lower, upper, search, world.sign[e, m], surface_eps)
 
 
 @wp.func
-def sphere_cost(
-    sphere: Any,
-    e: int,
-    mesh_ids: wp.array2d(dtype=wp.int64),
-    inv_poses: wp.array2d(dtype=Any),
-    bounds: wp.array3d(dtype=wp.vec3),
-    world_bounds: wp.array3d(dtype=wp.vec3),
-    enabled: wp.array2d(dtype=wp.int32),
-    sign: wp.array2d(dtype=wp.int32),
-    grid_dims: wp.array2d(dtype=wp.vec4i),
-    grid_flags: wp.array2d(dtype=wp.int32),
-    grid_cells: wp.array(dtype=float),
-    topo_offsets: wp.array2d(dtype=wp.vec2i),
-    face_neighbors: wp.array(dtype=wp.vec3i),
-    vertex_normals: wp.array(dtype=wp.vec3d),
-    cone_offsets: wp.array2d(dtype=wp.vec4i),
-    cone_nodes: wp.array(dtype=wp.vec4),
-    cone_links: wp.array(dtype=wp.vec3i),
-    cone_planes: wp.array(dtype=wp.vec4),
-    cone_faces: wp.array(dtype=wp.int32),
-    eta: Any,
-    extra_search: float,
-    surface_eps: Any,
-):
-    """Cost of one sphere ``(x, y, z, r)`` against the enabled meshes of environment ``e`` (-1: none), and its
-    gradient w.r.t. ``(x, y, z, r)``; both unweighted. A sphere with ``r < 0`` is disabled (0, 0)."""
-    zero = type(sphere[0])(0.0)
-    total = zero
-    g = type(sphere)()
-    r = sphere[3]
-    if r >= zero and e >= 0:
-        centre = wp.vector(sphere[0], sphere[1], sphere[2])
-        search = r + eta + type(r)(extra_search)
-        for m in range(mesh_ids.shape[1]):
-            if enabled[e, m] == 0 or mesh_ids[e, m] == NO_MESH:
-                continue
-            if beyond_world_box(centre, world_bounds, e, m, search):
-                continue
-            xf = inv_poses[e, m]
-            p = wp.transform_point(xf, centre)
-            hit, d, n = mesh_distance(
-                wp.uint64(mesh_ids[e, m]),
-                p,
-                search,
-                sign[e, m],
-                grid_flags[e, m],
-                bounds[e, m, 0],
-                bounds[e, m, 1],
-                grid_dims[e, m],
-                grid_cells,
-                topo_offsets[e, m],
-                face_neighbors,
-                vertex_normals,
-                cone_offsets[e, m],
-                cone_nodes,
-                cone_links,
-                cone_planes,
-                cone_faces,
-                surface_eps,
-            )
-            if not hit:
-                continue
-            phi = r + eta - d
-            if phi <= zero:
-                continue
-            dphi = type(phi)(1.0)
-            if phi <= eta:
-                total += phi * phi / (type(phi)(2.0) * eta)
-                dphi = phi / eta
-            else:
-                total += phi - type(phi)(0.5) * eta
-            # d phi / d centre = -grad d; n is in the mesh frame, rotate it back to the world
-            nw = wp.quat_rotate_inv(wp.transform_get_rotation(xf), n)
-            g += wp.vector(-dphi * nw[0], -dphi * nw[1], -dphi * nw[2], dphi)
-    return total, g
+def world_environment(b: int, env_index: wp.array(dtype=wp.int64), world: Any):
+    """:func:`environment` of batch entry ``b`` in ``world`` (-1: none)."""
+    return environment(b, env_index, world.mesh_ids.shape[0])
 
 
 @wp.func
@@ -763,385 +712,276 @@ def grid_index(first: int, stop: int, count: int):
     return b, first - b * count
 
 
-def sphere_mesh_cost(
-    spheres: wp.array2d(dtype=Any),
-    env_index: wp.array(dtype=wp.int64),
-    mesh_ids: wp.array2d(dtype=wp.int64),
-    inv_poses: wp.array2d(dtype=Any),
-    bounds: wp.array3d(dtype=wp.vec3),
-    world_bounds: wp.array3d(dtype=wp.vec3),
-    enabled: wp.array2d(dtype=wp.int32),
-    sign: wp.array2d(dtype=wp.int32),
-    grid_dims: wp.array2d(dtype=wp.vec4i),
-    grid_flags: wp.array2d(dtype=wp.int32),
-    grid_cells: wp.array(dtype=float),
-    topo_offsets: wp.array2d(dtype=wp.vec2i),
-    face_neighbors: wp.array(dtype=wp.vec3i),
-    vertex_normals: wp.array(dtype=wp.vec3d),
-    cone_offsets: wp.array2d(dtype=wp.vec4i),
-    cone_nodes: wp.array(dtype=wp.vec4),
-    cone_links: wp.array(dtype=wp.vec3i),
-    cone_planes: wp.array(dtype=wp.vec4),
-    cone_faces: wp.array(dtype=wp.int32),
-    params: wp.array(dtype=Any),
-    extra_search: float,
-    surface_eps: Any,
-    compute_grad: int,
-    cost: wp.array2d(dtype=Any),
-    grad: wp.array2d(dtype=Any),
-    rows_per_thread: int,
-    row_start: int,
-):
-    """Cost of sphere ``(b, s)``, summed over the enabled meshes of environment ``env_index[b]``.
+@functools.cache
+def query_kernels(cuboids: bool) -> dict:
+    """The bodies of the three query kernels by name (``sphere_mesh_cost``, ``swept_sphere_mesh_cost``,
+    ``signed_distance``), generic over the precision ``T`` and the world struct, with the distance of one
+    mesh slot :func:`mesh_distance`, or :func:`cuboid_mesh_distance` for a world whose every mesh is a cuboid
+    (``cuboids``: the same answers bit for bit, as the general function's cuboid branch is that code, and no
+    BVH query compiled). Made once per variant."""
+    distance = cuboid_mesh_distance if cuboids else mesh_distance
 
-    ``spheres[b, s] = (x, y, z, r)`` in the world frame; ``inv_poses[e, m]`` maps world to mesh ``m``'s
-    frame; ``bounds[e, m] = (lower, upper)`` is the mesh's box in its own frame; ``params = (eta, weight)``.
-    With ``phi = r + eta - d``: 0 for phi <= 0, phi^2 / (2 eta) up to eta, phi - eta / 2 above, times
-    weight. ``grad[b, s]`` (written when ``compute_grad``) is d cost / d (x, y, z, r). Thread ``t`` scores
-    spheres ``(row_start + t) * rows_per_thread`` onwards (``rows_per_thread`` of them) of the flattened
-    ``(B, S)`` grid (the host may split the grid into launches; see :func:`thread_rows`).
-    """
-    first, stop = thread_rows(wp.tid() + row_start, rows_per_thread, spheres.shape[0] * spheres.shape[1])
-    bi, si = grid_index(first, stop, spheres.shape[1])
-    for _flat in range(first, stop):
-        weight = params[1]
-        e = environment(bi, env_index, mesh_ids.shape[0])
-        c, g = sphere_cost(
-            spheres[bi, si],
-            e,
-            mesh_ids,
-            inv_poses,
-            bounds,
-            world_bounds,
-            enabled,
-            sign,
-            grid_dims,
-            grid_flags,
-            grid_cells,
-            topo_offsets,
-            face_neighbors,
-            vertex_normals,
-            cone_offsets,
-            cone_nodes,
-            cone_links,
-            cone_planes,
-            cone_faces,
-            params[0],
-            extra_search,
-            surface_eps,
-        )
-        cost[bi, si] = c * weight
-        if compute_grad != 0:
-            grad[bi, si] = g * weight
-        si += 1
-        if si == spheres.shape[1]:
-            si = 0
-            bi += 1
-
-
-def swept_sphere_mesh_cost(
-    spheres: wp.array3d(dtype=Any),
-    env_index: wp.array(dtype=wp.int64),
-    mesh_ids: wp.array2d(dtype=wp.int64),
-    inv_poses: wp.array2d(dtype=Any),
-    bounds: wp.array3d(dtype=wp.vec3),
-    world_bounds: wp.array3d(dtype=wp.vec3),
-    enabled: wp.array2d(dtype=wp.int32),
-    sign: wp.array2d(dtype=wp.int32),
-    grid_dims: wp.array2d(dtype=wp.vec4i),
-    grid_flags: wp.array2d(dtype=wp.int32),
-    grid_cells: wp.array(dtype=float),
-    topo_offsets: wp.array2d(dtype=wp.vec2i),
-    face_neighbors: wp.array(dtype=wp.vec3i),
-    vertex_normals: wp.array(dtype=wp.vec3d),
-    cone_offsets: wp.array2d(dtype=wp.vec4i),
-    cone_nodes: wp.array(dtype=wp.vec4),
-    cone_links: wp.array(dtype=wp.vec3i),
-    cone_planes: wp.array(dtype=wp.vec4),
-    cone_faces: wp.array(dtype=wp.int32),
-    params: wp.array(dtype=Any),
-    sweep_steps: int,
-    surface_eps: Any,
-    compute_grad: int,
-    cost: wp.array3d(dtype=Any),
-    grad_here: wp.array3d(dtype=Any),
-    grad_next: wp.array3d(dtype=Any),
-    rows_per_thread: int,
-    row_start: int,
-):
-    """Swept cost of step ``h`` of sphere ``n`` in trajectory ``b`` (``spheres`` is ``(B, H, N)`` x vec4).
-
-    With ``S = sweep_steps``, the step's cost is the mean over ``j = 0..S`` of the cost of the sphere
-    interpolated (centre and radius) at ``t = j / (S + 1)`` from step ``h`` towards step ``h + 1``; the last
-    step, and a step whose next sphere is disabled, is scored alone. ``grad_here`` / ``grad_next`` receive
-    the gradient w.r.t. the spheres of steps ``h`` and ``h + 1`` (each sample's split ``(1 - t, t)``); the
-    host adds them up without races. Thread ``t`` handles rows ``(row_start + t) * rows_per_thread``
-    onwards (``rows_per_thread`` of them) of the flattened ``(B, H, N)`` grid.
-    """
-    first, stop = thread_rows(
-        wp.tid() + row_start, rows_per_thread, spheres.shape[0] * spheres.shape[1] * spheres.shape[2]
-    )
-    for flat in range(first, stop):
-        horizon = spheres.shape[1]
-        count = spheres.shape[2]
-        bi = flat // (horizon * count)
-        hi = (flat // count) % horizon
-        ni = flat % count
-        weight = params[1]
-        eta = params[0]
-        e = environment(bi, env_index, mesh_ids.shape[0])
-        here = spheres[bi, hi, ni]
-        zero = type(here[0])(0.0)
-        steps = sweep_steps
-        nxt = here
-        if hi + 1 < horizon:
-            nxt = spheres[bi, hi + 1, ni]
-        if hi + 1 >= horizon or nxt[3] < zero or here[3] < zero:
-            steps = 0
+    @wp.func
+    def sphere_cost(sphere: Any, e: int, world: Any, eta: Any, extra_search: float, surface_eps: Any):
+        """Cost of one sphere ``(x, y, z, r)`` against the enabled meshes of environment ``e`` (-1: none), and
+        its gradient w.r.t. ``(x, y, z, r)``; both unweighted. A sphere with ``r < 0`` is disabled (0, 0)."""
+        zero = type(sphere[0])(0.0)
         total = zero
-        g_here = type(here)()
-        g_next = type(here)()
-        scale = type(zero)(1.0) / type(zero)(steps + 1)
-        for j in range(steps + 1):
-            t = type(zero)(j) * scale
-            # (1 - t) here + t next, not here + (next - here) t: the difference overflows for far-apart steps
-            c, g = sphere_cost(
-                here * (type(zero)(1.0) - t) + nxt * t,
-                e,
-                mesh_ids,
-                inv_poses,
-                bounds,
-                world_bounds,
-                enabled,
-                sign,
-                grid_dims,
-                grid_flags,
-                grid_cells,
-                topo_offsets,
-                face_neighbors,
-                vertex_normals,
-                cone_offsets,
-                cone_nodes,
-                cone_links,
-                cone_planes,
-                cone_faces,
-                eta,
-                0.0,
-                surface_eps,
-            )
-            total += c
-            g_here += g * (type(zero)(1.0) - t)
-            g_next += g * t
-        cost[bi, hi, ni] = total * scale * weight
-        if compute_grad != 0:
-            grad_here[bi, hi, ni] = g_here * (scale * weight)
-            grad_next[bi, hi, ni] = g_next * (scale * weight)
-
-
-def signed_distance(
-    points: wp.array2d(dtype=Any),
-    env_index: wp.array(dtype=wp.int64),
-    mesh_ids: wp.array2d(dtype=wp.int64),
-    inv_poses: wp.array2d(dtype=Any),
-    bounds: wp.array3d(dtype=wp.vec3),
-    world_bounds: wp.array3d(dtype=wp.vec3),
-    enabled: wp.array2d(dtype=wp.int32),
-    sign: wp.array2d(dtype=wp.int32),
-    grid_dims: wp.array2d(dtype=wp.vec4i),
-    grid_flags: wp.array2d(dtype=wp.int32),
-    grid_cells: wp.array(dtype=float),
-    topo_offsets: wp.array2d(dtype=wp.vec2i),
-    face_neighbors: wp.array(dtype=wp.vec3i),
-    vertex_normals: wp.array(dtype=wp.vec3d),
-    cone_offsets: wp.array2d(dtype=wp.vec4i),
-    cone_nodes: wp.array(dtype=wp.vec4),
-    cone_links: wp.array(dtype=wp.vec3i),
-    cone_planes: wp.array(dtype=wp.vec4),
-    cone_faces: wp.array(dtype=wp.int32),
-    surface_eps: Any,
-    far: Any,
-    compute_grad: int,
-    dist: wp.array2d(dtype=Any),
-    grad: wp.array2d(dtype=Any),
-    rows_per_thread: int,
-    row_start: int,
-):
-    """Union signed distance of point ``(b, s)``: the minimum over the enabled meshes of its environment.
-
-    ``far`` is written where no mesh is enabled (gradient 0). Each mesh is searched only within the best
-    distance so far (outside its box is outside the mesh; inside, at any depth), so a mesh whose box is
-    farther is skipped and the others are bounded queries. Thread ``t`` handles points
-    ``(row_start + t) * rows_per_thread`` onwards (``rows_per_thread`` of them) of the flattened ``(B, S)``
-    grid.
-    """
-    first, stop = thread_rows(wp.tid() + row_start, rows_per_thread, points.shape[0] * points.shape[1])
-    bi, si = grid_index(first, stop, points.shape[1])
-    for _flat in range(first, stop):
-        p_world = points[bi, si]
-        best = far
-        best_n = type(p_world)()
-        e = environment(bi, env_index, mesh_ids.shape[0])
-        if e >= 0:
-            # the grids bound every mesh's distance from above: the union's is below the smallest bound
-            bound = far
-            for m in range(mesh_ids.shape[1]):
-                if enabled[e, m] != 0 and mesh_ids[e, m] != NO_MESH:
-                    p = wp.transform_point(inv_poses[e, m], p_world)
-                    s, r = cell_bounds(
-                        wp.vec3(p), bounds[e, m, 0], bounds[e, m, 1], grid_dims[e, m], grid_cells
-                    )
-                    upper = type(far)(padded(wp.abs(s) + r))
-                    # (0, UNBOUNDED) is no bound (no grid): padded, it would read as a cap of ~3.4e38
-                    if r < UNBOUNDED and wp.isfinite(upper) and upper < bound:
-                        bound = upper
-            for m in range(mesh_ids.shape[1]):
-                if enabled[e, m] == 0 or mesh_ids[e, m] == NO_MESH:
+        g = type(sphere)()
+        r = sphere[3]
+        if r >= zero and e >= 0:
+            centre = wp.vector(sphere[0], sphere[1], sphere[2])
+            search = r + eta + type(r)(extra_search)
+            for m in range(world.mesh_ids.shape[1]):
+                if world.enabled[e, m] == 0 or world.mesh_ids[e, m] == NO_MESH:
                     continue
-                # only a distance below the best so far matters: outside, within it; inside, at any depth
-                reach = wp.max(wp.min(best, bound), type(far)(0.0))
-                if beyond_world_box(p_world, world_bounds, e, m, reach):
+                if beyond_world_box(centre, world.world_bounds, e, m, search):
                     continue
-                xf = inv_poses[e, m]
-                p = wp.transform_point(xf, p_world)
-                hit, d, n = mesh_distance(
-                    wp.uint64(mesh_ids[e, m]),
-                    p,
-                    reach,
-                    sign[e, m],
-                    grid_flags[e, m],
-                    bounds[e, m, 0],
-                    bounds[e, m, 1],
-                    grid_dims[e, m],
-                    grid_cells,
-                    topo_offsets[e, m],
-                    face_neighbors,
-                    vertex_normals,
-                    cone_offsets[e, m],
-                    cone_nodes,
-                    cone_links,
-                    cone_planes,
-                    cone_faces,
-                    surface_eps,
-                )
-                if hit and d < best:
-                    best = d
-                    best_n = wp.quat_rotate_inv(wp.transform_get_rotation(xf), n)
-        dist[bi, si] = best
-        if compute_grad != 0:
-            grad[bi, si] = best_n
-        si += 1
-        if si == points.shape[1]:
-            si = 0
-            bi += 1
+                xf = world.inv_poses[e, m]
+                p = wp.transform_point(xf, centre)
+                hit, d, n = wp.static(distance)(world, e, m, p, search, surface_eps)
+                if not hit:
+                    continue
+                phi = r + eta - d
+                if phi <= zero:
+                    continue
+                dphi = type(phi)(1.0)
+                if phi <= eta:
+                    total += phi * phi / (type(phi)(2.0) * eta)
+                    dphi = phi / eta
+                else:
+                    total += phi - type(phi)(0.5) * eta
+                # d phi / d centre = -grad d; n is in the mesh frame, rotate it back to the world
+                nw = wp.quat_rotate_inv(wp.transform_get_rotation(xf), n)
+                g += wp.vector(-dphi * nw[0], -dphi * nw[1], -dphi * nw[2], dphi)
+        return total, g
+
+    def sphere_mesh_cost(
+        spheres: wp.array2d(dtype=Any),
+        env_index: wp.array(dtype=wp.int64),
+        world: Any,
+        params: wp.array(dtype=Any),
+        extra_search: float,
+        surface_eps: Any,
+        compute_grad: int,
+        cost: wp.array2d(dtype=Any),
+        grad: wp.array2d(dtype=Any),
+        per_thread: int,
+        row_start: int,
+    ):
+        """Cost of sphere ``(b, s)``, summed over the enabled meshes of environment ``env_index[b]``.
+
+        ``spheres[b, s] = (x, y, z, r)`` in the world frame; ``params = (eta, weight)``. With
+        ``phi = r + eta - d``: 0 for phi <= 0, phi^2 / (2 eta) up to eta, phi - eta / 2 above, times weight.
+        ``grad[b, s]`` (written when ``compute_grad``) is d cost / d (x, y, z, r). Thread ``t`` scores spheres
+        ``(row_start + t) * per_thread`` onwards (``per_thread`` of them) of the flattened
+        ``(B, S)`` grid (the host may split the grid into launches; see :func:`thread_rows`).
+        """
+        first, stop = thread_rows(wp.tid() + row_start, per_thread, spheres.shape[0] * spheres.shape[1])
+        bi, si = grid_index(first, stop, spheres.shape[1])
+        for _flat in range(first, stop):
+            weight = params[1]
+            e = world_environment(bi, env_index, world)
+            c, g = sphere_cost(spheres[bi, si], e, world, params[0], extra_search, surface_eps)
+            cost[bi, si] = c * weight
+            if compute_grad != 0:
+                grad[bi, si] = g * weight
+            si += 1
+            if si == spheres.shape[1]:
+                si = 0
+                bi += 1
+
+    def swept_sphere_mesh_cost(
+        spheres: wp.array3d(dtype=Any),
+        env_index: wp.array(dtype=wp.int64),
+        world: Any,
+        params: wp.array(dtype=Any),
+        sweep_steps: int,
+        surface_eps: Any,
+        compute_grad: int,
+        cost: wp.array3d(dtype=Any),
+        grad_here: wp.array3d(dtype=Any),
+        grad_next: wp.array3d(dtype=Any),
+        per_thread: int,
+        row_start: int,
+    ):
+        """Swept cost of step ``h`` of sphere ``n`` in trajectory ``b`` (``spheres`` is ``(B, H, N)`` x vec4).
+
+        With ``S = sweep_steps``, the step's cost is the mean over ``j = 0..S`` of the cost of the sphere
+        interpolated (centre and radius) at ``t = j / (S + 1)`` from step ``h`` towards step ``h + 1``; the
+        last step, and a step whose next sphere is disabled, is scored alone. ``grad_here`` / ``grad_next``
+        receive the gradient w.r.t. the spheres of steps ``h`` and ``h + 1`` (each sample's split
+        ``(1 - t, t)``); the host adds them up without races. Thread ``t`` handles rows
+        ``(row_start + t) * per_thread`` onwards (``per_thread`` of them) of the flattened
+        ``(B, H, N)`` grid.
+        """
+        first, stop = thread_rows(
+            wp.tid() + row_start, per_thread, spheres.shape[0] * spheres.shape[1] * spheres.shape[2]
+        )
+        for flat in range(first, stop):
+            horizon = spheres.shape[1]
+            count = spheres.shape[2]
+            bi = flat // (horizon * count)
+            hi = (flat // count) % horizon
+            ni = flat % count
+            weight = params[1]
+            eta = params[0]
+            e = world_environment(bi, env_index, world)
+            here = spheres[bi, hi, ni]
+            zero = type(here[0])(0.0)
+            steps = sweep_steps
+            nxt = here
+            if hi + 1 < horizon:
+                nxt = spheres[bi, hi + 1, ni]
+            if hi + 1 >= horizon or nxt[3] < zero or here[3] < zero:
+                steps = 0
+            total = zero
+            g_here = type(here)()
+            g_next = type(here)()
+            scale = type(zero)(1.0) / type(zero)(steps + 1)
+            for j in range(steps + 1):
+                t = type(zero)(j) * scale
+                # (1 - t) here + t next, not here + (next - here) t: the difference overflows for far-apart
+                # steps
+                c, g = sphere_cost(here * (type(zero)(1.0) - t) + nxt * t, e, world, eta, 0.0, surface_eps)
+                total += c
+                g_here += g * (type(zero)(1.0) - t)
+                g_next += g * t
+            cost[bi, hi, ni] = total * scale * weight
+            if compute_grad != 0:
+                grad_here[bi, hi, ni] = g_here * (scale * weight)
+                grad_next[bi, hi, ni] = g_next * (scale * weight)
+
+    def signed_distance(
+        points: wp.array2d(dtype=Any),
+        env_index: wp.array(dtype=wp.int64),
+        world: Any,
+        surface_eps: Any,
+        far: Any,
+        compute_grad: int,
+        dist: wp.array2d(dtype=Any),
+        grad: wp.array2d(dtype=Any),
+        per_thread: int,
+        row_start: int,
+    ):
+        """Union signed distance of point ``(b, s)``: the minimum over the enabled meshes of its environment.
+
+        ``far`` is written where no mesh is enabled (gradient 0). Each mesh is searched only within the best
+        distance so far (outside its box is outside the mesh; inside, at any depth), so a mesh whose box is
+        farther is skipped and the others are bounded queries. Thread ``t`` handles points
+        ``(row_start + t) * per_thread`` onwards (``per_thread`` of them) of the flattened
+        ``(B, S)`` grid.
+        """
+        first, stop = thread_rows(wp.tid() + row_start, per_thread, points.shape[0] * points.shape[1])
+        bi, si = grid_index(first, stop, points.shape[1])
+        for _flat in range(first, stop):
+            p_world = points[bi, si]
+            best = far
+            best_n = type(p_world)()
+            e = world_environment(bi, env_index, world)
+            if e >= 0:
+                # the grids bound every mesh's distance from above: the union's is below the smallest bound
+                bound = far
+                for m in range(world.mesh_ids.shape[1]):
+                    if world.enabled[e, m] != 0 and world.mesh_ids[e, m] != NO_MESH:
+                        p = wp.transform_point(world.inv_poses[e, m], p_world)
+                        s, r = cell_bounds(
+                            wp.vec3(p),
+                            world.bounds[e, m, 0],
+                            world.bounds[e, m, 1],
+                            world.grid_dims[e, m],
+                            world.grid_cells,
+                        )
+                        upper = type(far)(padded(wp.abs(s) + r))
+                        # (0, UNBOUNDED) is no bound (no grid): padded, it would read as a cap of ~3.4e38
+                        if r < UNBOUNDED and wp.isfinite(upper) and upper < bound:
+                            bound = upper
+                for m in range(world.mesh_ids.shape[1]):
+                    if world.enabled[e, m] == 0 or world.mesh_ids[e, m] == NO_MESH:
+                        continue
+                    # only a distance below the best so far matters: outside, within it; inside, at any depth
+                    reach = wp.max(wp.min(best, bound), type(far)(0.0))
+                    if beyond_world_box(p_world, world.world_bounds, e, m, reach):
+                        continue
+                    xf = world.inv_poses[e, m]
+                    p = wp.transform_point(xf, p_world)
+                    hit, d, n = wp.static(distance)(world, e, m, p, reach, surface_eps)
+                    if hit and d < best:
+                        best = d
+                        best_n = wp.quat_rotate_inv(wp.transform_get_rotation(xf), n)
+            dist[bi, si] = best
+            if compute_grad != 0:
+                grad[bi, si] = best_n
+            si += 1
+            if si == points.shape[1]:
+                si = 0
+                bi += 1
+
+    bodies = (sphere_mesh_cost, swept_sphere_mesh_cost, signed_distance)
+    for body in bodies:
+        body.__qualname__ = body.__name__  # the kernel's key (its module tells the variant apart)
+    return {body.__name__: body for body in bodies}
 
 
 #: Options of every SDF kernel module: warpgeo writes every backward itself (no adjoints: half the build time).
 OPTIONS = {"enable_backward": False}
 
-_PRECISIONS = {
-    "float32": (wp.float32, wp.vec3f, wp.vec4f, wp.transformf),
-    "float64": (wp.float64, wp.vec3d, wp.vec4d, wp.transformd),
-}
+#: Table keys: (query precision, world kind). A world of only cuboids (``"cuboids"``) runs the kernels made
+#: with :func:`cuboid_mesh_distance` (see :func:`query_kernels`); any other world the general ones.
+KEYS = [(precision, kind) for precision in ("float32", "float64") for kind in ("meshes", "cuboids")]
+_SCALARS = {"float32": (wp.float32, wp.vec3f, wp.vec4f), "float64": (wp.float64, wp.vec3d, wp.vec4d)}
 
 
-def respelled(func, suffix: str, **names):
-    """A copy of the Python function ``func`` (a kernel's, or a ``@wp.func``'s ``.func``) named ``<name><suffix>``
-    whose code reads the global ``names`` as given: Warp compiles the same source with other functions in
-    their place. The copy has its own name, so Warp registers it beside ``func``, not over it."""
-    scope = {**func.__globals__, **names}
-    copy = types.FunctionType(
-        func.__code__, scope, func.__name__ + suffix, func.__defaults__, func.__closure__
-    )
-    copy.__qualname__ = func.__qualname__ + suffix
-    copy.__module__ = func.__module__
-    copy.__annotations__ = dict(func.__annotations__)
-    copy.__doc__ = func.__doc__
-    return copy
+def _bodies(name: str):
+    """The table's ``funcs``: the kernel body ``name`` of the key's variant."""
+    return lambda key: (query_kernels(key[1] == "cuboids")[name],)
 
 
-class PerPrecision(dict):
-    """``{precision name: kernel}``: the generic kernel function ``func`` instantiated with the argument types
-    ``types(scalar, vec3, vec4, transform)`` of a precision, each alone in a Warp module of its own, created
-    on first lookup (``table["float32"]``). With ``names`` (``{"suffix": ..., <global>: <function>, ...}``),
-    the kernel is :func:`respelled` with them.
-
-    A module is Warp's compilation unit: a process's first query compiles the one kernel and precision it
-    launches (the @wp.func code above is compiled into it), not every kernel of this file in both
-    precisions; and creating a kernel (Warp hashes its code) costs milliseconds, so only the one looked up
-    is created. :meth:`build_all` creates them all (for ahead-of-time builds).
-    """
-
-    def __init__(self, func, types, names: dict | None = None) -> None:
-        super().__init__()
-        self._func = func
-        self._types = types
-        self._names = names
-        self._lock = threading.Lock()
-
-    def __missing__(self, name: str):
-        precision = _PRECISIONS[name]  # KeyError for a precision the kernels do not come in
-        with self._lock:  # two threads' first queries create one kernel
-            kernel = self.get(name)
-            if kernel is None:
-                func = self._func if self._names is None else respelled(self._func, **self._names)
-                generic = wp.kernel(
-                    func, name=f"{func.__name__}_{name}", module="unique", module_options=OPTIONS
-                )
-                kernel = wp.overload(generic, self._types(*precision))
-                self[name] = kernel
-        return kernel
-
-    def build_all(self) -> dict:
-        """Every precision's kernel, created now: ``{precision name: kernel}``."""
-        return {name: self[name] for name in _PRECISIONS}
+def _types(build) -> dict:
+    return {key: {"world": WORLD[key[0]], **build(*_SCALARS[key[0]])} for key in KEYS}
 
 
-#: kernel overloads by precision name, each created on first lookup
-SPHERE_MESH_COST = PerPrecision(
-    sphere_mesh_cost,
-    lambda s, _v3, v4, xf: {
-        "spheres": wp.array2d(dtype=v4),
-        "inv_poses": wp.array2d(dtype=xf),
-        "params": wp.array(dtype=s),
-        "surface_eps": s,
-        "cost": wp.array2d(dtype=s),
-        "grad": wp.array2d(dtype=v4),
-    },
+#: The query kernels, each per key alone in a Warp module (``..sphere_mesh_cost_float32_meshes``, ...).
+SPHERE_MESH_COST = KernelTable(
+    f"{__name__}.sphere_mesh_cost",
+    _bodies("sphere_mesh_cost"),
+    _types(
+        lambda s, _v3, v4: {
+            "spheres": wp.array2d(dtype=v4),
+            "params": wp.array(dtype=s),
+            "surface_eps": s,
+            "cost": wp.array2d(dtype=s),
+            "grad": wp.array2d(dtype=v4),
+        }
+    ),
+    options=OPTIONS,
 )
-SWEPT_SPHERE_MESH_COST = PerPrecision(
-    swept_sphere_mesh_cost,
-    lambda s, _v3, v4, xf: {
-        "spheres": wp.array3d(dtype=v4),
-        "inv_poses": wp.array2d(dtype=xf),
-        "params": wp.array(dtype=s),
-        "surface_eps": s,
-        "cost": wp.array3d(dtype=s),
-        "grad_here": wp.array3d(dtype=v4),
-        "grad_next": wp.array3d(dtype=v4),
-    },
+SWEPT_SPHERE_MESH_COST = KernelTable(
+    f"{__name__}.swept_sphere_mesh_cost",
+    _bodies("swept_sphere_mesh_cost"),
+    _types(
+        lambda s, _v3, v4: {
+            "spheres": wp.array3d(dtype=v4),
+            "params": wp.array(dtype=s),
+            "surface_eps": s,
+            "cost": wp.array3d(dtype=s),
+            "grad_here": wp.array3d(dtype=v4),
+            "grad_next": wp.array3d(dtype=v4),
+        }
+    ),
+    options=OPTIONS,
 )
-SIGNED_DISTANCE = PerPrecision(
-    signed_distance,
-    lambda s, v3, _v4, xf: {
-        "points": wp.array2d(dtype=v3),
-        "inv_poses": wp.array2d(dtype=xf),
-        "surface_eps": s,
-        "far": s,
-        "dist": wp.array2d(dtype=s),
-        "grad": wp.array2d(dtype=v3),
-    },
+SIGNED_DISTANCE = KernelTable(
+    f"{__name__}.signed_distance",
+    _bodies("signed_distance"),
+    _types(
+        lambda s, v3, _v4: {
+            "points": wp.array2d(dtype=v3),
+            "surface_eps": s,
+            "far": s,
+            "dist": wp.array2d(dtype=s),
+            "grad": wp.array2d(dtype=v3),
+        }
+    ),
+    options=OPTIONS,
 )
-
-#: A world whose every mesh is a cuboid (``FLAG_BOX``; ``warpgeo.world.all_cuboids``): the same kernels with
-#: :func:`cuboid_mesh_distance` in the place of :func:`mesh_distance`.
-CUBOIDS = {"suffix": "_cuboids", "mesh_distance": cuboid_mesh_distance}
-_CUBOID_SPHERE_COST = wp.func(respelled(sphere_cost.func, **CUBOIDS))
-SPHERE_MESH_COST_CUBOIDS = PerPrecision(
-    sphere_mesh_cost, SPHERE_MESH_COST._types, {"suffix": "_cuboids", "sphere_cost": _CUBOID_SPHERE_COST}
-)
-SWEPT_SPHERE_MESH_COST_CUBOIDS = PerPrecision(
-    swept_sphere_mesh_cost,
-    SWEPT_SPHERE_MESH_COST._types,
-    {"suffix": "_cuboids", "sphere_cost": _CUBOID_SPHERE_COST},
-)
-SIGNED_DISTANCE_CUBOIDS = PerPrecision(signed_distance, SIGNED_DISTANCE._types, CUBOIDS)

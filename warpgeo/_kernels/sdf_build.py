@@ -1,22 +1,23 @@
 """The kernels a :class:`~warpgeo.world.MeshWorld` runs once per mesh when it is built (see ``sdf.py``).
 
-Apart from the query kernels: building a world compiles only this small module (``grid_centres`` and
-``face_intersections``, the closed-mesh check and the coarse distance grid), never the query kernels, and a
-query compiles only its own kernel. ``winding_probe`` (run once per process and device, for worlds with
-winding-number meshes) is a Warp module of its own: most worlds never compile it.
+Apart from the query kernels: building a world compiles only this small module (:data:`BUILD`:
+``grid_centres`` and ``face_intersections``, the coarse distance grid and the closed-mesh check), never the
+query kernels, and a query compiles only its own kernel. ``winding_probe`` (:data:`WINDING_PROBE`, run once
+per process and device, for worlds with winding-number meshes) is a Warp module of its own: most worlds
+never compile it. Both tables have one key, ``"float32"`` (Warp meshes are float32).
 """
-
-import functools
 
 import warp as wp
 
+from warpgeo._kernels._table import KernelTable
 from warpgeo._kernels.sdf import UNBOUNDED
 
 # warpgeo writes every backward itself: no adjoints (they would double the build time)
 wp.set_module_options({"enable_backward": False})
+#: Options of both modules.
+OPTIONS = {"enable_backward": False}
 
 
-@wp.kernel
 def grid_centres(
     mesh: wp.uint64,
     lower: wp.vec3,
@@ -190,7 +191,6 @@ def triangles_meet(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d, e: wp.vec
     return segment_meets_triangle(f, d, a, b, c)
 
 
-@wp.kernel
 def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp.int32)):
     """Count the pairs of faces (``tid`` and a later one) that share no vertex and intersect (or touch, or
     come too near for float64 orientation signs to tell: see ``triangles_meet``)."""
@@ -225,19 +225,13 @@ def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp
                     wp.atomic_add(found, 0, 1)
 
 
-def _winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float)):
+def winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float)):
     """The winding-number sign of ``p``; used once to check that winding support really took."""
     q = wp.mesh_query_point_sign_winding_number(mesh, p, UNBOUNDED)
     out_sign[0] = q.sign
 
 
-@functools.cache
-def winding_probe():
-    """The kernel ``winding_probe``, created on first use in a Warp module of its own: only worlds with
-    winding-number meshes compile it."""
-    return wp.kernel(
-        _winding_probe, name="winding_probe", module="unique", module_options={"enable_backward": False}
-    )
-
-
-winding_probe.lazy_kernel = True  # tests/test_codegen.py builds it with the other modules
+#: ``BUILD["float32"].grid_centres`` / ``.face_intersections``: what building a world launches.
+BUILD = KernelTable(f"{__name__}.build", (grid_centres, face_intersections), {"float32": {}}, options=OPTIONS)
+#: ``WINDING_PROBE["float32"].winding_probe``: a module of its own, compiled only for winding-number worlds.
+WINDING_PROBE = KernelTable(f"{__name__}.winding_probe", (winding_probe,), {"float32": {}}, options=OPTIONS)

@@ -40,7 +40,6 @@ import torch
 from torch import nn
 
 import warpgeo
-from warpgeo import neighbors as _neighbors
 from warpgeo.compat._common import shape_of
 
 __all__ = [
@@ -151,8 +150,8 @@ def ball_query(radius: float, nsample: int, xyz: torch.Tensor, new_xyz: torch.Te
     nsample = _as_int(nsample, "nsample")
     if isinstance(radius, torch.Tensor) and radius.numel() == 1:
         radius = float(radius)
-    # the extension's test is strict (d < radius); warpgeo's public ball_query is inclusive
-    idx = _neighbors._run_ball_query(new_xyz, xyz.to(new_xyz.dtype), None, None, radius, nsample, False)
+    # the extension's test is strict (d < radius); warpgeo's ball_query is inclusive unless told otherwise
+    idx = warpgeo.ball_query(new_xyz, xyz.to(new_xyz.dtype), radius, nsample, inclusive=False)
     first = idx[..., :1]
     fill = torch.where(first < 0, torch.zeros_like(first), first)
     return torch.where(idx < 0, fill, idx).to(torch.int32)
