@@ -1,17 +1,21 @@
-"""The one place that knows both torch and Warp.
+"""The one place that knows both torch and Warp, on Warp's public API only (DESIGN "Foundation").
 
 Everything that crosses the torch <-> Warp boundary goes through here:
 
 * lazy initialisation of Warp and of the kernel modules (:func:`kernels`; importing :mod:`warpgeo` does
   no work);
 * torch device -> Warp device (``cuda:1`` stays ``cuda:1``) and torch's *current* CUDA stream;
-* the dtype table (which floating dtypes an op accepts, in which precision it computes, and the kernel
-  overload for a dtype: :func:`overload`);
+* the dtype table (which floating dtypes an op accepts, in which precision it computes);
 * the value-check switch (:func:`value_checks`, :func:`set_value_checks`, :func:`checking_values`);
-* :func:`launch` and :func:`launch_rows`, the launch helpers every op uses. They bind arguments by the
-  kernel's own parameter names and wrap tensors zero-copy as the array type each parameter declares.
+* :func:`launch`, :func:`launch_rows` and :func:`launch_blocks` (the one splitter for launches too large
+  for Warp), the launch helpers every op uses. They bind arguments by the kernel's own parameter names,
+  wrap tensors zero-copy (``wp.from_torch``) as the array type each parameter declares, and replay Warp's
+  recorded ``Launch`` objects (``wp.launch(..., record_cmd=True)``), setting only what changed;
+* :func:`struct`: a ``@wp.struct`` (a world's arrays as one kernel argument) built from tensors.
 
-Kernels (``warpgeo._kernels``) import Warp only; op modules import torch and this module.
+Kernels (``warpgeo._kernels``) import Warp only; op modules import torch, this module and ``warpgeo._op``.
+The optional accelerator :mod:`warpgeo._fast_launch` is the only code that relies on an undocumented detail
+of Warp, gated and checked.
 
 Adding an op: see CONTRIBUTING.md.
 """
@@ -251,22 +255,6 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def overload(table: dict[str, Any], dtype: torch.dtype) -> Any:
-    """The kernel overload of ``table`` for a tensor of ``dtype``.
-
-    Kernel modules (which know no torch) key their overload tables by dtype name: ``"float32"``,
-    ``"float64"``, ``"int16"``, ... This is the one place that maps a torch dtype to that key.
-    """
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
-    return table[name]
-
-
-#: torch dtype -> the name kernel modules key their overload tables by (``str(dtype)`` costs a call)
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-
-
 def to_compute(t: torch.Tensor) -> torch.Tensor:
     """``t`` in its kernel precision (:func:`compute_dtype`) with a dense last dimension (what a Warp vector
     array of its rows needs); other strides are kept. No copy when it already is both."""
@@ -381,46 +369,6 @@ def check_shape(t: torch.Tensor, name: str, shape: Sequence[int | None]) -> None
             + ")"
         )
         raise ValueError(f"{name} must have shape {expected}; got {tuple(t.shape)}")
-
-
-def grads(names: Sequence[str], **given: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-    """A backward's return value: the gradient of each input in ``names`` order, ``None`` where not given."""
-    return tuple(given.get(name) for name in names)
-
-
-def call(op: Any, function: Any, impl: Any, names: Sequence[str], needs_grad: bool, **args: Any) -> Any:
-    """Run a warpgeo op on ``args`` (given by name; ``names`` is the op's input order) the cheapest way.
-
-    Under ``torch.compile`` (and ``torch.export``) this is the registered custom ``op``: one opaque node with
-    its fake and autograd registrations. In eager mode the custom-op dispatcher costs more than a small
-    launch, so the op's implementation ``impl`` runs directly: through ``function`` (the op's autograd
-    Function, whose forward runs ``impl`` and then the op's registered setup_context, and whose backward is
-    the op's registered backward) when a gradient may be needed, or bare when not (``needs_grad`` False).
-    The Functions are old-style (``forward(ctx, *inputs)``): a new-style one binds its arguments through
-    ``inspect`` on every call, which costs more than a small launch.
-    """
-    ordered = tuple(args[name] for name in names)
-    if not _plain_eager(ordered):
-        return op(*ordered)
-    if needs_grad:
-        return function.apply(*ordered)
-    return impl(*ordered)
-
-
-def pick(op: Any, impl: Any, *tensors: Any) -> Any:
-    """For a backward that calls another op: the registered ``op`` when a graph of the backward is being
-    built (double backward, ``torch.compile``), else its bare implementation ``impl`` (the eager fast path)."""
-    if torch.is_grad_enabled() or not _plain_eager(tensors):
-        return op
-    return impl
-
-
-def _plain_eager(values: Sequence[Any]) -> bool:
-    """True unless something traces these values: torch.compile / export, or tensor subclasses (fake or
-    functional tensors under AOT autograd, ...), which must see the registered custom op."""
-    if torch.compiler.is_compiling():
-        return False
-    return all(type(v) is torch.Tensor for v in values if isinstance(v, torch.Tensor))
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -81,6 +81,10 @@ class Op:
         #: ``check`` then ``impl``: what every eager entry point runs
         self.run = checked
         schema = torch.library.infer_schema(impl, mutates_args=tuple(mutates_args))
+        #: positions of list-of-tensors inputs (``Tensor[]`` in the schema)
+        self._list_inputs = tuple(
+            i for i, arg in enumerate(schema.split("->")[0].strip("( ").split(",")) if "Tensor[]" in arg
+        )
         #: the registered custom op (``torch.ops.warpgeo.<op>``)
         self.custom = torch.library.custom_op(name, checked, mutates_args=tuple(mutates_args), schema=schema)
         self.custom.register_fake(checked_fake)
@@ -114,12 +118,23 @@ class Op:
         }
         return type(name, (torch.autograd.Function,), namespace)
 
-    def grads(self, **given: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
-        """A backward's return value: the gradient of each input by name, ``None`` for the others."""
+    def grads(self, ctx: Any = None, /, **given: torch.Tensor | None) -> tuple[Any, ...]:
+        """A backward's return value: the gradient of each input by name, ``None`` for the others.
+
+        An op with a list-of-tensors input passes its ``ctx``: the registered op's autograd flattens such an
+        input and wants a list of as many gradients (Nones) for it, a Function one None."""
         for name in given:
             if name not in self._positions:
                 raise TypeError(f"internal error: {self.name} has no input {name!r}")
-        return tuple(given.get(name) for name in self.inputs)
+        grads = [given.get(name) for name in self.inputs]
+        if self._list_inputs:
+            if ctx is None:
+                raise TypeError(f"internal error: {self.name} has list inputs: pass ctx to grads()")
+            for i in self._list_inputs:
+                needs = ctx.needs_input_grad[i]
+                if isinstance(needs, (list, tuple)) and grads[i] is None:
+                    grads[i] = [None] * len(needs)
+        return tuple(grads)
 
     def call(self, **args: Any) -> Any:
         """Run the op on its inputs (all of them, by name) the cheapest way that is still correct."""
@@ -146,6 +161,10 @@ class Op:
         return self.impl
 
 
+#: What a list input of a plain eager call holds: plain tensors (and None, ints, floats of list arguments).
+_PLAIN = frozenset({torch.Tensor, type(None), int, float, bool})
+
+
 def _needs_grad(values: Sequence[Any]) -> bool:
     if not torch.is_grad_enabled():
         return False
@@ -161,8 +180,6 @@ def _plain_eager(values: Sequence[Any]) -> bool:
         if isinstance(v, torch.Tensor):
             if type(v) is not torch.Tensor:
                 return False
-        elif isinstance(v, (list, tuple)) and any(
-            isinstance(t, torch.Tensor) and type(t) is not torch.Tensor for t in v
-        ):
-            return False
+        elif isinstance(v, (list, tuple)) and not set(map(type, v)) <= _PLAIN:
+            return False  # a tensor subclass in a list input (or something no op takes)
     return True

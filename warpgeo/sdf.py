@@ -473,40 +473,29 @@ def _kernel_grad(ctx, op: str) -> torch.Tensor:
     return grad
 
 
-def _grads(op: Op, ctx, **given) -> tuple:
-    """``op.grads(**given)``, the world's entry shaped as autograd sees that input: through the registered
-    op's autograd (which flattens list inputs) ``needs_input_grad`` holds a list for it, and the gradient
-    must be a list of as many Nones; through a Function (:meth:`Op.function`) it is one None."""
-    grads = op.grads(**given)
-    world = ctx.needs_input_grad[2]
-    if isinstance(world, (list, tuple)):
-        return (*grads[:2], [None] * len(world), *grads[3:])
-    return grads
-
-
 def _backward_cost(ctx, grad_cost, _grad_grad):
     if grad_cost is None or not ctx.needs_input_grad[0]:
-        return _grads(_cost, ctx)
+        return _cost.grads(ctx)
     grad = _kernel_grad(ctx, "sphere_mesh_cost")
-    return _grads(_cost, ctx, spheres=_interop.scale_rows(grad_cost, grad).to(ctx.dtype))
+    return _cost.grads(ctx, spheres=_interop.scale_rows(grad_cost, grad).to(ctx.dtype))
 
 
 def _backward_swept(ctx, grad_cost, _grad_grad):
     """Step h's cost depends on spheres h (``grad[..., 0, :]``) and h + 1 (``grad[..., 1, :]``)."""
     if grad_cost is None or not ctx.needs_input_grad[0]:
-        return _grads(_swept, ctx)
+        return _swept.grads(ctx)
     grad = _kernel_grad(ctx, "swept_sphere_mesh_cost")
     g = grad_cost.to(grad.dtype)[..., None]
     spheres = g * grad[..., 0, :]
     spheres[:, 1:] += g[:, :-1] * grad[:, :-1, :, 1, :]
-    return _grads(_swept, ctx, spheres=spheres.to(ctx.dtype))
+    return _swept.grads(ctx, spheres=spheres.to(ctx.dtype))
 
 
 def _backward_distance(ctx, grad_dist, _grad_grad):
     if grad_dist is None or not ctx.needs_input_grad[0]:
-        return _grads(_distance, ctx)
+        return _distance.grads(ctx)
     grad = _kernel_grad(ctx, "signed_distance")
-    return _grads(_distance, ctx, points=_interop.scale_rows(grad_dist, grad).to(ctx.dtype))
+    return _distance.grads(ctx, points=_interop.scale_rows(grad_dist, grad).to(ctx.dtype))
 
 
 _cost = Op(
