@@ -172,32 +172,18 @@ _interop.launch(one, 1, device=d, a=torch.zeros(1, device=d))
 """
 
 
-#: How a process with an empty cache gets its kernels: warpgeo's way (the objects compiled at install,
-#: ``warpgeo._aot``), compiled at first use the way warpgeo compiles (its first module beside Warp's
-#: precompiled header, ``warpgeo._compile``), or compiled at first use Warp's own way (the header built
-#: first, then every module with it). Each: (environment variables, code run before ``import warpgeo``).
-_COMPILES = {
-    "warpgeo": ({}, ""),
-    "compiled": ({"WARPGEO_AOT": "0"}, ""),
-    "Warp's": ({"WARPGEO_AOT": "0"}, "import warpgeo._compile\nwarpgeo._compile.install = lambda: None\n"),
-}
-
-
-def _first_call_s(
-    ops: list[str], device: torch.device, cache: str | None, compiles: str = "warpgeo"
-) -> tuple[float, float]:
+def _first_call_s(ops: list[str], device: torch.device, cache: str | None) -> tuple[float, float]:
     """Wall and CPU seconds (all threads) from after ``import torch`` to the end of the first call of each of
-    ``ops`` (a name of ``_FIRST_CALL``, or ``"floor"``), one after the other, in a fresh process that
-    compiles as ``_COMPILES[compiles]`` says."""
+    ``ops`` (a name of ``_FIRST_CALL``, or ``"floor"``), one after the other, in a fresh process whose Warp
+    kernel cache is ``cache`` (None: the user's)."""
     calls = "\n".join(_FLOOR if op == "floor" else _FIRST_CALL[op] for op in ops)
-    variables, setting = _COMPILES[compiles]
     code = (
         "import time, torch, trimesh\nt = time.perf_counter(); c = time.process_time()\n"
-        f"{setting}import warpgeo\nd = torch.device({str(device)!r})\n{calls}\n"
+        f"import warpgeo\nd = torch.device({str(device)!r})\n{calls}\n"
         "torch.cuda.synchronize() if d.type == 'cuda' else None\n"
         "print(time.perf_counter() - t, time.process_time() - c)"
     )
-    env = {**os.environ, **variables}
+    env = dict(os.environ)
     if cache is not None:
         env["WARP_CACHE_PATH"] = cache
     with tempfile.TemporaryDirectory() as folder:  # a file: Warp reads a kernel's source from its file
@@ -214,36 +200,26 @@ def _load() -> str:
 
 
 def _cold(device: torch.device) -> None:
-    """First calls with an empty Warp kernel cache: per op, all ops in one process, and the floor; each
-    with the kernels compiled at install (where the install compiled them: ``warpgeo/compiled-kernels/``), compiled at
-    first use warpgeo's way, and Warp's way (``_COMPILES``).
-
-    Compiled at first use, Warp's precompiled header spares every module of a process but the first the
-    ~2 s of parsing Warp's headers, and costs the first one ~1.3 s more to build; warpgeo compiles its
-    first module without it while the header builds on another core. The floor (a user's one-line kernel,
-    launched through warpgeo's launch) is never shipped: it is compiled in every column."""
-    import json
-
-    import warp
-
-    from warpgeo import _aot
-
-    manifest = _aot.ROOT / str(warp.config.version) / _aot.MANIFEST
-    shipped = len(json.loads(manifest.read_text())["modules"]) if manifest.is_file() else 0
-    print(f"kernel modules compiled at install: {shipped} (in {manifest.parent})")
+    """First calls with an empty Warp kernel cache (Warp compiles each module the process launches), and
+    with a cache filled by ``warpgeo warmup`` beforehand (how long that takes is printed too)."""
     print(
-        "first call with an empty Warp kernel cache, beyond `import torch` (goal ≤ 3 s), wall and CPU s, "
-        f"compiled: {' | '.join(_COMPILES)}"
+        "first call beyond `import torch`, wall and CPU s: empty Warp kernel cache | after `warpgeo warmup`"
     )
     rows = [(op, [op]) for op in _FIRST_CALL]
     rows += [("all of them, one process", list(_FIRST_CALL)), ("floor: a one-line Warp kernel", ["floor"])]
-    for label, ops in rows:
-        figures = []
-        for compiles in _COMPILES:
-            with tempfile.TemporaryDirectory() as cache:
-                wall, cpu = _first_call_s(ops, device, cache, compiles)
-            figures.append(f"{wall:5.2f} {cpu:5.2f}")
-        print(f"  {label:30s} {' | '.join(figures)}  {_load()}")
+    with tempfile.TemporaryDirectory() as warmed:
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "warpgeo", "warmup", "-q", "--device", str(device)],
+            env={**os.environ, "WARP_CACHE_PATH": warmed},
+            check=True,
+        )
+        print(f"  warpgeo warmup into an empty cache: {time.perf_counter() - start:.1f} s  {_load()}")
+        for label, ops in rows:
+            with tempfile.TemporaryDirectory() as empty:
+                cold = _first_call_s(ops, device, empty)
+            warm = _first_call_s(ops, device, warmed)
+            print(f"  {label:30s} {cold[0]:5.2f} {cold[1]:5.2f} | {warm[0]:5.2f} {warm[1]:5.2f}  {_load()}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -180,6 +180,10 @@ def _plain_eager(values: Sequence[Any]) -> bool:
         if isinstance(v, torch.Tensor):
             if type(v) is not torch.Tensor:
                 return False
-        elif isinstance(v, (list, tuple)) and not set(map(type, v)) <= _PLAIN:
-            return False  # a tensor subclass in a list input (or something no op takes)
+        elif (
+            isinstance(v, (list, tuple))
+            and not set(map(type, v)) <= _PLAIN
+            and any(isinstance(t, torch.Tensor) and type(t) is not torch.Tensor for t in v)
+        ):
+            return False  # a tensor subclass in a list input
     return True

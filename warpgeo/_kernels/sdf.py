@@ -156,16 +156,13 @@ def _world_struct(name: str, transform: Any) -> Any:
         cone_faces: wp.array(dtype=wp.int32)
 
     World.__name__ = World.__qualname__ = name
-    return wp.struct(World)
+    return wp.struct(World), tuple(World.__annotations__)
 
 
-#: The world struct per query precision (the key of the kernel tables).
-WORLD = {
-    "float32": _world_struct("WorldF32", wp.transformf),
-    "float64": _world_struct("WorldF64", wp.transformd),
-}
-#: The world's fields, in order.
-WORLD_FIELDS = tuple(WORLD["float32"].vars)
+#: The world struct per query precision (the key of the kernel tables), and the world's fields in order.
+WORLD = {}
+WORLD["float32"], WORLD_FIELDS = _world_struct("WorldF32", wp.transformf)
+WORLD["float64"], _ = _world_struct("WorldF64", wp.transformd)
 
 #: Which feature of a triangle ``abc`` (corners 0, 1, 2 of a face) holds the closest point to a query
 #: (``closest_point_on_triangle``): its interior, a vertex (``FEATURE_VERTEX + corner``) or an edge
