@@ -457,7 +457,7 @@ class _Recorded:
     reference (an identical object is never set twice; a new one at a reused address is).
     """
 
-    __slots__ = ("cmd", "cuda", "descs", "dims", "kernel", "keys", "last", "names", "ptrs", "types")
+    __slots__ = ("cmd", "cuda", "descs", "dims", "fast", "kernel", "keys", "last", "names", "ptrs", "types")
 
     def __init__(self, kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args):
         wp = warp()
@@ -470,6 +470,7 @@ class _Recorded:
             kernel, dims, inputs=inputs, device=warp_device(device), block_dim=block_dim, record_cmd=True
         )
         self.cuda = device.type == "cuda"
+        self.fast = _fast_launch.enabled()
         self.dims = dims
         count = len(self.names)
         #: per parameter: the scalar / struct it holds, or for a tensor the (shape, strides, dtype) and
@@ -521,7 +522,7 @@ class _Recorded:
             cmd.set_dim(dims)  # Warp validates the grid
             self.dims = dims
         cmd.launch(warp_stream(device) if self.cuda else None)
-        if not _fast_launch.enabled():
+        if not self.fast:
             for i in range(len(names)):  # the public path's descriptors hold their tensors: let them go
                 if keys[i] is not None:
                     cmd.set_param_at_index(i, None)
@@ -543,7 +544,7 @@ class _Recorded:
                 ) from None
             self.types[i][sig] = dtype
         desc = _wrap(value, dtype, ctype=True)
-        if _fast_launch.enabled():
+        if self.fast:
             _fast_launch.release(desc)
         self.descs[i] = desc
         self.cmd.set_param_at_index_from_ctype(i, desc)
@@ -688,6 +689,10 @@ def _load(kernel: Any, device: torch.device, block_dim: int | None = None) -> No
     kernel.module.load(wdev, block_dim)
 
 
+#: An empty mapping of tensors (no per-batch tensors).
+_NO_TENSORS: dict[str, torch.Tensor] = {}
+
+
 def launch_blocks(
     kernel: Any,
     grid: Sequence[int],
@@ -715,11 +720,26 @@ def launch_blocks(
     used) in chunks of L. A middle dimension whose stride reaches 2**31 bytes cannot be split so: ValueError
     naming ``what``.
     """
-    per_batch = per_batch or {}
-    grid = tuple(int(g) for g in grid)
+    per_batch = per_batch or _NO_TENSORS
     rows = math.prod(grid)
     if rows == 0:
         return
+    if rows <= MAX_LAUNCH_ROWS and dense_below(sliced.values()) and dense_below(per_batch.values()):
+        # the usual case: one launch, nothing to analyse
+        if grid_launch:
+            launch(kernel, tuple(grid), device=device, **sliced, **per_batch, **whole)
+        else:
+            launch_rows(
+                kernel,
+                -(-rows // rows_per_thread),
+                device=device,
+                work_per_row=work_per_row * rows_per_thread,
+                **sliced,
+                **per_batch,
+                **whole,
+            )
+        return
+    grid = tuple(int(g) for g in grid)
 
     def run(count_grid: tuple[int, ...], blocked: dict, batch: dict) -> None:
         if grid_launch:
@@ -737,9 +757,6 @@ def launch_blocks(
             )
 
     tensors = [*sliced.values(), *per_batch.values()]
-    if rows <= MAX_LAUNCH_ROWS and dense_below(tensors):  # the usual case
-        run(grid, sliced, per_batch)
-        return
 
     def too_big(dim: int, among: Iterable[torch.Tensor]) -> bool:
         return any(
