@@ -3,7 +3,8 @@
 Shows how to push a trajectory out of collision with gradients from ``warpgeo.swept_sphere_mesh_cost``.
 A sphere's trajectory (H waypoints, cuRobo's (B, H, N, 4) sphere layout with B = N = 1) starts as the
 straight line through three obstacles built from trimesh primitives (a cylinder, a box posed with a
-quaternion, a sphere) — plus any mesh file given with ``--mesh``. Adam moves the waypoints' centres (in
+quaternion, a sphere) — plus any mesh file given with ``--mesh`` (stood with its thinnest side facing the
+path, 0.5 across). Adam moves the waypoints' centres (in
 the plane z = 0) to minimise
 
     swept_sphere_mesh_cost(spheres, world).sum() + smoothness * sum ||x[h+1] - x[h]||^2
@@ -63,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     device = torch.device(args.device)
     activation_distance, smoothness, lr = 0.05, 0.02, 0.03
-    meshes, poses = demos.collision_scene(args.mesh)
+    try:
+        meshes, poses = demos.collision_scene(args.mesh)
+    except ValueError as exc:  # a --mesh that is missing, unreadable or not a triangle mesh: one line
+        parser.error(f"--mesh: {exc}")
     sign_method = "ray" if all(m.is_watertight for m in meshes) else "winding"  # winding: open meshes
     world = warpgeo.MeshWorld(meshes, poses=poses, device=str(device), sign_method=sign_method)
 
@@ -80,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     radii = torch.full((H, 1), args.radius, device=device)  # (H, 1), fixed
     optimiser = torch.optim.Adam([centres_xy], lr=lr)
 
+    print(
+        f"Moving {H - 2} waypoints of a sphere (radius {args.radius:g}) off the straight line through "
+        f"{len(meshes)} obstacles: Adam on the swept collision cost (activation distance η = "
+        f"{activation_distance}) plus smoothness, {args.iterations} steps. Per step: the cost, the objective "
+        "(loss) and the clearance (the closest sphere's distance to a mesh; < 0 is a collision)."
+    )
     costs, losses, clearances = [], [], []
     for it in range(args.iterations + 1):
         xyz = torch.cat([line[:1], torch.cat([centres_xy, z], dim=1), line[-1:]])  # (H, 3)

@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-k", type=int, default=1024, help="largest K (default: 1024)")
     parser.add_argument("--show-k", type=int, default=256, help="K in the scatter plots (default: 256)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seeds the surface samples and the random subsets (default: 0)"
+    )
     parser.add_argument("--quick", action="store_true", help="smallest settings (for tests)")
     parser.add_argument("--out", default="point_sampling.png", help="output picture")
     args = parser.parse_args(argv)
@@ -50,7 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     demos.require_matplotlib("point_sampling.py")
 
     t0 = time.perf_counter()
-    mesh = trimesh.load(args.mesh, force="mesh") if args.mesh else demos.sampling_mesh()
+    mesh = demos.sampling_mesh()
+    if args.mesh:
+        try:
+            mesh = trimesh.load(args.mesh, force="mesh")
+        except Exception as exc:  # trimesh raises many kinds for a file it cannot read: one line
+            parser.error(f"--mesh: cannot read {args.mesh!r} ({exc})")
+        if not isinstance(mesh, trimesh.Trimesh) or len(mesh.faces) == 0:
+            parser.error(f"--mesh: {args.mesh!r} holds no triangle mesh")
     dense_np, _ = trimesh.sample.sample_surface(mesh, args.num_surface, seed=args.seed)
     dense = torch.tensor(dense_np, dtype=torch.float32, device=args.device)  # (N, 3)
 

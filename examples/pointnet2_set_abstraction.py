@@ -19,7 +19,7 @@ linear classifier. ``--compile`` runs the model under ``torch.compile`` (warpgeo
 custom ops, so the graph has no breaks). The script prints the loss, the test accuracy, and saves a
 picture (needs the ``demo`` extra): one cloud with its FPS centres and one neighbourhood, and the loss curve.
 
-    python3 examples/pointnet2_set_abstraction.py                # ~35 s on 2 CPU cores
+    python3 examples/pointnet2_set_abstraction.py                # ~20 s on 2 CPU cores (+ kernel compile, first run)
     python3 examples/pointnet2_set_abstraction.py --compile      # + 1-2 min of inductor compilation on a CPU
     python3 examples/pointnet2_set_abstraction.py --steps 2000 --num-points 1024 --batch-size 32 --device cuda
 """
@@ -222,7 +222,8 @@ def plot(
     )
     ax.scatter(*centres[:1].T, s=120, c="k", marker="*", depthshade=False, label="that group's centre")
     ax.set_title(f"a test cloud (class: {CLASSES[label]}) in the first layer", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
+    # below the axes: inside, it hides part of the cloud
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False)
     ax.set_xlabel("x")
     ax.set_ylabel("y")
     ax.set_zlabel("z")
@@ -248,18 +249,30 @@ def main(argv: list[str] | None = None) -> int:
         "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device"
     )
     parser.add_argument("--steps", type=int, default=150, help="training steps (default: 150)")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=16, help="clouds per step (default: 16)")
     parser.add_argument("--num-points", type=int, default=128, help="points per cloud (default: 128)")
     parser.add_argument("--num-train", type=int, default=480, help="training clouds (default: 480)")
     parser.add_argument("--num-test", type=int, default=160, help="test clouds (default: 160)")
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--grouping", choices=("knn", "ball"), default="knn")
-    parser.add_argument("--aggregate", choices=("max", "attention"), default="max")
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default: 1e-3)")
+    parser.add_argument(
+        "--grouping",
+        choices=("knn", "ball"),
+        default="knn",
+        help="neighbours of a centre: its K nearest, or the first K within a radius (default: knn)",
+    )
+    parser.add_argument(
+        "--aggregate",
+        choices=("max", "attention"),
+        default="max",
+        help="pool over the K neighbours: max, or a softmax-weighted sum (default: max)",
+    )
     parser.add_argument("--compile", action="store_true", help="run the model under torch.compile")
     parser.add_argument(
         "--compile-backend", default="inductor", help="torch.compile backend (default: inductor)"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seeds the data, the model and the order (default: 0)"
+    )
     parser.add_argument("--quick", action="store_true", help="smallest settings (for tests)")
     parser.add_argument("--out", default="pointnet2_set_abstraction.png", help="output picture")
     args = parser.parse_args(argv)

@@ -198,7 +198,12 @@ def test_sample_errors(files, capsys):
         ["sample", str(files / "cloud.npy"), "-o", out, "--indices", str(files / "idx.ply")],
         "cannot write --indices",
     )
-    run_error(capsys, ["sample", str(files / "cloud.npy"), "-o", str(files)], "unknown file type")
+    line = run_error(capsys, ["sample", str(files / "cloud.npy"), "-o", str(files)], "it is a folder")
+    assert "give a file name" in line and "unknown file type" not in line
+    np.save(files / "empty.npy", np.zeros((0, 3)))
+    run_error(capsys, ["sample", str(files / "empty.npy"), "-o", out], "it holds no points")
+    (files / "empty.xyz").write_text("")
+    run_error(capsys, ["sample", str(files / "empty.xyz"), "-o", out], "it holds no points")
     run_error(capsys, ["sample", str(files), "-o", out], "not a file")
     (files / "cloud.abc").write_text("1 2 3")
     run_error(capsys, ["sample", str(files / "cloud.abc"), "-o", out], "unknown file type")
@@ -271,6 +276,26 @@ def test_sdf_text_io_and_winding(files, capsys):
     np.testing.assert_allclose(np.loadtxt(out), np.linalg.norm(cloud, axis=1) - 1.0, atol=0.01)
 
 
+def test_sdf_on_an_open_mesh_says_how_it_signs(files, capsys):
+    """auto on an open mesh picks winding numbers and says so (and why), offering unsigned for bins."""
+    bowl = trimesh.creation.icosphere(subdivisions=3, radius=1.0)
+    bowl.update_faces(bowl.triangles_center[:, 2] < 0.5)  # the top cut off: open
+    bowl.export(files / "bowl.stl")
+    out = files / "sd.npy"
+    np.save(files / "q.npy", np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 2.0]]))
+    assert main(["sdf", str(files / "bowl.stl"), str(files / "q.npy"), "-o", str(out), "-q"]) == 0
+    captured = capsys.readouterr()
+    assert "not watertight" in captured.err and "--sign-method unsigned" in captured.err
+    assert "sign by winding: auto, the mesh is open" in captured.out
+    argv = ["sdf", str(files / "bowl.stl"), str(files / "q.npy"), "-o", str(out), "-q", "--sign-method"]
+    assert main([*argv, "unsigned"]) == 0
+    assert "sign by unsigned" in capsys.readouterr().out
+    assert (np.load(out) >= 0).all()
+    assert main(["sdf", str(files / "sphere.stl"), str(files / "q.npy"), "-o", str(out), "-q"]) == 0
+    captured = capsys.readouterr()
+    assert "watertight" not in captured.err and "sign by ray: auto, the mesh is closed" in captured.out
+
+
 def test_sdf_errors(files, capsys):
     mesh, points, out = str(files / "sphere.stl"), str(files / "cloud.npy"), str(files / "sd.npy")
     run_error(capsys, ["sdf", str(files / "missing.stl"), points, "-o", out], "input file not found")
@@ -279,6 +304,9 @@ def test_sdf_errors(files, capsys):
     run_error(capsys, ["sdf", str(files / "garbage.ply"), points, "-o", out], "cannot read")
     run_error(capsys, ["sdf", mesh, str(files / "flat.npy"), "-o", out], "(..., 3) array")
     run_error(capsys, ["sdf", mesh, points, "-o", str(files / "sd.ply")], "unknown file type")
+    run_error(capsys, ["sdf", mesh, points, "-o", str(files)], "it is a folder")
+    np.save(files / "empty.npy", np.zeros((0, 3)))
+    run_error(capsys, ["sdf", mesh, str(files / "empty.npy"), "-o", out], "it holds no points")
     run_error(capsys, ["sdf", mesh, points, "-o", out, "--chunk", "0"], "--chunk must be positive")
 
 

@@ -20,6 +20,7 @@ MODULES = [
     "warpgeo.fps",
     "warpgeo.gather",
     "warpgeo.neighbors",
+    "warpgeo.chamfer",
     "warpgeo.world",
     "warpgeo.sdf",
 ]

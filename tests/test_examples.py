@@ -48,12 +48,63 @@ def number(pattern: str, text: str) -> list[float]:
 
 def test_collision_avoidance(tmp_path):
     out = run_example("collision_avoidance.py", tmp_path)
+    assert out.startswith("Moving ")  # says what it does before its table
     initial, final = number(r"initial cost ([\d.eE+-]+)\s+final cost ([\d.eE+-]+)", out)
     assert initial > 1.0  # starts deep in collision
     assert final < 0.05 * initial
     assert "collision-free: yes" in out
     iters = re.findall(r"^iter\s+(\d+)\s+cost", out, flags=re.M)
     assert len(iters) >= 3  # prints the cost as it goes
+
+
+def test_collision_avoidance_with_the_torus_of_the_docstring(tmp_path):
+    """The line its docstring shows: the torus stands on edge (not a hole the path is caught in), and the
+    picture counts four obstacles."""
+    torus = str(EXAMPLES / "data" / "torus.obj")
+    out = run_example("collision_avoidance.py", tmp_path, "--mesh", torus)
+    assert "collision-free: yes" in out and "through 4 obstacles" in out
+
+
+@pytest.mark.parametrize("script", ["collision_avoidance.py", "point_sampling.py"])
+@pytest.mark.parametrize("mesh", ["missing.obj", "notamesh.obj"])
+def test_bad_mesh_is_one_line(tmp_path, script, mesh):
+    (tmp_path / "notamesh.obj").write_text("this is not a mesh\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / script),
+            "--quick",
+            "--device",
+            "cpu",
+            "--mesh",
+            str(tmp_path / mesh),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "--mesh" in proc.stderr.splitlines()[-1], proc.stderr
+
+
+def test_examples_say_what_every_flag_does():
+    for script in (
+        "collision_avoidance.py",
+        "point_sampling.py",
+        "pointnet2_set_abstraction.py",
+        "ddp_training.py",
+    ):
+        lines = subprocess.run(
+            [sys.executable, str(EXAMPLES / script), "--help"], capture_output=True, text=True, timeout=60
+        ).stdout.splitlines()
+        silent = [
+            line.strip()
+            for line, after in zip(lines, [*lines[1:], ""], strict=True)
+            # a flag alone on its line, with no help text on the next one (argparse indents that by 24)
+            if re.fullmatch(r"  --[a-z-]+(?: \S+)?", line) and not after.startswith(" " * 10)
+        ]
+        assert not silent, (script, silent)
 
 
 def test_point_sampling(tmp_path):

@@ -502,6 +502,9 @@ def test_opcheck(device):
         ({"start_index": -1}, IndexError, "start_index"),
         ({"start_index": torch.tensor([0, 6]), "lengths": torch.tensor([10, 6])}, IndexError, "start_index"),
         ({"start_index": 1, "random_start": True}, ValueError, "start_index"),
+        ({"start_index": 10**30}, IndexError, "^start_index"),  # beyond int64: no OverflowError
+        ({"num_samples": [10**30, 1]}, ValueError, "^num_samples may be at most"),
+        ({"num_samples": [2**62, 1]}, ValueError, "^num_samples may be at most"),
         ({"lengths": torch.tensor([10, 10], device="meta")}, ValueError, "device"),
         ({"num_samples": torch.tensor([3, 3], device="meta")}, ValueError, "device"),
     ],

@@ -546,6 +546,20 @@ def test_out_of_range_index_raises_index_error(device, bad, idx_dtype):
         gather_points(features, idx)
 
 
+def test_points_in_the_features_place_get_a_layout_hint():
+    """gather_points(xyz (B, N, 3), idx): the index error says features are (B, C, N) and how to fix it."""
+    xyz = torch.rand(2, 50, 3)
+    idx = torch.randint(0, 50, (2, 8))
+    idx[0, 0] = 40
+    with pytest.raises(IndexError, match=r"N=3\).*features must be \(B, C, N\).*transpose\(1, 2\)"):
+        gather_points(xyz, idx)
+    with pytest.raises(IndexError, match=r"features must be \(B, C, N\)"):
+        gather_points(xyz, idx[..., None].expand(-1, -1, 3).contiguous(), weight=torch.rand(2, 8, 3))
+    with pytest.raises(IndexError) as info:  # an index beyond C too: no hint (nothing suggests a swap)
+        gather_points(xyz, torch.full((2, 8), 60))
+    assert "features must be" not in str(info.value)
+
+
 def test_type_errors():
     features = torch.randn(2, 3, 5)
     idx = torch.zeros(2, 4, dtype=torch.int64)

@@ -463,6 +463,176 @@ def test_hostile_values_with_checks_off_never_crash(method):
 
 
 # --------------------------------------------------------------------------------------------------------
+# issue 27: far scales in float64, one unbatched cloud, huge ints, pointnet2's argument order
+# --------------------------------------------------------------------------------------------------------
+
+
+def _exact_knn(queries, points, k):
+    """kNN of one float64 cloud by exact squared distances (fractions: no overflow, no underflow, exact
+    ties to the lowest index); distances by ``math.hypot`` (no overflow). Lists of (M, k)."""
+    import math
+    from fractions import Fraction
+
+    q, p = queries.tolist(), points.tolist()
+    dists, idx = [], []
+    for qm in q:
+        d2 = [sum((Fraction(a) - Fraction(b)) ** 2 for a, b in zip(pn, qm, strict=True)) for pn in p]
+        order = sorted(range(len(p)), key=lambda i: (d2[i], i))[:k]
+        idx.append(order + [-1] * (k - len(order)))
+        dists.append([math.hypot(*(a - b for a, b in zip(p[i], qm, strict=True))) for i in order])
+        dists[-1] += [math.inf] * (k - len(order))
+    return dists, idx
+
+
+def _exact_ball_query(queries, points, radius, k):
+    from fractions import Fraction
+
+    r2 = Fraction(radius) ** 2
+    out = []
+    for qm in queries.tolist():
+        hits = [
+            n
+            for n, pn in enumerate(points.tolist())
+            if sum((Fraction(a) - Fraction(b)) ** 2 for a, b in zip(pn, qm, strict=True)) <= r2
+        ][:k]
+        out.append(hits + [-1] * (k - len(hits)))
+    return out
+
+
+@pytest.mark.parametrize("scale", [1e200, 1e-200, 1e300, 2.0**-1060])
+@pytest.mark.parametrize("method", METHODS)
+def test_float64_at_any_scale_matches_exact_brute_force(method, scale):
+    """Squared distances of float64 coordinates near 1e200 overflow (near 1e-200 underflow): the op scales
+    each cloud by a power of two first, so order, ball membership and distances are right at any scale."""
+    queries, points = _cloud(2, 17, 300, dtype=torch.float64, offset=-0.5)
+    queries, points = queries * scale, points * scale
+    k, radius = 5, 0.15 * scale
+    dists, idx = neighbors._knn(queries, points, None, None, k, method)
+    got = neighbors._ball_query(queries, points, None, None, radius, k, True, method)
+    for b in range(2):
+        ref_d, ref_i = _exact_knn(queries[b], points[b], k)
+        assert idx[b].tolist() == ref_i
+        # atol: two steps of a subnormal result (2**-1074 each)
+        np.testing.assert_allclose(dists[b].numpy(), np.array(ref_d), rtol=1e-15, atol=1e-323)
+        assert got[b].tolist() == _exact_ball_query(queries[b], points[b], radius, k)
+    # the public functions, and the gradient of a distance (finite: its norm does not overflow either)
+    q = queries.clone().requires_grad_()
+    public = knn(q, points, k)
+    assert torch.equal(public.idx, idx) and torch.equal(public.dists, dists)
+    public.dists[..., 1].sum().backward()
+    assert torch.isfinite(q.grad).all()
+    if scale > 1e-300:  # unit vectors (subnormal differences hold too few bits for 1e-12)
+        assert (q.grad.norm(dim=-1) - 1).abs().max() < 1e-12
+    assert torch.equal(ball_query(queries, points, radius, k), got)
+
+
+def test_float64_scale_is_exact():
+    """The power-of-two scale is exact: a cloud scaled by 2**e gets the distances times 2**e, bit for bit,
+    and the same indices (so a cloud at ordinary scale gets the bits it got before the scaling existed)."""
+    queries, points = _cloud(2, 40, 600, dtype=torch.float64)
+    dists, idx = knn(queries, points, 8)
+    for e in (-900, -300, -1, 1, 7, 300, 900):
+        f = 2.0**e
+        scaled = knn(queries * f, points * f, 8)
+        assert torch.equal(scaled.idx, idx) and torch.equal(scaled.dists, dists * f), e
+        assert torch.equal(
+            ball_query(queries * f, points * f, 0.1 * f, 8), ball_query(queries, points, 0.1, 8)
+        )
+
+
+def test_unbatched_clouds_as_fps_takes_them(device):
+    queries, points = _cloud(1, 9, 50, device=device)
+    dists, idx = knn(queries[0], points[0], 4)
+    assert idx.shape == dists.shape == (9, 4)
+    batched = knn(queries, points, 4)
+    assert torch.equal(idx, batched.idx[0]) and torch.equal(dists, batched.dists[0])
+    got = ball_query(queries[0], points[0], 0.3, 5)
+    assert torch.equal(got, ball_query(queries, points, 0.3, 5)[0])
+
+
+def test_pointnet2_argument_order_is_named():
+    xyz = torch.rand(1, 50, 3)
+    with pytest.raises(TypeError, match=r"pointnet2.*ball_query\(new_xyz, xyz, radius, nsample\)"):
+        ball_query(0.2, 16, xyz, xyz[:, :8])
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "name"),
+    [
+        (lambda q, p: ball_query(q, p, 10**400, 3), ValueError, "radius"),
+        (lambda q, p: ball_query(q, p, -(10**400), 3), ValueError, "radius"),
+        (lambda q, p: knn(q[:, :0], p, 10**30), ValueError, "k"),
+        (lambda q, p: knn(q, p, 10**30), ValueError, "k"),
+        (lambda q, p: ball_query(q[:, :0], p, 0.2, 2**28), ValueError, "k"),
+    ],
+)
+def test_huge_python_ints_are_refused_naming_the_argument(call, error, name):
+    queries, points = _cloud(1, 4, 20)
+    with pytest.raises(error, match=rf"^{name} "):
+        call(queries, points)
+
+
+_EXPORT_SAVE = textwrap.dedent(
+    """
+    import sys, torch, warpgeo
+
+    class Group(torch.nn.Module):
+        def forward(self, queries, points):
+            dists, idx = warpgeo.knn(queries, points, 4)
+            return dists, idx, warpgeo.ball_query(queries, points, 0.3, 4)
+
+    args = (torch.rand(2, 16, 3), torch.rand(2, 50, 3))
+    torch.export.save(torch.export.export(Group(), args), sys.argv[1])
+    torch.save(args, sys.argv[2])
+    """
+)
+_EXPORT_LOAD = textwrap.dedent(
+    """
+    import sys
+    {imports}
+    assert "warp" not in sys.modules and "warpgeo.neighbors" not in sys.modules
+    warpgeo.load_ops()                           # registers torch.ops.warpgeo.*, imports no Warp
+    assert "warp" not in sys.modules
+    program = torch.export.load(sys.argv[1])
+    queries, points = torch.load(sys.argv[2])
+    dists, idx, ball = program.module()(queries, points)
+    ref = warpgeo.knn(queries, points, 4)
+    assert torch.equal(idx, ref.idx) and torch.equal(dists, ref.dists)
+    assert torch.equal(ball, warpgeo.ball_query(queries, points, 0.3, 4))
+    print("ok")
+    """
+)
+
+
+@pytest.mark.parametrize("imports", ["import torch, warpgeo", "import warpgeo, torch"])
+def test_torch_export_round_trip_after_load_ops(tmp_path, imports):
+    """A saved program calling warpgeo's ops loads in a fresh process after ``import warpgeo`` and
+    ``warpgeo.load_ops()`` (torch imported before or after warpgeo)."""
+    program, args = str(tmp_path / "program.pt2"), str(tmp_path / "args.pt")
+    subprocess.run([sys.executable, "-c", _EXPORT_SAVE, program, args], check=True, timeout=300)
+    code = _EXPORT_LOAD.format(imports=imports)
+    out = subprocess.run(
+        [sys.executable, "-c", code, program, args], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_load_ops_registers_every_op_cheaply():
+    code = (
+        "import sys, time, torch, warpgeo\n"
+        "t = time.perf_counter(); warpgeo.load_ops(); t = time.perf_counter() - t\n"
+        "for name in ('farthest_point_sampling', 'gather_points', 'knn', 'ball_query', 'sphere_mesh_cost',\n"
+        "             'swept_sphere_mesh_cost', 'signed_distance'):\n"
+        "    assert hasattr(torch.ops.warpgeo, name), name\n"
+        "assert 'warp' not in sys.modules, 'load_ops imported Warp'\n"
+        "print(t)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert float(out.stdout) < 1.0  # measured: about 0.05 s (torch alone: about 1 s)
+
+
+# --------------------------------------------------------------------------------------------------------
 # memory: O(output), not O(B * M * N)
 # --------------------------------------------------------------------------------------------------------
 

@@ -666,6 +666,54 @@ CASES: list[Case] = [
     R("set_enabled_strings", "W.set_enabled(['a'])", T, "mask"),
     R("set_enabled_shape", "W.set_enabled([True, False])", V, "mask"),
     R("kernel_args_int_dtype", "W.kernel_args(torch.int32)", T, "dtype"),
+    # ---- issue 27: huge Python ints (never OverflowError), max_distance=inf, set_enabled's 0/1, far scales
+    R("ball_radius_10e400", "ball_query(torch.rand(1, 4, 3), torch.rand(1, 5, 3), 10**400, 3)", V, "radius"),
+    R("knn_k_10e30_no_queries", "knn(torch.rand(1, 0, 3), torch.rand(1, 5, 3), 10**30)", V, "k"),
+    R(
+        "fps_start_10e30",
+        "farthest_point_sampling(torch.rand(5, 3), 2, start_index=10**30)",
+        I,
+        "start_index",
+    ),
+    R("fps_k_list_10e30", "farthest_point_sampling(torch.rand(2, 5, 3), [10**30, 1])", V, "num_samples"),
+    R("cost_weight_10e400", "sphere_mesh_cost(SPH, W, weight=10**400)", V, "weight"),
+    R("cost_eta_10e400", "sphere_mesh_cost(SPH, W, activation_distance=10**400)", V, "activation_distance"),
+    R("cost_max_distance_10e400", "sphere_mesh_cost(SPH, W, max_distance=10**400)", V, "max_distance"),
+    R("swept_weight_10e400", "swept_sphere_mesh_cost(TRAJ, W, weight=10**400)", V, "weight"),
+    R("set_poses_10e400", "W.set_poses([[10**400, 0, 0, 1, 0, 0, 0]])", V, "poses"),
+    R("world_sign_method_nested", "MeshWorld([BOX, BOX], sign_method=[['ray'], ['ray']])", V, "sign_method"),
+    OK(
+        "cost_max_distance_inf",
+        "sphere_mesh_cost(SPH, W0, max_distance=float('inf'))",
+        "torch.equal(r, sphere_mesh_cost(SPH, W0))",
+    ),
+    OK(
+        "cost_eta_1e20",
+        "sphere_mesh_cost(torch.tensor([[3.0, 0.0, 0.0, 0.5]]), W0, activation_distance=1e20)",
+        "torch.isfinite(r).all() and abs(r.item() / 5e19 - 1) < 1e-5",
+    ),
+    OK(
+        "cost_eta_3e38_float32",
+        "sphere_mesh_cost(torch.tensor([[3.0, 0.0, 0.0, 0.5]]), W0, activation_distance=3e38)",
+        "torch.isfinite(r).all() and abs(r.item() / 1.5e38 - 1) < 1e-5",
+    ),
+    R("set_enabled_2", "W.set_enabled([2])", V, "mask"),
+    R("set_enabled_minus_1", "W.set_enabled(np.array([-1]))", V, "mask"),
+    R("set_enabled_tensor_2", "W.set_enabled(torch.tensor([2]))", V, "mask", value=True),
+    OK("set_enabled_0_1", "W.set_enabled(torch.tensor([1]))", "W.enabled.tolist() == [[True]]"),
+    OK(
+        "knn_float64_1e200",
+        "knn(CLOUD64[None, :2] * 1e200, CLOUD64[None] * 1e200, 3)",
+        "r.idx.tolist() == [[[0, 1, 6], [1, 0, 6]]] and torch.allclose(r.dists[0, 0], "
+        "torch.tensor([0.0, 1e200, 3**0.5 * 1e200], dtype=torch.float64), rtol=1e-12)",
+    ),
+    OK(
+        "ball_query_float64_1e-200",
+        "ball_query(CLOUD64[None, :1] * 1e-200, CLOUD64[None] * 1e-200, 1.8e-200, 4)",
+        "r.tolist() == [[[0, 1, 6, -1]]]",
+    ),
+    OK("load_ops", "load_ops()", "hasattr(torch.ops.warpgeo, 'knn')"),
+    OK("torch_ops_lookup", "torch.ops.warpgeo.knn", "r is torch.ops.warpgeo.knn"),
     # ---- the command line (cli.main, in the same process; `python -m warpgeo` once below)
     OK(
         "cli_sample_k_1e9",
@@ -723,6 +771,7 @@ BOX_OBJ = os.path.join(TMP, "box.obj")
 OUT_NPY = os.path.join(TMP, "out.npy")
 IDENTITY = [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
 W = MeshWorld([BOX])
+W0 = MeshWorld([BOX])  # never changed by a case (W is: set_poses / set_enabled with value checks off)
 W2 = MeshWorld.from_envs([[BOX], [BOX, trimesh.creation.icosphere()]])
 ARGS = W.kernel_args()._asdict()  # {"world": [tensors of warpgeo.world.WORLD_FIELDS], "all_cuboids": bool}
 ARGS2 = W2.kernel_args()._asdict()

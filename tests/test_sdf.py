@@ -985,6 +985,54 @@ def test_huge_float64_sphere_costs_the_formula(device):
     assert torch.isfinite(swept).all() and swept.min() > 1e300
 
 
+@pytest.mark.parametrize(
+    ("dtype", "eta"),
+    [(torch.float32, 1e20), (torch.float32, 3e38), (torch.float64, 1e200), (torch.float64, 1e308)],
+)
+def test_huge_activation_distance_costs_the_formula(device, dtype, eta):
+    """phi**2 / (2 eta) with eta near the top of the dtype: phi**2 (and 2 eta) overflow, the cost does not."""
+    world = MeshWorld([box_mesh((0.5, 0.5, 0.5))], device=device)
+    spheres = torch.tensor([[3.0, 0.0, 0.0, 0.5]], dtype=dtype, device=device, requires_grad=True)
+    cost = sphere_mesh_cost(spheres, world, activation_distance=eta)
+    phi = 0.5 + eta - 2.5  # d = 2.5, phi <= eta: the quadratic branch
+    np.testing.assert_allclose(cost.detach().cpu().numpy(), [phi * (phi / eta) / 2], rtol=1e-6)
+    cost.sum().backward()
+    np.testing.assert_allclose(
+        spheres.grad.cpu().numpy(), [[-1.0, 0.0, 0.0, 1.0]], rtol=1e-6
+    )  # phi / eta ~ 1
+    # and tiny ones: phi**2 underflows (float32: (1e-24)**2), the cost does not. The surface x = 0 exactly
+    # (float32 vertices), the centre 0.5 eta outside: phi = eta / 2 (eta if it counts as on the surface)
+    wall = MeshWorld([box_mesh((0.5, 0.5, 0.5)).apply_translation((-0.5, 0.0, 0.0))], device=device)
+    tiny = 1e-24 if dtype == torch.float32 else 1e-170
+    spheres = torch.tensor([[0.5 * tiny, 0.0, 0.0, 0.0]], dtype=dtype, device=device)
+    cost = sphere_mesh_cost(spheres, wall, activation_distance=tiny).item()
+    assert tiny / 8 * (1 - 1e-3) <= cost <= tiny / 2 * (1 + 1e-3)
+
+
+def test_max_distance_inf_means_no_bound(device):
+    world = MeshWorld([box_mesh()], device=device)
+    spheres = torch.tensor([[0.6, 0.0, 0.0, 0.2], [0.0, 0.0, 0.0, 0.1], [3.0, 0.0, 0.0, 0.5]], device=device)
+    base = sphere_mesh_cost(spheres, world, activation_distance=0.05)
+    assert torch.equal(
+        sphere_mesh_cost(spheres, world, activation_distance=0.05, max_distance=math.inf), base
+    )
+    args = world.kernel_args(torch.float32)
+    params = torch.tensor([0.05, 1.0], device=device)
+    cost, _ = torch.ops.warpgeo.sphere_mesh_cost(
+        spheres[None], None, args.world, args.all_cuboids, params, math.inf, False
+    )
+    assert torch.equal(cost[0], base)
+
+
+@pytest.mark.parametrize("name", ["weight", "activation_distance", "max_distance"])
+def test_huge_python_ints_are_value_errors(box_world_cpu, name):
+    with pytest.raises(ValueError, match=rf"^{name} "):
+        sphere_mesh_cost(torch.zeros(2, 4), box_world_cpu, **{name: 10**400})
+    if name != "max_distance":
+        with pytest.raises(ValueError, match=rf"^{name} "):
+            swept_sphere_mesh_cost(torch.zeros(1, 2, 1, 4), box_world_cpu, **{name: 10**400})
+
+
 def test_swept_across_the_whole_float32_range(device):
     """Steps from x = -3e38 to 3e38: the interpolated samples stay finite (no (next - here) overflow)."""
     world = MeshWorld([box_mesh((0.5, 0.5, 0.5))], device=device)

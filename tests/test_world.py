@@ -128,6 +128,31 @@ def test_set_enabled(device):
         world.set_enabled([True, False, True])
 
 
+@pytest.mark.parametrize("mask", [[2, 1], np.array([-1, 0]), torch.tensor([0, 2]), torch.tensor([[1, -3]])])
+def test_set_enabled_takes_bools_or_0_1_only(device, mask):
+    world = MeshWorld([_cube(), _cube()], device=device)
+    before = world.enabled
+    with pytest.raises(ValueError, match="mask must hold bools or 0/1 integers"):
+        world.set_enabled(mask)
+    assert torch.equal(world.enabled, before)
+    if isinstance(mask, torch.Tensor):  # value checks off: nothing read back, nonzero enables
+        with warpgeo.value_checks(False):
+            world.set_enabled(mask)
+        assert world.enabled.tolist() == [[bool(v) for v in mask.reshape(-1).tolist()]]
+    world.set_enabled(torch.tensor([1, 0], device=device))
+    assert world.enabled.tolist() == [[True, False]]
+
+
+def test_huge_ints_and_nested_names_are_value_errors():
+    world = MeshWorld([_cube()])
+    with pytest.raises(ValueError, match=r"^poses must be real numbers within the float64 range"):
+        world.set_poses([[10**400, 0, 0, 1, 0, 0, 0]])
+    with pytest.raises(ValueError, match=r"^sign_method\[0\] must be one of"):
+        MeshWorld([_cube(), _cube()], sign_method=[["ray"], ["ray"]])
+    with pytest.raises(ValueError, match=r"^sign_method\[0\]\[0\] must be one of"):
+        MeshWorld.from_envs([[_cube()]], sign_method=[[["ray"]]])
+
+
 def test_winding_support_is_real(device):
     world = MeshWorld([_cube()], device=device, sign_method="winding")
     assert all(m.support_winding_number for row in world._wp_meshes for m in row)
@@ -601,3 +626,289 @@ def test_mesh_ids_written_behind_torchs_back_are_refused(checks, how):
     with warpgeo.value_checks(checks):
         got, _ = op(points, None, args.world, args.all_cuboids, False)
     assert torch.equal(got, expected)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the build's tables, bit for bit against a node-by-node reference (the build before it was vectorised)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _reference_topology(vertices: np.ndarray, faces: np.ndarray):
+    """``(face_neighbors, vertex_normals)`` of a watertight, consistently wound mesh (None otherwise), by the
+    lexicographic unique of the edges and a bincount per corner and axis."""
+    edges = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
+    _, index, count = np.unique(np.sort(edges, axis=1), axis=0, return_inverse=True, return_counts=True)
+    index = index.reshape(-1)
+    forward = edges[:, 0] < edges[:, 1]
+    if not (count == 2).all() or not (np.bincount(index, weights=forward, minlength=len(count)) == 1).all():
+        return None
+    num_faces = len(faces)
+    pairs = np.argsort(index, kind="stable").reshape(-1, 2)
+    neighbors = np.full((3, num_faces), -1, dtype=np.int64)
+    first, second = pairs[:, 0], pairs[:, 1]
+    neighbors[first // num_faces, first % num_faces] = second % num_faces
+    neighbors[second // num_faces, second % num_faces] = first % num_faces
+    tri = vertices.astype(np.float64)[faces]
+    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    vertex_normals = np.zeros((len(vertices), 3))
+    for k in range(3):
+        u = tri[:, (k + 1) % 3] - tri[:, k]
+        v = tri[:, (k + 2) % 3] - tri[:, k]
+        angle = np.arctan2(np.linalg.norm(np.cross(u, v), axis=1), (u * v).sum(axis=1))
+        for axis in range(3):
+            vertex_normals[:, axis] += np.bincount(
+                faces[:, k], weights=angle * normal[:, axis], minlength=len(vertices)
+            )
+    return np.ascontiguousarray(neighbors.T, dtype=np.int32), vertex_normals
+
+
+def _reference_is_convex(vertices: np.ndarray, faces: np.ndarray, neighbors: np.ndarray) -> bool:
+    """Convex at every edge (the far corner of each neighbour on the inner side, up to 1e-6 of the extent),
+    and connected (labels spread one neighbour at a time until they settle)."""
+    tri = vertices.astype(np.float64)[faces]
+    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    tol = 1.0e-6 * float(np.linalg.norm(vertices.max(axis=0) - vertices.min(axis=0)))
+    for k in range(3):
+        other = neighbors[:, k]
+        if (other < 0).any():
+            return False
+        theirs = faces[other]
+        far = np.zeros(len(faces), dtype=np.int64)
+        for j in range(3):
+            free = (theirs[:, j, None] != faces).all(axis=1)
+            far = np.where(free, theirs[:, j], far)
+        if ((vertices.astype(np.float64)[far] - tri[:, 0]) * normal).sum(axis=1).max() > tol:
+            return False
+    label = np.arange(len(faces))
+    while True:
+        spread = np.minimum(label, label[neighbors].min(axis=1))
+        if (spread == label).all():
+            return bool((label == 0).all())
+        label = spread
+
+
+def _reference_plane_tree(vertices: np.ndarray, faces: np.ndarray, neighbors: np.ndarray):
+    """The plane tree, node by node in depth-first order (a stack of face lists): each node's cone axis (the
+    normalised sum of its normals), least plane offset and half-angle (+1e-3 rad), split at the median along
+    the axis of widest normal spread (a stable sort), down to 8 faces a leaf."""
+    leaf, pad = 8, 1.0e-3
+    if len(faces) < 2 * leaf or not _reference_is_convex(vertices, faces, neighbors):
+        return None
+    points = vertices.astype(np.float64)
+    tri = points[faces]
+    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    origin = ((points.min(axis=0) + points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
+    offset = (normal * (tri[:, 0] - origin)).sum(axis=1)
+    nodes, links, order, placed = [], [], [], 0
+    pending = [np.arange(len(faces))]
+    while pending:
+        members = pending.pop()
+        k = len(nodes)
+        axis = normal[members].sum(axis=0)
+        length = np.linalg.norm(axis)
+        axis = axis / length if length > 1e-12 else np.array([1.0, 0.0, 0.0])
+        angle = min(math.pi, float(np.arccos(np.clip(normal[members] @ axis, -1.0, 1.0)).max()) + pad)
+        nodes.append((*axis, offset[members].min(), math.cos(angle), math.sin(angle)))
+        if len(members) <= leaf:
+            links.append([k + 1, placed, len(members)])
+            order.append(members)
+            placed += len(members)
+        else:
+            spread = normal[members].max(axis=0) - normal[members].min(axis=0)
+            ranked = members[np.argsort(normal[members, int(np.argmax(spread))], kind="stable")]
+            links.append([-1, 0, 0])
+            pending.append(ranked[len(ranked) // 2 :])
+            pending.append(ranked[: len(ranked) // 2])
+    size = [1] * len(nodes)
+    for k in range(len(nodes) - 1, -1, -1):
+        if links[k][2] == 0:
+            size[k] = 1 + size[k + 1] + size[k + 1 + size[k + 1]]
+        links[k][0] = k + size[k]
+    ordered = np.concatenate(order)
+    scale = float(np.abs(points).max() + np.linalg.norm(points.max(axis=0) - points.min(axis=0)))
+    table = np.zeros((1 + 2 * len(nodes), 4), dtype=np.float32)
+    table[0] = (*origin, 1.0e-5 * scale)
+    table[1::2] = [n[:4] for n in nodes]
+    table[2::2, :2] = [n[4:] for n in nodes]
+    planes = np.concatenate([normal[ordered], offset[ordered, None]], axis=1).astype(np.float32)
+    return table, np.asarray(links, dtype=np.int32), planes, ordered.astype(np.int32)
+
+
+def _same_bits(a, b) -> bool:
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _build_cases() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    box = trimesh.creation.box((1.0, 2.0, 0.5))
+    flipped = np.asarray(box.subdivide().faces).copy()
+    flipped[3] = flipped[3][::-1]
+    meshes = {
+        "icosphere 2": trimesh.creation.icosphere(2),
+        "icosphere 3 r=0.3": trimesh.creation.icosphere(3, radius=0.3),
+        "icosphere 5 r=40": trimesh.creation.icosphere(5, radius=40.0),
+        "hull of 400 points": _hull(3, 400),
+        "flat hull": _hull(2, 400, (0.1, 0.1, 0.002), on_sphere=True),
+        "hull of 3000 points on a sphere": _hull(5, 3000, on_sphere=True),
+        "subdivided box (tied normals)": box.subdivide().subdivide(),
+        "cylinder (coplanar caps)": trimesh.creation.cylinder(0.3, 1.0, sections=64),
+        "capsule": trimesh.creation.capsule(1.0, 0.2),
+        "cone": trimesh.creation.cone(0.5, 1.0, sections=40),
+        "torus": trimesh.creation.torus(1.0, 0.3),
+        "annulus": trimesh.creation.annulus(0.3, 0.5, 0.2),
+        "two spheres": trimesh.util.concatenate(
+            [trimesh.creation.icosphere(2), trimesh.creation.icosphere(2).apply_translation([3, 0, 0])]
+        ),
+    }
+    cases = {name: (np.asarray(m.vertices), np.asarray(m.faces)) for name, m in meshes.items()}
+    cases["open box"] = (np.asarray(box.vertices), np.asarray(box.faces)[:-2])
+    cases["a face turned over"] = (np.asarray(box.subdivide().vertices), flipped)
+    return cases
+
+
+def test_build_tables_bit_for_bit_against_the_node_by_node_build():
+    """Every mesh's pseudo-normal tables and plane tree in a world (several environments, meshes that recur
+    as the same object and as equal copies) are bit for bit those of the node-by-node reference build, at the
+    offsets of each slot; its grid is that of one launch of the grid kernel; and meshes that are not closed,
+    or not convex, get none."""
+    from warpgeo import _interop
+
+    cases = _build_cases()
+    names = list(cases)
+    items = list(cases.values())
+    copies = [(v.copy(), f.copy()) for v, f in items[:4]]
+    envs = [items, items[::-1] + copies, [items[0], items[0]]]
+    world = MeshWorld.from_envs(envs)
+    tables = {name: t.numpy() for name, t in world._tables.items()}
+    by_item = {id(item): name for name, item in cases.items()}
+    by_item.update({id(c): names[i] for i, c in enumerate(copies)})
+    references: dict[str, tuple] = {}  # by mesh: (topology, plane tree)
+    for e, env in enumerate(envs):
+        for m, item in enumerate(env):
+            name = by_item[id(item)]
+            vertices, faces = np.asarray(item[0], np.float32), np.asarray(item[1], np.int32)
+            if name not in references:
+                topology = _reference_topology(vertices, faces)
+                tree = None if topology is None else _reference_plane_tree(vertices, faces, topology[0])
+                references[name] = (topology, tree)
+            expected, tree = references[name]
+            face_row, vertex_row = tables["topo_offsets"][e, m]
+            closed = bool(tables["grid_flags"][e, m] & 1)
+            assert closed == (expected is not None), name
+            if expected is None:
+                assert (face_row, vertex_row) == (-1, -1) and tables["cone_offsets"][e, m, 3] == -1, name
+                continue
+            assert _same_bits(tables["face_neighbors"][face_row : face_row + len(faces)], expected[0]), name
+            assert _same_bits(
+                tables["vertex_normals"][vertex_row : vertex_row + len(vertices)], expected[1]
+            ), name
+            # the grid: one launch of the grid kernel over every cell
+            nx, ny, nz, first = tables["grid_dims"][e, m]
+            lower, upper = tables["bounds"][e, m]
+            size = ((upper - lower).astype(np.float64) / np.array([nx, ny, nz])).astype(np.float32)
+            wp = _interop.warp()
+            mesh = world._wp_meshes[e][m]
+            values = torch.empty(nx * ny * nz, dtype=torch.float32)
+            _interop.launch(
+                _interop.kernels("sdf_build").BUILD["float32"].grid_centres,
+                values.shape[0],
+                device=torch.device("cpu"),
+                mesh=mesh.id,
+                lower=wp.vec3(*lower.tolist()),
+                size=wp.vec3(*size.tolist()),
+                ny=int(ny),
+                nz=int(nz),
+                with_sign=1,
+                out=values,
+                row_start=0,
+            )
+            assert _same_bits(tables["grid_cells"][first : first + len(values)], values.numpy()), name
+            node_row, link_row, plane_row, count = tables["cone_offsets"][e, m]
+            if tree is None:
+                assert count == -1, name
+                continue
+            assert count == len(tree[1]), name
+            got = (
+                tables["cone_nodes"][node_row : node_row + len(tree[0])],
+                tables["cone_links"][link_row : link_row + len(tree[1])],
+                tables["cone_planes"][plane_row : plane_row + len(tree[2])],
+                tables["cone_faces"][plane_row : plane_row + len(tree[3])],
+            )
+            for part, (mine, theirs) in enumerate(zip(got, tree, strict=True)):
+                assert _same_bits(mine, theirs), (name, part)
+    convex = {by_item[id(item)] for m, item in enumerate(envs[0]) if tables["cone_offsets"][0, m, 3] > 0}
+    assert {
+        "icosphere 5 r=40",
+        "flat hull",
+        "subdivided box (tied normals)",
+        "cylinder (coplanar caps)",
+    } <= convex
+    assert not {"torus", "two spheres", "annulus", "open box", "a face turned over"} & convex
+
+
+def test_a_recurring_mesh_is_built_once():
+    """A mesh that recurs in a world (the same object, or equal vertices and faces) shares one Warp mesh; its
+    slots get the same tables as a world of that mesh alone, and the same distances as distinct meshes."""
+    sphere = trimesh.creation.icosphere(3, radius=0.4)
+    copy = (np.array(sphere.vertices), np.array(sphere.faces))
+    other = trimesh.creation.icosphere(3, radius=0.41)
+    poses = [[[0, 0, 0, 1, 0, 0, 0], [1, 0, 0, 1, 0, 0, 0], [0, 1, 0, 1, 0, 0, 0]]] * 2
+    world = MeshWorld.from_envs([[sphere, copy, other], [sphere, sphere, other]], poses=poses)
+    meshes = world._wp_meshes
+    assert meshes[0][0] is meshes[0][1] is meshes[1][0] is meshes[1][1]
+    assert meshes[0][2] is meshes[1][2] and meshes[0][2] is not meshes[0][0]
+    alone = MeshWorld([sphere])._tables
+    tables = world._tables
+    rows = len(alone["grid_cells"])
+    assert tables["grid_dims"][:, :2, 3].tolist() == [[0, rows], [3 * rows, 4 * rows]]
+    for slot in range(4):
+        assert torch.equal(tables["grid_cells"][[0, 1, 3, 4][slot] * rows :][:rows], alone["grid_cells"])
+    faces = len(sphere.faces)
+    assert tables["topo_offsets"][0, 1, 0].item() == faces
+    assert torch.equal(tables["face_neighbors"][faces : 2 * faces], alone["face_neighbors"])
+    assert torch.equal(tables["cone_planes"][faces : 2 * faces], alone["cone_planes"])
+    separate = MeshWorld.from_envs(
+        [[trimesh.creation.icosphere(3, radius=0.4) for _ in range(2)] + [other]] * 2, poses=poses
+    )
+    points = torch.rand(200, 3, dtype=torch.float64) * 2 - 0.5
+    for env in (0, 1):
+        index = torch.full((200,), env)
+        assert torch.equal(
+            signed_distance(points, world, env_index=index),
+            signed_distance(points, separate, env_index=index),
+        )
+    for name in world._tables:
+        if name not in ("mesh_ids",):
+            assert torch.equal(world._tables[name], separate._tables[name]), name
+
+
+def test_connected_faces():
+    from warpgeo import _mesh_prep
+
+    sphere = trimesh.creation.icosphere(3)
+    neighbors = _reference_topology(np.asarray(sphere.vertices), np.asarray(sphere.faces))[0]
+    assert _mesh_prep._connected(neighbors)
+    two = np.concatenate([neighbors, neighbors + len(neighbors)])
+    assert not _mesh_prep._connected(two)
+    # a long chain (a strip's labels spread one face per round without pointer jumping)
+    chain = np.arange(10_000)
+    strip = np.stack([np.maximum(chain - 1, 0), np.minimum(chain + 1, 9_999), chain], axis=1)
+    assert _mesh_prep._connected(strip)
+    strip[5000, 1] = 5000
+    strip[5001, 0] = 5001
+    assert not _mesh_prep._connected(strip)
+
+
+def test_stable_argsort_is_numpys():
+    """The radix argsort of the build is NumPy's stable argsort, whatever the width of the keys."""
+    from warpgeo import _mesh_prep
+
+    gen = np.random.default_rng(3)
+    for top in (1, 2**16, 2**16 + 1, 2**33, 2**62):
+        keys = gen.integers(0, top, size=5000, endpoint=True)
+        keys[::7] = keys[0]  # ties
+        np.testing.assert_array_equal(_mesh_prep._stable_argsort(keys), np.argsort(keys, kind="stable"))
+    assert len(_mesh_prep._stable_argsort(np.zeros(0, dtype=np.int64))) == 0

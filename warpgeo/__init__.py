@@ -1,7 +1,9 @@
 """warpgeo: differentiable geometry ops for PyTorch, written as NVIDIA Warp kernels.
 
 Importing the package does no work: each op's module (and Warp itself) is imported on first access, and
-Warp compiles a kernel module the first time it runs (then loads it from its cache).
+Warp compiles a kernel module the first time it runs (then loads it from its cache). The custom ops
+(``torch.ops.warpgeo.*``) are registered with their op module: by the first use of a public name, or all at
+once by :func:`load_ops` (before ``torch.export.load`` of a program that calls them, say).
 """
 
 from __future__ import annotations
@@ -13,15 +15,18 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KNN",
+    "ChamferResult",
     "FarthestPointSampling",
     "GatherPoints",
     "MeshWorld",
     "SdfMesh",
     "SweptSdfMesh",
     "ball_query",
+    "chamfer_distance",
     "farthest_point_sampling",
     "gather_points",
     "knn",
+    "load_ops",
     "set_value_checks",
     "signed_distance",
     "sphere_mesh_cost",
@@ -38,6 +43,8 @@ _HOME = {
     "KNN": "neighbors",
     "knn": "neighbors",
     "ball_query": "neighbors",
+    "ChamferResult": "chamfer",
+    "chamfer_distance": "chamfer",
     "MeshWorld": "world",
     "SdfMesh": "sdf",
     "SweptSdfMesh": "sdf",
@@ -50,6 +57,7 @@ _HOME = {
 
 if TYPE_CHECKING:
     from ._interop import set_value_checks, value_checks
+    from .chamfer import ChamferResult, chamfer_distance
     from .fps import FarthestPointSampling, farthest_point_sampling
     from .gather import GatherPoints, gather_points
     from .neighbors import KNN, ball_query, knn
@@ -68,3 +76,20 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *__all__])
+
+
+def load_ops() -> None:
+    """Register every ``torch.ops.warpgeo.*`` custom op now (e.g. before ``torch.export.load`` of a program
+    that calls them). Imports warpgeo's op modules (torch only: no Warp, nothing compiled; about 0.05 s).
+
+    A public function registers its own op on first use; code that reaches ``torch.ops.warpgeo.<op>``
+    first (a ``torch.export`` program loaded in a fresh process, a direct ``torch.ops`` call) calls this
+    after ``import warpgeo``.
+
+    Example:
+        >>> warpgeo.load_ops()
+        >>> torch.ops.warpgeo.knn(torch.rand(1, 5, 3), torch.rand(1, 9, 3), None, None, 2)[1].shape
+        torch.Size([1, 5, 2])
+    """
+    for home in sorted(set(_HOME.values()) - {"_interop"}):
+        importlib.import_module(f".{home}", __name__)

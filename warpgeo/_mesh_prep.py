@@ -10,9 +10,11 @@ self-intersections), angle-weighted pseudo-normals, plane trees of convex meshes
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import os
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -51,6 +53,10 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     """Load, validate and build every mesh of ``envs`` (one list per environment; ``methods`` nested alike)
     on ``device``; padding slots (``m >= len(envs[e])``) get mesh id ``NO_MESH`` and no tables.
 
+    A mesh that recurs (the same object, or the same vertices and faces: environments that repeat their
+    obstacles) is built once: its slots share one Warp mesh (BVH) and get copies of the same table rows, so
+    the world's tables are those of building every slot alone.
+
     Raises what :class:`~warpgeo.world.MeshWorld` documents for bad meshes (``single``: name them
     ``meshes[m]``, else ``envs[e][m]``)."""
     wp = _interop.warp()
@@ -64,51 +70,78 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     bounds = np.zeros((num_envs, max_meshes, 2, 3), dtype=np.float32)
     flags = np.zeros((num_envs, max_meshes), dtype=np.int32)
     grid_dims = np.zeros((num_envs, max_meshes, 4), dtype=np.int32)
-    grid_values: list[np.ndarray] = [np.zeros(0, dtype=np.float32)]
+    grid_values: list[torch.Tensor] = []
+    grid_rows = 0
     # closed meshes' pseudo-normal tables, and each mesh's first rows in them (-1: none; int32 offsets)
     topo_offsets = np.full((num_envs, max_meshes, 2), -1, dtype=np.int32)
     neighbor_tables: list[np.ndarray] = [np.zeros((0, 3), dtype=np.int32)]
     normal_tables: list[np.ndarray] = [np.zeros((0, 3), dtype=np.float64)]
+    topo_rows = [0, 0]
     # convex closed meshes' plane trees (see _plane_tree), and each mesh's first rows in them
     cone_offsets = np.full((num_envs, max_meshes, 4), -1, dtype=np.int32)
     cone_tables: list[list[np.ndarray]] = [[np.zeros((0, 4), np.float32)], [np.zeros((0, 3), np.int32)]]
     cone_tables += [[np.zeros((0, 4), np.float32)], [np.zeros(0, np.int32)]]
+    cone_rows = [0, 0, 0, 0]
+    loaded: dict[int, tuple[Any, tuple]] = {}  # id(item) -> (item, (vertices, faces, any sliver))
+    built: dict[tuple, _Built] = {}
+    wp_meshes: dict[tuple, Any] = {}
     for e, env in enumerate(envs):
         row = []
         for m, item in enumerate(env):
             where = f"meshes[{m}]" if single else f"envs[{e}][{m}]"
-            vertices, faces = load_mesh(item, where)
-            _check_queryable(vertices, faces, where)
-            winding = methods[e][m] == "winding"
-            signs[e, m] = SIGN_METHODS[methods[e][m]]
-            mesh = wp.Mesh(
-                points=wp.array(vertices, dtype=wp.vec3, device=wdev),
-                indices=wp.array(faces.reshape(-1), dtype=wp.int32, device=wdev),
-                support_winding_number=winding,
-            )
-            if winding and not getattr(mesh, "support_winding_number", False):
-                raise RuntimeError(f"{where}: Warp did not build winding-number support for this mesh")
+            known = loaded.get(id(item))
+            if known is not None and known[0] is item:
+                vertices, faces, slivers = known[1]
+            else:
+                vertices, faces = load_mesh(item, where)
+                slivers = _check_queryable(vertices, faces, where)
+                loaded[id(item)] = (item, (vertices, faces, slivers))
+            method = methods[e][m]
+            winding = method == "winding"
+            signs[e, m] = SIGN_METHODS[method]
+            content = _content_key(vertices, faces)
+            key = (content, method)
+            tables = built.get(key)
+            if tables is None:
+                box = np.stack([vertices.min(axis=0), vertices.max(axis=0)])
+                cuboid = _is_cuboid(vertices, faces, box)
+                # the tables of a watertight mesh, on the side while its BVH is built and checked here
+                job = None
+                if not (cuboid or slivers) and _may_be_watertight(faces):
+                    job = _submit(_closed_tables, vertices, faces)
+            mesh = wp_meshes.get((content, winding))
+            if mesh is None:
+                mesh = wp.Mesh(
+                    points=wp.array(vertices, dtype=wp.vec3, device=wdev),
+                    indices=wp.array(faces.reshape(-1), dtype=wp.int32, device=wdev),
+                    support_winding_number=winding,
+                )
+                if winding and not getattr(mesh, "support_winding_number", False):
+                    raise RuntimeError(f"{where}: Warp did not build winding-number support for this mesh")
+                wp_meshes[(content, winding)] = mesh
             row.append(mesh)
             ids[e, m] = mesh.id
-            bounds[e, m, 0] = vertices.min(axis=0)
-            bounds[e, m, 1] = vertices.max(axis=0)
-            flags[e, m], dims, values, topology = _surface_tables(
-                mesh, vertices, faces, methods[e][m], bounds[e, m], device
-            )
-            grid_dims[e, m] = (*dims, sum(len(v) for v in grid_values))
-            grid_values.append(values)
-            face_rows = sum(len(t) for t in neighbor_tables)
-            vertex_rows = sum(len(t) for t in normal_tables)
-            if topology is not None and max(face_rows, vertex_rows) + max(map(len, topology)) < 2**31:
-                topo_offsets[e, m] = (face_rows, vertex_rows)
+            if tables is None:
+                tables = built[key] = _Built(
+                    box, *_surface_tables(mesh, faces, cuboid, job, method, box, device)
+                )
+            bounds[e, m] = tables.box
+            flags[e, m] = tables.flags
+            grid_dims[e, m] = (*tables.dims, grid_rows)
+            grid_values.append(tables.values)
+            grid_rows += tables.values.shape[0]
+            topology = tables.topology
+            if topology is not None and max(topo_rows) + max(map(len, topology)) < 2**31:
+                topo_offsets[e, m] = topo_rows
                 neighbor_tables.append(topology[0])
                 normal_tables.append(topology[1])
-                tree = _plane_tree(vertices, faces, topology[0])
-                rows = [sum(len(t) for t in tables) for tables in cone_tables]
-                if tree is not None and max(rows) + max(map(len, tree)) < 2**31:
-                    cone_offsets[e, m] = (rows[0], rows[1], rows[2], len(tree[1]))
-                    for tables, part in zip(cone_tables, tree, strict=True):
-                        tables.append(part)
+                topo_rows = [topo_rows[0] + len(topology[0]), topo_rows[1] + len(topology[1])]
+                tree = tables.tree
+                if tree is not None and max(cone_rows) + max(map(len, tree)) < 2**31:
+                    cone_offsets[e, m] = (cone_rows[0], cone_rows[1], cone_rows[2], len(tree[1]))
+                    for tables_k, part in zip(cone_tables, tree, strict=True):
+                        tables_k.append(part)
+                    cone_rows = [rows + len(part) for rows, part in zip(cone_rows, tree, strict=True)]
         meshes.append(row)
     if device.type == "cuda":
         # BVHs are built on Warp's stream; kernels run on torch's. Wait once, here, not per query.
@@ -119,7 +152,7 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
         "sign": torch.from_numpy(signs).to(device),
         "grid_dims": torch.from_numpy(grid_dims).to(device),
         "grid_flags": torch.from_numpy(flags).to(device),
-        "grid_cells": torch.from_numpy(np.concatenate(grid_values)).to(device),
+        "grid_cells": _concat(grid_values, device),
         "topo_offsets": torch.from_numpy(topo_offsets).to(device),
         "face_neighbors": _dense(np.concatenate(neighbor_tables), device),
         "vertex_normals": _dense(np.concatenate(normal_tables), device),
@@ -131,6 +164,38 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     }
     cuboids = all(flags[e, m] & _constants.FLAG_BOX for e, env in enumerate(envs) for m in range(len(env)))
     return Prepared(meshes, tables, bool(cuboids))
+
+
+#: Meshes up to this many bytes of vertices and faces are recognised by content when they recur (larger ones
+#: only as the same object): hashing them costs less than building them again.
+_HASHED_BYTES = 1 << 22
+
+
+class _Built:
+    """What one mesh (one sign method) contributes to a world, built once however many slots hold it."""
+
+    __slots__ = ("box", "dims", "flags", "topology", "tree", "values")
+
+    def __init__(self, box, flags, dims, values, topology, tree) -> None:
+        self.box, self.flags, self.dims, self.values = box, flags, dims, values
+        self.topology, self.tree = topology, tree
+
+
+def _content_key(vertices: np.ndarray, faces: np.ndarray) -> Any:
+    """A key equal for meshes with equal vertices and faces (small ones: by content; large ones: a key of
+    their own, unless they are the very same arrays)."""
+    size = vertices.nbytes + faces.nbytes
+    if size > _HASHED_BYTES:
+        return ("arrays", id(vertices), id(faces))
+    digest = hashlib.blake2b(vertices.tobytes(), digest_size=16)
+    digest.update(faces.tobytes())
+    return ("content", vertices.shape, faces.shape, digest.digest())
+
+
+def _concat(values: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    if not values:
+        return torch.zeros(0, dtype=torch.float32, device=device)
+    return torch.cat(values).to(device)
 
 
 def is_vf_pair(item: Any) -> bool:
@@ -232,46 +297,58 @@ def _slivers(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
         return ~(area2 / scale >= _SLIVER_RATIO)
 
 
-def _check_queryable(vertices: np.ndarray, faces: np.ndarray, where: str) -> None:
+def _check_queryable(vertices: np.ndarray, faces: np.ndarray, where: str) -> bool:
     """Refuse a mesh the float32 queries cannot answer: only zero-area (sliver) faces, which every Warp
-    query skips (the mesh would read as absent), or coordinates whose squares overflow float32."""
+    query skips (the mesh would read as absent), or coordinates whose squares overflow float32. Returns
+    whether any face is a sliver (such a mesh is not closed)."""
     largest = float(np.abs(vertices).max())
     if largest > _COORDINATE_LIMIT:
         raise ValueError(
             f"{where}: vertex coordinates must stay within 2**60 (~1.15e18) of the mesh origin, where Warp's "
             f"float32 queries can square distances; got {largest:.3g} (scale the mesh, or pose it instead)"
         )
-    if _slivers(vertices, faces).all():
+    slivers = _slivers(vertices, faces)
+    if slivers.all():
         raise ValueError(
             f"{where}: every face has zero area (or is a sliver Warp's queries skip), so the mesh has no "
             f"surface to measure; got {len(faces)} degenerate faces"
         )
+    return bool(slivers.any())
 
 
-def _surface_tables(mesh: Any, vertices: np.ndarray, faces: np.ndarray, method: str, box: np.ndarray, device):
-    """``(flags, (nx, ny, nz), cell-centre distances (nx * ny * nz,) float32, topology)`` of one mesh: the
-    exact shortcuts of the SDF kernels (see ``warpgeo._kernels.sdf``). A closed mesh gets a signed grid and
-    its pseudo-normal tables (``topology = (face_neighbors (F, 3) int32, vertex_normals (V, 3) float64)``,
-    else None), an ``"unsigned"`` one an unsigned grid, any other none (its sign may change away from its
-    surface). A cuboid (exactly the surface of its box, see :func:`_is_cuboid`) gets neither: the kernels
-    compute its distance in closed form, and building it launches no kernel."""
-    if _is_cuboid(vertices, faces, box):
-        return _constants.FLAG_CLOSED | _constants.FLAG_BOX, (0, 0, 0), np.zeros(0, dtype=np.float32), None
-    edge_index = _closed_edges(mesh, vertices, faces, device)
-    closed = edge_index is not None
-    topology = _pseudo_normal_tables(vertices, faces, edge_index) if closed else None
+def _surface_tables(mesh: Any, faces: np.ndarray, cuboid: bool, job: Future | None, method: str, box, device):
+    """``(flags, (nx, ny, nz), cell-centre distances (nx * ny * nz,) float32 on device, topology, tree)`` of
+    one mesh: the exact shortcuts of the SDF kernels (see ``warpgeo._kernels.sdf``). A closed mesh gets a
+    signed grid and its pseudo-normal tables (``topology = (face_neighbors (F, 3) int32, vertex_normals (V, 3)
+    float64)``, else None), and a convex one its plane tree (see :func:`_plane_tree`, else None); an
+    ``"unsigned"`` one an unsigned grid, any other none (its sign may change away from its surface). A cuboid
+    (exactly the surface of its box, see :func:`_is_cuboid`) gets neither: the kernels compute its distance in
+    closed form, and building it launches no kernel. ``job``: :func:`_closed_tables` of a watertight mesh
+    (None for any other)."""
+    empty = torch.zeros(0, dtype=torch.float32, device=device)
+    if cuboid:
+        return _constants.FLAG_CLOSED | _constants.FLAG_BOX, (0, 0, 0), empty, None, None
+    closed = False
+    topology = tree = None
+    if job is not None:
+        closed = job.watertight.result() and _no_faces_meet(mesh, len(faces), device)
+        topology, tree = job.result()
+        if not closed:
+            topology = tree = None
     extent = (box[1] - box[0]).astype(np.float64)
     if not (closed or method == "unsigned") or not (extent > 0).all():
-        return (_constants.FLAG_CLOSED if closed else 0), (0, 0, 0), np.zeros(0, dtype=np.float32), topology
+        return (_constants.FLAG_CLOSED if closed else 0), (0, 0, 0), empty, topology, tree
     cell = float(np.prod(extent) / _GRID_CELLS) ** (1.0 / 3.0)
     dims = np.clip(np.round(extent / cell), 1, _GRID_MAX_AXIS).astype(int)
     size = (extent / dims).astype(np.float32)
     wp = _interop.warp()
     values = torch.empty(int(dims.prod()), dtype=torch.float32, device=device)
-    _interop.launch(
+    _interop.launch_rows(
         _interop.kernels("sdf_build").BUILD["float32"].grid_centres,
         values.shape[0],
         device=device,
+        # a cell costs two BVH queries (closest point, then the ray vote): split it across the cores
+        work_per_row=_GRID_QUERY_WORK * max(1, len(faces).bit_length()),
         mesh=mesh.id,
         lower=wp.vec3(*box[0].tolist()),
         size=wp.vec3(*size.tolist()),
@@ -280,12 +357,24 @@ def _surface_tables(mesh: Any, vertices: np.ndarray, faces: np.ndarray, method: 
         with_sign=int(closed and method != "unsigned"),
         out=values,
     )
-    return (
-        (_constants.FLAG_CLOSED if closed else 0),
-        tuple(int(n) for n in dims),
-        values.cpu().numpy(),
-        topology,
-    )
+    return (_constants.FLAG_CLOSED if closed else 0), tuple(int(n) for n in dims), values, topology, tree
+
+
+class _Geometry:
+    """A mesh's float64 triangles and unit face normals, computed once for the tables that read them."""
+
+    def __init__(self, vertices: np.ndarray, faces: np.ndarray) -> None:
+        self.vertices, self.faces = vertices, faces
+        self.points = vertices.astype(np.float64)
+        self.tri = self.points[faces]
+        normal = np.cross(self.tri[:, 1] - self.tri[:, 0], self.tri[:, 2] - self.tri[:, 0])
+        normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+        self.normal = normal
+
+
+#: The work (in launch_rows' units) of one BVH query per level of the tree: enough for a grid of a mesh of a
+#: few hundred faces to be split across the cores.
+_GRID_QUERY_WORK = 8
 
 
 def _is_cuboid(vertices: np.ndarray, faces: np.ndarray, box: np.ndarray) -> bool:
@@ -320,33 +409,119 @@ def _is_cuboid(vertices: np.ndarray, faces: np.ndarray, box: np.ndarray) -> bool
     return sorted(sides) == list(range(12))
 
 
-def _closed_edges(mesh: Any, vertices: np.ndarray, faces: np.ndarray, device) -> np.ndarray | None:
-    """For a closed mesh, the undirected edge of each directed edge (``(3F,)``: face ``i % F``'s edge
-    ``i // F``, edges ab, bc, ca); None for any other mesh.
+def _edge_pairs(faces: np.ndarray, num_vertices: int) -> np.ndarray | None:
+    """For a watertight, consistently wound mesh, its edges as pairs of directed edges (``(3F / 2, 2)``:
+    directed edge ``i`` is face ``i % F``'s edge ``i // F``, edges ab, bc, ca); None for any other mesh.
 
-    Closed: every edge in exactly two faces, with opposite orientations (watertight, consistently wound), no
-    sliver face, and no two faces without a shared vertex intersecting. Inside is then well defined, and the
-    ray vote, the winding number and the pseudo-normal all compute it."""
-    edges = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
-    key = np.sort(edges, axis=1)
-    _, index, count = np.unique(key, axis=0, return_inverse=True, return_counts=True)
-    index = index.reshape(-1)
-    if not (count == 2).all() or _slivers(vertices, faces).any():
+    Closed (see :func:`_surface_tables`): every edge in exactly two faces, with opposite orientations, no
+    sliver face (the caller has ruled them out), and no two faces without a shared vertex intersecting
+    (:func:`_no_faces_meet`). Inside is then well defined, and the ray vote, the winding number and the
+    pseudo-normal all compute it."""
+    if (3 * len(faces)) % 2:
         return None
-    # each undirected edge twice, once in each direction
-    forward = edges[:, 0] < edges[:, 1]
-    if not (np.bincount(index, weights=forward, minlength=len(count)) == 1).all():
+    start = faces.reshape(-1, order="F").astype(np.int64)  # a of ab, bc, ca: column by column
+    end = np.roll(faces, -1, axis=1).reshape(-1, order="F").astype(np.int64)
+    # one integer per undirected edge; sorted, each must come exactly twice
+    key = np.minimum(start, end) * num_vertices + np.maximum(start, end)
+    order = _stable_argsort(key)
+    ranked = key[order]
+    if not (ranked[0::2] == ranked[1::2]).all() or (ranked[1:-1:2] == ranked[2::2]).any():
         return None
+    pairs = order.reshape(-1, 2)
+    # ... once in each direction
+    forward = start < end
+    if (forward[pairs[:, 0]] == forward[pairs[:, 1]]).any():
+        return None
+    return pairs
+
+
+def _no_faces_meet(mesh: Any, num_faces: int, device: torch.device) -> bool:
+    """Whether no two faces that share no vertex intersect (or touch, or come too near to tell)."""
     found = torch.zeros(1, dtype=torch.int32, device=device)
-    _interop.launch(
-        _interop.kernels("sdf_build").BUILD["float32"].face_intersections,
-        len(faces),
+    _interop.launch_rows(
+        _interop.kernels("sdf_build").BUILD["float32"].face_intersections_rows,
+        num_faces,
         device=device,
+        # a face costs a box query of the BVH (a few dozen nodes and faces)
+        work_per_row=_GRID_QUERY_WORK * max(1, num_faces.bit_length()),
         mesh=mesh.id,
-        num_faces=len(faces),
+        num_faces=num_faces,
         found=found,
     )
-    return index if int(found.item()) == 0 else None
+    return int(found.item()) == 0
+
+
+def _may_be_watertight(faces: np.ndarray) -> bool:
+    """False where the directed edges cannot pair up with reversed ones (an open mesh: a boundary edge has no
+    reverse), from one O(F) hash sum: equal multisets of directed and reversed edges have equal sums of a
+    hash of each edge. True otherwise (then :func:`_edge_pairs` decides, exactly)."""
+    start = faces.astype(np.uint64)
+    end = np.roll(start, -1, axis=1)
+    with np.errstate(over="ignore"):
+        forward = _edge_hash(start, end).sum(dtype=np.uint64)
+        backward = _edge_hash(end, start).sum(dtype=np.uint64)
+    return bool(forward == backward)
+
+
+def _edge_hash(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A 64-bit mix of the directed edges ``a -> b`` (splitmix64's finaliser of ``a * K + b``, wrapping)."""
+    with np.errstate(over="ignore"):
+        x = a * np.uint64(0x9E3779B97F4A7C15) + b
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+class _TablesJob(Future):
+    """The future of :func:`_closed_tables`; ``watertight`` resolves first (whether the edges pair up)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watertight: Future = Future()
+
+
+def _closed_tables(vertices: np.ndarray, faces: np.ndarray, watertight: Future) -> tuple:
+    """``(topology, plane tree)`` of a watertight mesh (see :func:`_surface_tables`; ``(None, None)`` for
+    another, after resolving ``watertight`` False), NumPy only: built on the side (:func:`_submit`) while
+    the BVH is built and checked for intersecting faces."""
+    pairs = _edge_pairs(faces, len(vertices))
+    watertight.set_result(pairs is not None)
+    if pairs is None:
+        return None, None
+    geometry = _Geometry(vertices, faces)
+    topology = _pseudo_normal_tables(geometry, pairs)
+    return topology, _plane_tree(geometry, topology[0])
+
+
+#: Meshes of at least this many faces build their NumPy tables on a thread of their own.
+_SIDE_FACES = 1 << 14
+
+
+def _submit(fn: Any, vertices: np.ndarray, faces: np.ndarray) -> _TablesJob:
+    """``fn(vertices, faces, job.watertight)`` as a :class:`_TablesJob`: on a worker thread for a large mesh
+    (NumPy releases the GIL in its loops, Warp in its BVH build and launches: they overlap), at once for a
+    small one."""
+    job = _TablesJob()
+
+    def run() -> None:
+        try:
+            job.set_result(fn(vertices, faces, job.watertight))
+        except BaseException as exc:  # handed to the caller by job.result()
+            if not job.watertight.done():
+                job.watertight.set_exception(exc)
+            job.set_exception(exc)
+
+    if len(faces) >= _SIDE_FACES and (os.cpu_count() or 1) > 1:
+        _side_pool(os.getpid()).submit(run)
+    else:
+        run()
+    return job
+
+
+@functools.cache
+def _side_pool(pid: int) -> ThreadPoolExecutor:
+    # by process id: a forked child inherits the pool object but not its thread
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="warpgeo-mesh-prep")
 
 
 def _dense(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -356,23 +531,18 @@ def _dense(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return out.copy_(torch.from_numpy(array))
 
 
-def _pseudo_normal_tables(
-    vertices: np.ndarray, faces: np.ndarray, edge_index: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _pseudo_normal_tables(geometry: _Geometry, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(face_neighbors (F, 3) int32, vertex_normals (V, 3) float64)`` of a closed mesh: the face across
     each edge of each face (ab, bc, ca) and each vertex's angle-weighted normal (the sum of the unit normals
     of its faces, each times the face's angle at the vertex), from which the kernels take the side of a point
     whose closest point lies on an edge or a vertex."""
+    vertices, faces, tri, normal = geometry.vertices, geometry.faces, geometry.tri, geometry.normal
     num_faces = len(faces)
-    # each undirected edge is two directed edges: sorted by edge, they come in pairs
-    pairs = np.argsort(edge_index, kind="stable").reshape(-1, 2)
+    # each undirected edge is a pair of directed edges (see _edge_pairs)
     neighbors = np.full((3, num_faces), -1, dtype=np.int64)
     first, second = pairs[:, 0], pairs[:, 1]
     neighbors[first // num_faces, first % num_faces] = second % num_faces
     neighbors[second // num_faces, second % num_faces] = first % num_faces
-    tri = vertices.astype(np.float64)[faces]
-    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
-    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
     vertex_normals = np.zeros((len(vertices), 3))
     for k in range(3):
         u = tri[:, (k + 1) % 3] - tri[:, k]
@@ -393,96 +563,182 @@ _CONVEX_TOL = 1.0e-6
 _CONE_PAD = 1.0e-3
 
 
-def _is_convex(vertices: np.ndarray, faces: np.ndarray, neighbors: np.ndarray) -> bool:
+def _is_convex(geometry: _Geometry, neighbors: np.ndarray) -> bool:
     """Whether a closed mesh (``neighbors``: the face across each edge of each face) is convex: one connected
     surface, convex at every edge (the far corner of each neighbour face on the inner side of the face's
     plane, up to rounding). Only decides whether a mesh gets a plane tree: the kernels' use of the tree is
     exact on any mesh (see ``warpgeo._kernels.sdf``)."""
-    tri = vertices.astype(np.float64)[faces]
-    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
-    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    if (neighbors < 0).any():
+        return False
+    vertices, faces, points = geometry.vertices, geometry.faces, geometry.points
+    tri, normal = geometry.tri, geometry.normal
     tol = _CONVEX_TOL * float(np.linalg.norm(vertices.max(axis=0) - vertices.min(axis=0)))
     for k in range(3):
-        other = neighbors[:, k]
-        if (other < 0).any():
-            return False
         # the neighbour's corner that is not on the shared edge: the one not among this face's vertices
-        theirs = faces[other]
+        # (the last such, or vertex 0 where there is none)
+        theirs = faces[neighbors[:, k]]
         far = np.zeros(len(faces), dtype=np.int64)
         for j in range(3):
-            free = (theirs[:, j, None] != faces).all(axis=1)
-            far = np.where(free, theirs[:, j], far)
-        if ((vertices.astype(np.float64)[far] - tri[:, 0]) * normal).sum(axis=1).max() > tol:
+            corner = theirs[:, j]
+            free = (corner != faces[:, 0]) & (corner != faces[:, 1]) & (corner != faces[:, 2])
+            far = np.where(free, corner, far)
+        if ((points[far] - tri[:, 0]) * normal).sum(axis=1).max() > tol:
             return False
-    # connected: labels spread along the neighbours (pointer jumping) until they settle
-    label = np.arange(len(faces))
+    return _connected(neighbors)
+
+
+def _connected(neighbors: np.ndarray) -> bool:
+    """Whether the faces form one surface (``neighbors`` (F, 3): indices of adjacent faces, all valid).
+
+    Min-label hooking with full path compression (Shiloach-Vishkin style): each round hooks every root that
+    touches a smaller label onto the smallest one, so the number of roots at least halves: O(log F) rounds of
+    O(F) work."""
+    count = len(neighbors)
+    parent = np.arange(count)
+    u = np.repeat(parent, neighbors.shape[1])
+    v = neighbors.reshape(-1).astype(np.int64)
     while True:
-        spread = np.minimum(label, label[neighbors].min(axis=1))
-        spread = spread[spread]
-        if (spread == label).all():
-            return bool((label == 0).all())
-        label = spread
+        pu, pv = parent[u], parent[v]
+        apart = pu != pv
+        if not apart.any():
+            return bool((parent == parent[0]).all())
+        pu, pv = pu[apart], pv[apart]
+        # roots only: parent[high] <- the smallest root it touches (smaller than itself: no cycles)
+        np.minimum.at(parent, np.maximum(pu, pv), np.minimum(pu, pv))
+        while True:
+            jumped = parent[parent]
+            if (jumped == parent).all():
+                break
+            parent = jumped
 
 
-def _plane_tree(vertices: np.ndarray, faces: np.ndarray, neighbors: np.ndarray) -> tuple | None:
+def _plane_tree(geometry: _Geometry, neighbors: np.ndarray) -> tuple | None:
     """The plane tree of a convex closed mesh (None for any other): ``(nodes (1 + 2K, 4) float32, links
     (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``.
 
     Each face's plane ``(n, b)`` (unit normal, ``b = n . (a - o)`` for a corner ``a`` and the origin ``o``, the
     box centre) in leaf order, with the face's index. The K nodes in depth-first order split the faces by
-    their normals (median along the axis of widest spread) down to ``_PLANE_LEAF`` faces; node ``k`` holds
-    rows ``1 + 2k`` = (cone axis ``u``, the least ``b`` below it) and ``2 + 2k`` = (cos, sin of the cone's
-    half-angle), and link ``k`` = (the node after its subtree, first plane row, plane count; 0 for an inner
-    node). Row 0 is (``o``, the margin that covers the float32 rounding of the kernels' bounds). For a point
-    ``p = o + w``, every face below node ``k`` is at least ``b_min - max over the cone of n . w`` from it."""
-    if len(faces) < 2 * _PLANE_LEAF or not _is_convex(vertices, faces, neighbors):
+    their normals (median along the axis of widest spread, ties in the order of the parent's) down to
+    ``_PLANE_LEAF`` faces; node ``k`` holds rows ``1 + 2k`` = (cone axis ``u``, the least ``b`` below it) and
+    ``2 + 2k`` = (cos, sin of the cone's half-angle), and link ``k`` = (the node after its subtree, first
+    plane row, plane count; 0 for an inner node). Row 0 is (``o``, the margin that covers the float32 rounding
+    of the kernels' bounds). For a point ``p = o + w``, every face below node ``k`` is at least
+    ``b_min - max over the cone of n . w`` from it.
+
+    Built one level of the tree at a time, NumPy over all nodes of a level at once: the faces stay in one
+    permutation in which every node's faces are a contiguous run, in the node's order. The nodes of a level
+    hold one of two sizes (``n // 2`` and ``n - n // 2`` at each split), so each size's nodes are one stacked
+    array, and every per-node step is the one of a node built alone (the same sums, in the same order, and the
+    same matrix-vector products per node; a stable sort as a sort of unique integer keys, the faces' ranks
+    along the axis): the tables are bit for bit those of a node-by-node build."""
+    faces, points, tri, normal = geometry.faces, geometry.points, geometry.tri, geometry.normal
+    if len(faces) < 2 * _PLANE_LEAF or not _is_convex(geometry, neighbors):
         return None
-    points = vertices.astype(np.float64)
-    tri = points[faces]
-    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
-    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
     origin = ((points.min(axis=0) + points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
     offset = (normal * (tri[:, 0] - origin)).sum(axis=1)
-    nodes: list[tuple] = []
-    links: list[list[int]] = []
-    order: list[np.ndarray] = []
-    placed = 0
-    pending = [np.arange(len(faces))]  # depth-first: the first half of a split is taken next
-    while pending:
-        members = pending.pop()
-        k = len(nodes)
-        axis = normal[members].sum(axis=0)
-        length = np.linalg.norm(axis)
-        axis = axis / length if length > 1e-12 else np.array([1.0, 0.0, 0.0])
-        # the cone's half-angle, widened far beyond the float32 rounding of its cosine and sine
-        angle = min(math.pi, float(np.arccos(np.clip(normal[members] @ axis, -1.0, 1.0)).max()) + _CONE_PAD)
-        nodes.append((*axis, offset[members].min(), math.cos(angle), math.sin(angle)))
-        if len(members) <= _PLANE_LEAF:
-            links.append([k + 1, placed, len(members)])
-            order.append(members)
-            placed += len(members)
-        else:
-            spread = normal[members].max(axis=0) - normal[members].min(axis=0)
-            ranked = members[np.argsort(normal[members, int(np.argmax(spread))], kind="stable")]
-            half = len(ranked) // 2
-            links.append([-1, 0, 0])
-            pending.append(ranked[half:])
-            pending.append(ranked[:half])
-    # the node after each subtree: subtrees are contiguous in depth-first order
-    size = [1] * len(nodes)
-    for k in range(len(nodes) - 1, -1, -1):
-        if links[k][2] == 0:
-            child = k + 1
-            size[k] = 1 + size[child] + size[child + size[child]]
-        links[k][0] = k + size[k]
-    ordered = np.concatenate(order)
+    num_faces = len(faces)
+    sizes: dict[int, int] = {}
+
+    def subtree(n: int) -> int:  # the nodes of the subtree over n faces
+        found = sizes.get(n)
+        if found is None:
+            found = 1 if n <= _PLANE_LEAF else 1 + subtree(n // 2) + subtree(n - n // 2)
+            sizes[n] = found
+        return found
+
+    num_nodes = subtree(num_faces)
+    axes = np.zeros((num_nodes, 3))
+    lowest = np.zeros(num_nodes)
+    widest = np.zeros(num_nodes)  # the largest angle between a normal and the axis
+    links = np.zeros((num_nodes, 3), dtype=np.int64)
+    # each face's rank along each axis (equal normal components: equal ranks), to sort by integers
+    ranks = np.stack([np.unique(normal[:, a], return_inverse=True)[1].reshape(-1) for a in range(3)])
+    num_ranks = int(ranks.max()) + 1
+    # in tree order (a node's rows contiguous in memory): the faces' normals, and their offsets and indices
+    # (exact in float64) side by side
+    normals = normal.copy()
+    carried = np.stack([offset, np.arange(num_faces, dtype=np.float64)], axis=1)
+    # the nodes of the current level: first row in `order`, face count, depth-first index
+    starts, counts, index = np.zeros(1, np.int64), np.full(1, num_faces, np.int64), np.zeros(1, np.int64)
+    while len(starts):
+        next_levels = []
+        moves = []  # (rows, the rows they take) of every inner node of the level, applied after it
+        for n in np.unique(counts).tolist():
+            pick = counts == n
+            start, k = starts[pick], index[pick]
+            rows = start[:, None] + np.arange(n)  # (G, n)
+            grouped = np.take(normals, rows, axis=0)  # (G, n, 3), for the matrix-vector products
+            # a node's (n, 3) sum adds its rows one by one: so does this (n, G * 3) one, every node at once
+            across = np.take(normals, rows.T, axis=0)  # (n, G, 3)
+            axis = across.sum(axis=0)
+            # np.linalg.norm of a vector is sqrt(x . x): the same dot product, stacked
+            length = np.sqrt(np.matmul(axis[:, None, :], axis[:, :, None])[:, 0, 0])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                axis = np.where((length > 1e-12)[:, None], axis / length[:, None], np.array([1.0, 0.0, 0.0]))
+            axes[k] = axis
+            # the same matrix-vector product per node (a stacked matmul calls it node by node)
+            widest[k] = _widest_angle(np.matmul(grouped, axis[:, :, None])[:, :, 0])
+            lowest[k] = np.take(carried[:, 0], rows).min(axis=1)
+            if n <= _PLANE_LEAF:
+                links[k] = np.stack([k + 1, start, np.full_like(k, n)], axis=1)
+                continue
+            links[k, 0] = k + subtree(n)
+            split = np.argmax(across.max(axis=0) - across.min(axis=0), axis=1)
+            # a stable sort of each node by its split axis: by (node, rank), below G * F <= F**2
+            faces_now = np.take(carried[:, 1], rows).astype(np.int64)
+            key = np.arange(len(k))[:, None] * num_ranks + ranks[split[:, None], faces_now]
+            flat = rows.reshape(-1)
+            moves.append((flat, flat[_stable_argsort(key.reshape(-1))]))
+            half = n // 2
+            next_levels.append((start, np.full_like(start, half), k + 1))
+            next_levels.append((start + half, np.full_like(start, n - half), k + 1 + subtree(half)))
+        if not next_levels:
+            break
+        source = np.arange(num_faces)
+        for flat, taken in moves:
+            source[flat] = taken
+        normals, carried = np.take(normals, source, axis=0), np.take(carried, source, axis=0)
+        starts, counts, index = (np.concatenate(parts) for parts in zip(*next_levels, strict=True))
+    # the cone's half-angle, widened far beyond the float32 rounding of its cosine and sine
+    angles = [min(math.pi, a + _CONE_PAD) for a in widest.tolist()]
     scale = float(np.abs(points).max() + np.linalg.norm(points.max(axis=0) - points.min(axis=0)))
-    table = np.zeros((1 + 2 * len(nodes), 4), dtype=np.float32)
+    table = np.zeros((1 + 2 * num_nodes, 4), dtype=np.float32)
     table[0] = (*origin, 1.0e-5 * scale)
-    table[1::2] = [n[:4] for n in nodes]
-    table[2::2, :2] = [n[4:] for n in nodes]
-    planes = np.concatenate([normal[ordered], offset[ordered, None]], axis=1).astype(np.float32)
-    return table, np.asarray(links, dtype=np.int32), planes, ordered.astype(np.int32)
+    table[1::2, :3] = axes
+    table[1::2, 3] = lowest
+    table[2::2, 0] = [math.cos(a) for a in angles]
+    table[2::2, 1] = [math.sin(a) for a in angles]
+    planes = np.concatenate([normals, carried[:, :1]], axis=1).astype(np.float32)
+    return table, links.astype(np.int32), planes, carried[:, 1].astype(np.int32)
+
+
+def _stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of non-negative int64 keys, as radix passes of 16 bits (NumPy's
+    stable sort of uint16 is a radix sort: linear, where its int64 sort is a comparison sort)."""
+    top = int(keys.max()) if len(keys) else 0
+    perm = np.argsort(keys.astype(np.uint16), kind="stable")
+    shift = 16
+    while top >> shift:
+        digit = (keys[perm] >> shift).astype(np.uint16)
+        perm = perm[np.argsort(digit, kind="stable")]
+        shift += 16
+    return perm
+
+
+#: Cosines farther than this above a node's least are of angles smaller by far more than arccos' rounding.
+_COSINE_GAP = 1.0e-9
+
+
+def _widest_angle(cosines: np.ndarray) -> np.ndarray:
+    """``np.arccos(np.clip(cosines, -1, 1)).max(axis=1)`` of ``(G, n)`` cosines, exactly, with arccos taken
+    only near each row's least cosine: arccos falls by at least ``_COSINE_GAP`` beyond (its slope is at most
+    -1), far more than its rounding, so no other cosine can hold the largest angle."""
+    least = cosines.min(axis=1)
+    row, col = np.nonzero(cosines <= (least + _COSINE_GAP)[:, None])
+    angles = np.arccos(np.clip(cosines[row, col], -1.0, 1.0))
+    out = np.full(len(cosines), -np.inf)
+    np.maximum.at(out, row, angles)
+    return out
 
 
 # the probe: a unit cube without its +x and +y faces. Seen from its centre the four remaining faces make a

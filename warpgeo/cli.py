@@ -108,6 +108,8 @@ def _table(array: np.ndarray, path: Path) -> Cloud:
     """An ``(N, C >= 3)`` array as a cloud: x, y, z first, the other columns as attributes."""
     if array.ndim == 1 and array.size >= 3:  # a one-point text file
         array = array[None, :]
+    if array.size == 0:
+        raise CliError(f"cannot read {path}: it holds no points (an empty array of shape {array.shape})")
     if array.ndim != 2 or array.shape[1] < 3 or array.shape[0] == 0:
         raise CliError(f"cannot read {path}: expected an (N, 3) array of points, got shape {array.shape}")
     cloud = Cloud(_float(array[:, :3]), {f"c{i}": array[:, i] for i in range(3, array.shape[1])})
@@ -207,7 +209,9 @@ def read_points(path: str) -> tuple[np.ndarray, int]:
     p = _existing_file(path, "points file")
     if p.suffix.lower() == ".npy":
         array = _load_npy(p)
-        if array.ndim < 1 or array.shape[-1] < 3 or array.size == 0:
+        if array.size == 0:
+            raise CliError(f"cannot read {p}: it holds no points (an empty array of shape {array.shape})")
+        if array.ndim < 1 or array.shape[-1] < 3:
             raise CliError(
                 f"cannot read {p}: expected a numeric (..., 3) array, got {array.dtype} {array.shape}"
             )
@@ -224,14 +228,16 @@ def _check_output(path: str, suffixes: tuple[str, ...], what: str = "") -> Path:
     """Fail before any work if ``path`` has a wrong suffix or cannot be written."""
     p = Path(path)
     flag = f"{what} " if what else ""
+    if p.is_dir():
+        raise CliError(
+            f"cannot write {flag}{p}: it is a folder; give a file name, e.g. {p / ('out' + suffixes[0])}"
+        )
     if p.suffix.lower() not in suffixes:
         raise CliError(
             f"cannot write {flag}{p}: unknown file type {p.suffix or '(none)'!r}; expected {', '.join(suffixes)}"
         )
     if not p.parent.exists():
         raise CliError(f"cannot write {flag}{p}: folder {p.parent} does not exist")
-    if p.is_dir():
-        raise CliError(f"cannot write {flag}{p}: it is a folder")
     existed = p.exists()
     try:  # a probe: append mode never truncates what is there
         with open(p, "ab"):
@@ -461,8 +467,17 @@ def cmd_sdf(args: argparse.Namespace) -> int:
     mesh = read_mesh(args.mesh)
     points, ignored = read_points(args.points)
     sign_method = args.sign_method
+    how = sign_method
     if sign_method == "auto":
         sign_method = "ray" if mesh.is_watertight else "winding"
+        how = f"{sign_method}: auto, the mesh is {'closed' if mesh.is_watertight else 'open'}"
+        if not mesh.is_watertight:
+            print(
+                f"note: {args.mesh} is not watertight (open, or with holes): inside is told by winding "
+                "number (--sign-method winding). For a thin shell or an open container (a bin, a shelf) "
+                "use --sign-method unsigned (distances >= 0).",
+                file=sys.stderr,
+            )
     try:
         world = warpgeo.MeshWorld([mesh], device=str(device), sign_method=sign_method)
     except RuntimeError as exc:  # e.g. a Warp build without winding-number support
@@ -480,7 +495,7 @@ def cmd_sdf(args: argparse.Namespace) -> int:
     note = f" (ignored {_plural(ignored, 'attribute column')})" if ignored else ""
     print(
         f"{_plural(flat.shape[0], 'point')}{note} vs {args.mesh} ({_plural(len(mesh.faces), 'triangle')}, "
-        f"sign by {sign_method}): {inside} inside, distance in [{sd.min():.4g}, {sd.max():.4g}] "
+        f"sign by {how}): {inside} inside, distance in [{sd.min():.4g}, {sd.max():.4g}] "
         f"({sd.dtype}) -> {output}"
     )
     return 0
@@ -586,9 +601,11 @@ def build_parser() -> argparse.ArgumentParser:
     sdf.add_argument("-o", "--output", required=True, help="output distances (.npy or .txt)")
     sdf.add_argument(
         "--sign-method",
-        choices=("auto", "ray", "winding"),
+        choices=("auto", "ray", "winding", "normal", "unsigned"),
         default="auto",
-        help="inside test: ray (closed meshes), winding (open meshes); auto picks by watertightness",
+        help="inside test: ray (closed meshes), winding (open meshes), normal (closed, consistently wound), "
+        "unsigned (thin shells, open bins: distance >= 0); auto (default): ray if the mesh is watertight, "
+        "else winding",
     )
     sdf.add_argument("--chunk", type=int, default=1 << 16, help="points per launch (default: 65536)")
     sdf.set_defaults(func=cmd_sdf)

@@ -75,8 +75,13 @@ def collision_scene(extra_mesh=None):
 
     Three trimesh primitives (a cylinder, a box turned 30° about z, a sphere), centred on the plane z = 0,
     stand across the straight line from :data:`START` to :data:`GOAL`, each a little off the line so that
-    the way around is clear. ``extra_mesh`` (a trimesh or a path trimesh can load) is centred, scaled to
-    0.5 across in x and y and put on the line too.
+    the way around is clear. ``extra_mesh`` (a trimesh or a path trimesh can load) is centred, turned so
+    that its thinnest side faces the path (its thinnest axis along y: a flat mesh such as a torus stands
+    on edge, so the path is not caught in a hole of the slice z = 0), scaled to 0.5 across in x and y and
+    put on the line too.
+
+    Raises:
+        ValueError: ``extra_mesh`` cannot be read or holds no triangles.
 
     Returns:
         ``(meshes, poses)``: a list of ``trimesh.Trimesh`` and a list of 7-element poses (world-from-mesh,
@@ -94,6 +99,10 @@ def collision_scene(extra_mesh=None):
         mesh = extra_mesh if isinstance(extra_mesh, trimesh.Trimesh) else _load_mesh(extra_mesh)
         mesh = mesh.copy()
         mesh.apply_translation(-mesh.bounds.mean(axis=0))
+        thinnest = int(np.argmin(mesh.extents))
+        if thinnest != 1:  # a quarter turn about the third axis takes the thinnest axis onto y
+            about = [0.0, 0.0, 1.0] if thinnest == 0 else [1.0, 0.0, 0.0]
+            mesh.apply_transform(trimesh.transformations.rotation_matrix(math.pi / 2, about))
         mesh.apply_scale(0.5 / max(float(mesh.extents[:2].max()), 1e-9))  # 0.5 across in the x-y plane
         meshes.append(mesh)
         poses.append(_yaw_pose(1.45, 0.03, 0.0))
@@ -101,11 +110,18 @@ def collision_scene(extra_mesh=None):
 
 
 def _load_mesh(path: str | os.PathLike):
+    """A ``trimesh.Trimesh`` from a file; ValueError with one line saying why not."""
     import trimesh
 
-    mesh = trimesh.load(os.fspath(path), force="mesh")
+    name = os.fspath(path)
+    if not os.path.isfile(name):
+        raise ValueError(f"{name!r}: no such file")
+    try:
+        mesh = trimesh.load(name, force="mesh")
+    except Exception as exc:  # trimesh raises many kinds for a file it cannot read
+        raise ValueError(f"{name!r}: trimesh cannot read it ({type(exc).__name__}: {exc})") from None
     if not isinstance(mesh, trimesh.Trimesh) or len(mesh.faces) == 0:
-        raise ValueError(f"{os.fspath(path)!r} holds no triangle mesh")
+        raise ValueError(f"{name!r} holds no triangle mesh")
     return mesh
 
 
@@ -224,10 +240,11 @@ def _signed_distance_ticks(vmin: float, vmax: float) -> list[float]:
     """Colour-bar ticks with both signs: 0, two inside (negative) and a few outside (positive)."""
     from matplotlib.ticker import MaxNLocator
 
-    # Truncated toward 0 (a tick beyond the colour bar's end breaks the layout); vmin < 0 <= vmax.
-    inside = [math.trunc(vmin * f * 100) / 100 for f in (1.0, 0.5)]
-    outside = [float(v) for v in MaxNLocator(4).tick_values(0.0, vmax) if 0 < v <= vmax]
-    return [v for v in inside if v < 0] + [0.0, *outside]
+    # Round steps on each side (the two sides have their own scales), none beyond the bar's ends (a tick
+    # there breaks the layout); vmin < 0 <= vmax.
+    inside = [float(v) for v in MaxNLocator(4, steps=[1, 2, 5, 10]).tick_values(vmin, 0.0) if vmin <= v < 0]
+    outside = [float(v) for v in MaxNLocator(4, steps=[1, 2, 5, 10]).tick_values(0.0, vmax) if 0 < v <= vmax]
+    return [*inside, 0.0, *outside]
 
 
 def plot_collision_avoidance(
@@ -264,7 +281,11 @@ def plot_collision_avoidance(
     vmin, vmax = min(float(sd.min()), -1e-3), max(float(sd.max()), 1e-3)
     norm = TwoSlopeNorm(vcenter=0.0, vmin=vmin, vmax=vmax)
     for ax, traj, title in (
-        (axes[0, 0], result.initial, "before: the straight line, through three obstacles"),
+        (
+            axes[0, 0],
+            result.initial,
+            f"before: the straight line, through {result.world.max_meshes} obstacles",
+        ),
         (axes[0, 1], result.final, "after: the optimised trajectory (dashed: before)"),
     ):
         image = ax.pcolormesh(xs, ys, sd, cmap="RdBu", norm=norm, shading="auto")
@@ -440,9 +461,12 @@ def plot_point_sampling(result: PointSamplingResult, path: str | os.PathLike, *,
     )
     for col, (points, colour, title) in enumerate(panels):
         ax = fig.add_subplot(1, 3, col + 1, projection="3d")
-        ax.scatter(*background.T, s=0.5, c="0.82", depthshade=False)
-        ax.scatter(*points.T, s=7, c=colour, depthshade=False)
+        ax.scatter(*background.T, s=0.5, c="0.82", depthshade=False, label="the surface (dense samples)")
+        ax.scatter(*points.T, s=7, c=colour, depthshade=False, label="chosen samples")
         ax.set_title(title, fontsize=10)
+        ax.legend(
+            fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.04), ncol=2, frameon=False, markerscale=2
+        )
         ax.view_init(elev=40, azim=-60)
         ax.set_box_aspect(np.ptp(result.dense, axis=0) + 1e-9)
         ax.set_axis_off()
@@ -457,20 +481,30 @@ def plot_point_sampling(result: PointSamplingResult, path: str | os.PathLike, *,
         color="C0",
         ms=4,
         markevery=list(ks - 1),
-        label="FPS (one call, every K)",
+        label="farthest point sampling (its own distances: one call, every K)",
     )
-    ax.plot(ks, result.random_radius, "-o", color="C1", ms=4, label="random (brute force)")
+    ax.plot(
+        ks,
+        result.random_radius,
+        "-o",
+        color="C1",
+        ms=4,
+        label="random sampling (measured against every sample)",
+    )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.xaxis.set_major_locator(FixedLocator(ks))
+    # the whole FPS curve, from K = 1: ticks at the powers of two below the first scored K, then at those
+    ax.xaxis.set_major_locator(FixedLocator([k for k in (1, 2, 4) if k < ks[0]] + list(ks)))
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
     ax.yaxis.set_minor_locator(NullLocator())
-    ax.set_xlim(ks[0] / 1.3, ks[-1] * 1.3)
+    ax.set_xlim(1 / 1.3, ks[-1] * 1.3)
+    finite = result.fps_curve[np.isfinite(result.fps_curve)]
     ax.set_ylim(
-        min(result.fps_curve[ks[-1] - 1], *result.random_radius) / 1.3, max(result.random_radius) * 1.3
+        min(result.fps_curve[ks[-1] - 1], *result.random_radius) / 1.3,
+        max(float(finite.max()), *result.random_radius) * 1.3,
     )
     ax.set_xlabel("K (number of chosen samples)")
     ax.set_ylabel("coverage radius (scene units)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -29,6 +30,8 @@ _SAMPLE_BYTES = 8
 #: [2**(e - 1), 2**e) for this e: every squared distance and every sum of three then stays below float64's
 #: largest value (3 * (2 * 2**e)**2 < 2**1024) and distances 2**-537 apart still differ when squared.
 _SCALED_EXPONENT = 509
+#: The int64 range: a Python int outside it cannot become a tensor.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 #: Compute dtype -> the key of the FPS kernel tables (``warpgeo._kernels.fps.TYPES``).
 _KEY = {torch.float32: "float32", torch.float64: "float64"}
 
@@ -375,7 +378,12 @@ def _per_cloud_samples(num_samples, batch: int, device: torch.device) -> tuple[t
                 f"num_samples as a list must hold {batch} ints (one per cloud); got {num_samples!r}"
             )
         if any(k < 0 for k in num_samples):
-            raise ValueError(f"num_samples must be >= 0 for every cloud; got {list(num_samples)}")
+            raise ValueError(f"num_samples must be >= 0 for every cloud; got {_shown(num_samples)}")
+        if max(num_samples, default=0) > _MAX_ROW_BYTES // _SAMPLE_BYTES:  # before an int64 holds them
+            raise ValueError(
+                f"num_samples may be at most {_MAX_ROW_BYTES // _SAMPLE_BYTES} per cloud (an output row of "
+                f"{_SAMPLE_BYTES}-byte entries must stay below 2**31 bytes); got {_shown(num_samples)}"
+            )
         ks = torch.tensor(num_samples, dtype=torch.int64)
         if device.type == "cuda":  # from pinned memory, asynchronously: no stall of the stream
             ks = ks.pin_memory().to(device, non_blocking=True)
@@ -407,7 +415,19 @@ def _per_cloud(value, name: str, batch: int, device: torch.device) -> torch.Tens
         return value.reshape(1).expand(batch) if value.dim() == 0 else value
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int or an integer tensor; got {type(value).__name__}")
+    if not _INT64_MIN <= value <= _INT64_MAX:  # beyond every cloud: out of range, as any other such value
+        error = IndexError if name == "start_index" else ValueError
+        raise error(f"{name} must lie within the cloud's points; got {_shown(value)} (beyond int64)")
     return torch.full((batch,), value, dtype=torch.int64, device=device)
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message; ints too long to print in full by their size."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"<an int of {len(str(abs(value)))} digits>"
+    return repr(value)
 
 
 def _random_start(lengths, n: int, batch: int, generator, device: torch.device) -> torch.Tensor:

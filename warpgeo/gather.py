@@ -68,7 +68,7 @@ def _check_flag(deterministic: bool) -> None:
 def _gather_impl(features: torch.Tensor, idx: torch.Tensor, deterministic: bool) -> torch.Tensor:
     """features (B, C, N), idx (B, M[, K]) int -> (B, C, M[, K]). ``deterministic`` only matters to autograd."""
     batch, channels, num_points = features.shape
-    _check_index_range(idx, num_points)
+    _check_index_range(idx, num_points, channels)
     out = torch.empty(batch, channels, *idx.shape[1:], dtype=features.dtype, device=features.device)
     if out.numel() == 0:
         return out
@@ -84,8 +84,9 @@ def _gather_fake(features, idx, deterministic):
     return features.new_empty(features.shape[0], features.shape[1], *idx.shape[1:])
 
 
-def _check_index_range(idx: torch.Tensor, num_points: int) -> None:
-    """IndexError unless every index lies in ``[-1, num_points)``: one device-to-host transfer."""
+def _check_index_range(idx: torch.Tensor, num_points: int, channels: int) -> None:
+    """IndexError unless every index lies in ``[-1, num_points)``: one device-to-host transfer. ``channels``
+    (C of the features) only for the message: an index that C would hold hints at (B, N, C) features."""
     if idx.numel() == 0 or not _interop.checking_values(idx.device):
         return
     low, high = torch.aminmax(idx)
@@ -96,7 +97,13 @@ def _check_index_range(idx: torch.Tensor, num_points: int) -> None:
     if lo < SENTINEL_INDEX:
         raise IndexError(f"idx must lie in [-1, N={num_points}) (-1 = no point); found {lo}")
     if hi >= num_points:
-        raise IndexError(f"idx must lie in [-1, N={num_points}) (-1 = no point); found {hi}")
+        hint = ""
+        if hi < channels:
+            hint = (
+                f"; features must be (B, C, N), channels first: these have C={channels}, N={num_points}. "
+                "For points (B, N, 3) pass points.transpose(1, 2)"
+            )
+        raise IndexError(f"idx must lie in [-1, N={num_points}) (-1 = no point); found {hi}{hint}")
 
 
 def _gather(features: torch.Tensor, flat_idx: torch.Tensor, out: torch.Tensor, method: str) -> None:
@@ -275,7 +282,7 @@ def _weighted_impl(
     """features (B, C, N), idx (B, M, K) int, weight (B, M, K) float -> (B, C, M) in features' dtype:
     ``out[b, c, m] = sum_k weight[b, m, k] * features[b, c, idx[b, m, k]]`` (-1 contributes nothing)."""
     batch, channels, num_points = features.shape
-    _check_index_range(idx, num_points)
+    _check_index_range(idx, num_points, channels)
     work = _interop.compute_dtype(features.dtype)
     out = torch.empty(batch, channels, idx.shape[1], dtype=work, device=features.device)
     if num_points == 0 or idx.shape[2] == 0:

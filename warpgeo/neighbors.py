@@ -3,7 +3,8 @@
 Both search a uniform grid of cells built per call (a stable counting sort of the points by cell; see
 ``warpgeo/_kernels/neighbors.py``): memory is ``O(B * (N + M * k))``, never ``O(B * M * N)``. Small clouds
 are scanned directly instead (no grid to build). Distances are compared in float64 whatever the input
-dtype, so results do not depend on it, and ties go to the lowest index.
+dtype, so results do not depend on it, and ties go to the lowest index; float64 clouds are first scaled by a
+power of two (exact), so that squared distances neither overflow nor underflow at any finite scale.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ _KNN_POINTS_PER_CELL = 2.0
 _BALL_CELL = 0.5
 #: Rough cost of one query row, for splitting CPU launches among threads.
 _ROW_WORK = 256
+#: ``k`` is below this whatever M is (the output's int32 byte strides: 8-byte entries).
+_MAX_K = INT32_LIMIT // 8
+#: float64 inputs are scaled by a power of two (exact) so that the largest |coordinate| of each cloud, its
+#: queries and points together, lies in [2**(e - 1), 2**e) for this e, as FPS does
+#: (``warpgeo.fps._SCALED_EXPONENT``): squared distances and their sums then neither overflow nor lose the
+#: small ones to underflow, at any finite float64 scale (1e-300 .. 1e308).
+_SCALED_EXPONENT = 509
 #: Compute dtype -> the key of the neighbour kernel tables (``warpgeo._kernels.neighbors.TYPES``).
 _KEY = {torch.float32: "float32", torch.float64: "float64"}
 
@@ -60,6 +68,8 @@ def _check_knn(queries, points, query_lengths, point_lengths, k) -> None:
     if points.dtype != queries.dtype:
         raise TypeError(f"points must have the dtype of queries ({queries.dtype}); got {points.dtype}")
     k = _interop.check_int(k, "k", minimum=1)
+    if isinstance(k, int) and k >= _MAX_K:
+        raise ValueError(f"k must be below 2**28 (int32 strides of one Warp launch); got {_shown(k)}")
     batch, num_queries, num_points = queries.shape[0], queries.shape[1], points.shape[1]
     item = _interop.compute_dtype(points.dtype).itemsize
     if num_points > MAX_POINTS or 3 * item * num_points >= INT32_LIMIT:
@@ -67,7 +77,7 @@ def _check_knn(queries, points, query_lengths, point_lengths, k) -> None:
             f"points may hold fewer than {INT32_LIMIT // (3 * item)} points per cloud in "
             f"{points.dtype} (int32 strides of one Warp launch); got N={num_points}"
         )
-    if isinstance(k, int) and 8 * num_queries * k >= INT32_LIMIT:
+    if isinstance(k, int) and 8 * num_queries * k >= INT32_LIMIT:  # k and M are small enough to print
         raise ValueError(
             f"queries * k must stay below 2**28 per cloud (int32 strides of one Warp launch); got M={num_queries}, "
             f"k={k}"
@@ -86,10 +96,21 @@ def _check_ball_query(queries, points, query_lengths, point_lengths, radius, k, 
     _check_knn(queries, points, query_lengths, point_lengths, k)
     if isinstance(radius, bool) or not isinstance(radius, (int, float)):
         raise TypeError(f"radius must be a float; got {type(radius).__name__}")
-    if not (math.isfinite(radius) and radius > 0.0):
-        raise ValueError(f"radius must be a finite float > 0; got {radius}")
+    try:
+        finite = math.isfinite(radius)
+    except OverflowError:  # an int beyond float64's range
+        finite = False
+    if not (finite and radius > 0.0):
+        raise ValueError(f"radius must be a finite float > 0; got {_shown(radius)}")
     if not isinstance(inclusive, bool):
         raise TypeError(f"inclusive must be a bool; got {type(inclusive).__name__}")
+
+
+def _shown(value: int | float) -> str:
+    """``value`` for a message: an int too long to print (or to make a float of) by its size."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an int of {len(str(abs(value)))} digits"
+    return str(value)
 
 
 def _bounds(x: torch.Tensor, lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,7 +126,8 @@ def _check_values(queries, points, query_lengths, point_lengths):
     """The checks that need tensor values: one device-to-host transfer for all of them.
 
     Finiteness is read off the boxes of the valid rows (NaN propagates through min / max, inf is an end),
-    one pass over the data; the points' box is returned for the grid (None where there are no points).
+    one pass over the data; the boxes of the queries and of the points are returned (each None where there
+    are no rows), for the float64 scale and the grid.
     """
     m, n = queries.shape[1], points.shape[1]
     device = queries.device
@@ -122,7 +144,7 @@ def _check_values(queries, points, query_lengths, point_lengths):
         bad = ~(torch.isfinite(lo).all(dim=1) & torch.isfinite(hi).all(dim=1))
         return (bad & has).any(), (lo, hi)
 
-    bad_queries, _ = nonfinite(queries, query_lengths, m)
+    bad_queries, query_bounds = nonfinite(queries, query_lengths, m)
     bad_points, bounds = nonfinite(points, point_lengths, n)
     flags = torch.stack(
         [out_of_range(query_lengths, m), out_of_range(point_lengths, n), bad_queries, bad_points]
@@ -135,7 +157,7 @@ def _check_values(queries, points, query_lengths, point_lengths):
         raise ValueError("queries must be finite: found NaN or inf among the valid queries")
     if flags[3]:
         raise ValueError("points must be finite: found NaN or inf among the valid points")
-    return bounds
+    return query_bounds, bounds
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -150,13 +172,54 @@ def _empty_lengths(t: torch.Tensor | None, device: torch.device) -> torch.Tensor
     return t.to(torch.int64)
 
 
+def _power_of_two(exponent: torch.Tensor) -> torch.Tensor:
+    """``2.0 ** exponent`` in float64, exact for |exponent| <= 1023."""
+    return torch.ldexp(torch.ones_like(exponent, dtype=torch.float64), exponent)
+
+
+def _times_power_of_two(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """``x * 2**shift`` for float64 ``x``, ``shift`` int64 of ``x``'s leading shape (one exponent per cloud,
+    per vector ...): exact (two factors keep each in range) unless the result overflows or underflows."""
+    half = shift // 2
+    view = tuple(shift.shape) + (1,) * (x.dim() - shift.dim())
+    return x * _power_of_two(half).reshape(view) * _power_of_two(shift - half).reshape(view)
+
+
+def _largest(x: torch.Tensor, lengths: torch.Tensor | None, bounds) -> torch.Tensor:
+    """(B,) the largest |coordinate| of each cloud's valid rows (0 for none; NaN / inf where one is)."""
+    if x.shape[1] == 0:
+        return x.new_zeros(x.shape[0])
+    if bounds is None:
+        bounds = _bounds(x, None if lengths is None else lengths.clamp(0, x.shape[1]))
+    lo, hi = bounds
+    top = torch.maximum(-lo, hi).amax(dim=1)
+    return torch.where(top == -torch.inf, 0.0, top)  # a cloud with no valid row: (inf, -inf)
+
+
+def _scale(queries, points, query_lengths, point_lengths, query_bounds, bounds):
+    """float64 queries and points scaled by ``2**shift[b]`` (see ``_SCALED_EXPONENT``): ``(queries, points,
+    bounds, shift)``; float32 ones as they are (their squared distances fit float64), ``shift`` None.
+    Computed on the device: no host read."""
+    if points.dtype != torch.float64:
+        return queries, points, bounds, None
+    top = torch.maximum(
+        _largest(queries, query_lengths, query_bounds), _largest(points, point_lengths, bounds)
+    )
+    _, exponent = torch.frexp(top)  # top = m * 2**exponent, m in [0.5, 1); NaN / inf give 0
+    shift = _SCALED_EXPONENT - exponent.to(torch.int64)
+    if bounds is not None:
+        bounds = tuple(_times_power_of_two(b, shift) for b in bounds)
+    return _times_power_of_two(queries, shift), _times_power_of_two(points, shift), bounds, shift
+
+
 def _grid(
-    kernels: Any, points, point_lengths, mode: int, cell_size: float, method: str, bounds=None
+    kernels: Any, points, point_lengths, mode: int, cell_size: torch.Tensor, method: str, bounds=None
 ) -> dict[str, torch.Tensor]:
     """The grid of ``points`` (B, N, 3) in compute dtype: the query kernels' grid arguments by name.
 
     ``kernels``: the search's module (``KNN_GRID`` / ``BALL_QUERY_GRID`` of the points' precision), which
-    holds the grid kernels too. ``method``: ``"counting"`` (a Warp counting sort, a thread per cloud: the CPU
+    holds the grid kernels too. ``cell_size``: float64 ``(B,)``, the least cell width per cloud (ball query),
+    or empty (kNN: from the density). ``method``: ``"counting"`` (a Warp counting sort, a thread per cloud: the CPU
     path) or ``"sort"`` (``torch.sort``, stable, and ``searchsorted``: the CUDA path). Both give the same
     layout.
     """
@@ -251,10 +314,20 @@ def _ball_query_impl(
 ) -> torch.Tensor:
     """queries (B, M, 3), points (B, N, 3) -> int64 (B, M, k): the k smallest indices with distance
     <= radius (``inclusive``) or < radius, ascending, then -1."""
-    bounds = None
+    query_bounds = bounds = None
     if _interop.checking_values(queries.device):
-        bounds = _check_values(queries, points, query_lengths, point_lengths)
-    return _ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive, bounds=bounds)
+        query_bounds, bounds = _check_values(queries, points, query_lengths, point_lengths)
+    return _ball_query(
+        queries,
+        points,
+        query_lengths,
+        point_lengths,
+        radius,
+        k,
+        inclusive,
+        bounds=bounds,
+        query_bounds=query_bounds,
+    )
 
 
 def _ball_query_fake(queries, points, query_lengths, point_lengths, radius, k, inclusive):
@@ -262,21 +335,37 @@ def _ball_query_fake(queries, points, query_lengths, point_lengths, radius, k, i
 
 
 def _ball_query(
-    queries, points, query_lengths, point_lengths, radius, k, inclusive, method=None, bounds=None
+    queries,
+    points,
+    query_lengths,
+    point_lengths,
+    radius,
+    k,
+    inclusive,
+    method=None,
+    bounds=None,
+    query_bounds=None,
 ):
-    """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort")."""
+    """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort";
+    ``bounds`` / ``query_bounds``: the boxes of the valid points / queries, when the value checks made them)."""
     batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
     device = queries.device
     out = torch.empty(batch, m, k, dtype=torch.int64, device=device)
     if n == 0 or batch * m == 0:
         return out.fill_(SENTINEL_INDEX)
     queries, points = _interop.to_compute(queries), _interop.to_compute(points)
+    queries, points, bounds, shift = _scale(
+        queries, points, query_lengths, point_lengths, query_bounds, bounds
+    )
     key = _KEY[points.dtype]
-    radius = float(radius)
+    # per cloud, in the units of the (scaled) points: inf where it overflows (every point is in the ball)
+    radii = torch.full((batch,), float(radius), dtype=torch.float64, device=device)
+    if shift is not None:
+        radii = _times_power_of_two(radii, shift)
     common = {
         "queries": queries,
         "query_lengths": _empty_lengths(query_lengths, device),
-        "radius": radius,
+        "radius": radii,
         "inclusive": int(inclusive),
         "out_idx": out,
     }
@@ -288,7 +377,7 @@ def _ball_query(
     else:
         grid = _interop.kernels("neighbors").BALL_QUERY_GRID[key]
         kernel = grid.ball_query_rows
-        extra = _grid(grid, points, point_lengths, MODE_BALL, radius * _BALL_CELL, method, bounds)
+        extra = _grid(grid, points, point_lengths, MODE_BALL, radii * _BALL_CELL, method, bounds)
         work = _ROW_WORK
     _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
     return out
@@ -318,8 +407,9 @@ def ball_query(
     gradients flow through what is gathered with the indices (:func:`warpgeo.gather_points`).
 
     Args:
-        queries: ``(B, M, 3)`` ball centres; float16, bfloat16, float32 or float64.
-        points: ``(B, N, 3)``, the dtype and device of ``queries``.
+        queries: ``(B, M, 3)`` ball centres, or ``(M, 3)`` with ``points`` ``(N, 3)`` (one cloud: the result
+            is then ``(M, k)``); float16, bfloat16, float32 or float64.
+        points: ``(B, N, 3)`` (or ``(N, 3)``), the dtype and device of ``queries``.
         radius: a finite float > 0.
         k: the most neighbours per query, an int >= 1.
         query_lengths: optional integer ``(B,)``: only the first ``query_lengths[b]`` queries of cloud b
@@ -329,12 +419,12 @@ def ball_query(
             at ``< radius``, as the pointnet2 CUDA extension (``d**2 < radius**2``) does.
 
     Returns:
-        int64 ``(B, M, k)``: ascending point indices, ``-1`` padding.
+        int64 ``(B, M, k)`` (``(M, k)`` for one unbatched cloud): ascending point indices, ``-1`` padding.
 
     Raises:
         TypeError: non-float points or queries, different dtypes, non-integer lengths, a non-int ``k``, a
-            non-float ``radius`` or a non-bool ``inclusive``.
-        ValueError: bad shapes, ``k < 1``, ``radius`` not finite and > 0, lengths outside ``[0, M]`` /
+            non-float ``radius`` or a non-bool ``inclusive``; pointnet2's argument order (radius first).
+        ValueError: bad shapes, ``k < 1`` or ``k >= 2**28``, ``radius`` not finite and > 0, lengths outside ``[0, M]`` /
             ``[0, N]``, NaN or inf among the valid points or queries, tensors on different devices.
 
     Example:
@@ -343,7 +433,14 @@ def ball_query(
         >>> idx = ball_query(centres, pts, 0.2, 16)              # (2, 64, 16) int64, -1 padded
         >>> grouped = gather_points(pts.transpose(1, 2), idx)   # (2, 3, 64, 16), 0 where idx == -1
     """
-    return _ball_query_op.call(
+    if isinstance(queries, (int, float)) and isinstance(points, (int, float)):
+        raise TypeError(
+            "ball_query takes (queries, points, radius, k); got two numbers first, as in pointnet2's "
+            "ball_query(radius, nsample, xyz, new_xyz): call ball_query(new_xyz, xyz, radius, nsample), or "
+            "warpgeo.compat.pointnet2_ops.pointnet2_utils.ball_query for pointnet2's order and int32 output"
+        )
+    queries, points, unbatched = _batched(queries, points)
+    idx = _ball_query_op.call(
         queries=queries,
         points=points,
         query_lengths=query_lengths,
@@ -352,6 +449,7 @@ def ball_query(
         k=k,
         inclusive=inclusive,
     )
+    return idx[0] if unbatched else idx
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -367,10 +465,10 @@ def _knn_impl(
     k: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """queries (B, M, 3), points (B, N, 3) -> dists (B, M, k) in points' dtype, idx (B, M, k) int64."""
-    bounds = None
+    query_bounds = bounds = None
     if _interop.checking_values(queries.device):
-        bounds = _check_values(queries, points, query_lengths, point_lengths)
-    return _knn(queries, points, query_lengths, point_lengths, k, bounds=bounds)
+        query_bounds, bounds = _check_values(queries, points, query_lengths, point_lengths)
+    return _knn(queries, points, query_lengths, point_lengths, k, bounds=bounds, query_bounds=query_bounds)
 
 
 def _knn_fake(queries, points, query_lengths, point_lengths, k):
@@ -378,8 +476,9 @@ def _knn_fake(queries, points, query_lengths, point_lengths, k):
     return queries.new_empty(shape), queries.new_empty(shape, dtype=torch.int64)
 
 
-def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=None):
-    """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort")."""
+def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=None, query_bounds=None):
+    """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort";
+    ``bounds`` / ``query_bounds``: the boxes of the valid points / queries, when the value checks made them)."""
     batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
     device = queries.device
     dtype = points.dtype
@@ -388,6 +487,9 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=N
     if n == 0 or batch * m == 0:
         return dists.fill_(FAR).to(dtype), idx.fill_(SENTINEL_INDEX)
     queries, points = _interop.to_compute(queries), _interop.to_compute(points)
+    queries, points, bounds, shift = _scale(
+        queries, points, query_lengths, point_lengths, query_bounds, bounds
+    )
     key = _KEY[points.dtype]
     common = {
         "queries": queries,
@@ -403,9 +505,12 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=N
     else:
         grid = _interop.kernels("neighbors").KNN_GRID[key]
         kernel = grid.knn_rows
-        extra = _grid(grid, points, point_lengths, MODE_KNN, 0.0, method, bounds)
+        no_cell_size = torch.empty(0, dtype=torch.float64, device=device)
+        extra = _grid(grid, points, point_lengths, MODE_KNN, no_cell_size, method, bounds)
         work = _ROW_WORK
     _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
+    if shift is not None:  # back to the caller's units: exact, a power of two
+        dists = _times_power_of_two(dists, -shift)
     return dists.to(dtype), idx
 
 
@@ -429,10 +534,19 @@ def _backward_knn(ctx, grad_dists, _grad_idx):
     safe = idx.clamp_min(0)
     chosen = torch.gather(points.to(work), 1, safe.reshape(batch, m * k, 1).expand(-1, -1, 3))
     diff = queries.to(work)[:, :, None, :] - chosen.reshape(batch, m, k, 3)
-    dist = torch.linalg.vector_norm(diff, dim=-1)
-    use = (idx >= 0) & (dist > 0)
-    coef = torch.where(use, grad_dists.to(work) / torch.where(use, dist, 1.0), 0.0)
-    step = coef[..., None] * diff  # (B, M, k, 3)
+    if work == torch.float64:
+        # diff / |diff| from copies scaled by a power of two: finite at any scale (1 / |diff| overflows
+        # for subnormal distances, |diff|**2 for distances near 1e200)
+        scaled = _scaled_rows(diff)
+        norm = torch.linalg.vector_norm(scaled, dim=-1)
+        use = (idx >= 0) & (norm > 0)
+        unit = scaled / torch.where(use, norm, 1.0)[..., None]
+        step = torch.where(use, grad_dists.to(work), 0.0)[..., None] * unit  # (B, M, k, 3)
+    else:
+        dist = torch.linalg.vector_norm(diff, dim=-1)
+        use = (idx >= 0) & (dist > 0)
+        coef = torch.where(use, grad_dists.to(work) / torch.where(use, dist, 1.0), 0.0)
+        step = coef[..., None] * diff  # (B, M, k, 3)
     grad_queries = step.sum(dim=2).to(queries.dtype) if ctx.needs_input_grad[0] else None
     grad_points = None
     if ctx.needs_input_grad[1]:
@@ -442,6 +556,13 @@ def _backward_knn(ctx, grad_dists, _grad_idx):
         )
         grad_points = grad_points.to(points.dtype)
     return _knn_op.grads(queries=grad_queries, points=grad_points)
+
+
+def _scaled_rows(diff: torch.Tensor) -> torch.Tensor:
+    """float64 ``diff`` (..., 3), each vector times the power of two that brings its largest |component| to
+    [0.5, 1): exact, and a constant for autograd (so the result stays differentiable, double backward too)."""
+    _, exponent = torch.frexp(diff.detach().abs().amax(dim=-1))  # NaN / inf / 0: exponent 0
+    return _times_power_of_two(diff, -exponent.to(torch.int64))
 
 
 _knn_op = Op(
@@ -470,8 +591,9 @@ def knn(
     is taken as 0). Memory is ``O(B * (N + M * k))``.
 
     Args:
-        queries: ``(B, M, 3)``; float16, bfloat16, float32 or float64.
-        points: ``(B, N, 3)``, the dtype and device of ``queries``.
+        queries: ``(B, M, 3)``, or ``(M, 3)`` with ``points`` ``(N, 3)`` (one cloud: the results are then
+            ``(M, k)``); float16, bfloat16, float32 or float64.
+        points: ``(B, N, 3)`` (or ``(N, 3)``), the dtype and device of ``queries``.
         k: neighbours per query, an int >= 1.
         query_lengths: optional integer ``(B,)``: only the first ``query_lengths[b]`` queries of cloud b
             are answered; the other rows hold ``-1`` and ``inf``.
@@ -483,7 +605,7 @@ def knn(
 
     Raises:
         TypeError: non-float points or queries, different dtypes, non-integer lengths, a non-int ``k``.
-        ValueError: bad shapes, ``k < 1``, lengths outside ``[0, M]`` / ``[0, N]``, NaN or inf among the
+        ValueError: bad shapes, ``k < 1`` or ``k >= 2**28``, lengths outside ``[0, M]`` / ``[0, N]``, NaN or inf among the
             valid points or queries, tensors on different devices.
 
     Example:
@@ -492,7 +614,21 @@ def knn(
         >>> bool((idx[..., 0] == torch.arange(100)).all())         # a point is its own nearest
         True
     """
+    queries, points, unbatched = _batched(queries, points)
     dists, idx = _knn_op.call(
         queries=queries, points=points, query_lengths=query_lengths, point_lengths=point_lengths, k=k
     )
-    return KNN(dists, idx)
+    return KNN(dists[0], idx[0]) if unbatched else KNN(dists, idx)
+
+
+def _batched(queries: Any, points: Any) -> tuple[Any, Any, bool]:
+    """One unbatched cloud, ``queries`` (M, 3) and ``points`` (N, 3), as a batch of one (as FPS takes an
+    (N, 3) cloud); anything else as it is (the op's checks judge it)."""
+    if (
+        isinstance(queries, torch.Tensor)
+        and isinstance(points, torch.Tensor)
+        and queries.dim() == 2
+        and points.dim() == 2
+    ):
+        return queries.unsqueeze(0), points.unsqueeze(0), True
+    return queries, points, False

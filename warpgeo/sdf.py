@@ -185,17 +185,37 @@ def _check_params(params, x) -> None:
 def _check_sweep_steps(sweep_steps) -> int:
     sweep_steps = _interop.check_int(sweep_steps, "sweep_steps", minimum=0)
     if not isinstance(sweep_steps, torch.SymInt) and sweep_steps > _MAX_SWEEP_STEPS:
-        raise ValueError(f"sweep_steps must be at most 2**24 = {_MAX_SWEEP_STEPS}; got {sweep_steps}")
+        shown = sweep_steps if sweep_steps.bit_length() <= 64 else f"an int of {len(str(sweep_steps))} digits"
+        raise ValueError(f"sweep_steps must be at most 2**24 = {_MAX_SWEEP_STEPS}; got {shown}")
     return sweep_steps
 
 
 def _check_cost(spheres, env_index, world, all_cuboids, params, max_distance, compute_grad) -> None:
     _check_query(spheres, "spheres", 4, 3, env_index, world, all_cuboids)
     _check_params(params, spheres)
+    _check_max_distance(max_distance)
+
+
+def _check_max_distance(max_distance) -> float:
+    """``max_distance`` as a float >= 0 (inf: no bound); TypeError / ValueError naming it."""
     if isinstance(max_distance, bool) or not isinstance(max_distance, (int, float)):
-        raise TypeError(f"max_distance must be a float; got {type(max_distance).__name__}")
-    if not max_distance >= 0.0 or math.isinf(max_distance):
-        raise ValueError(f"max_distance must be finite and >= 0; got {max_distance}")
+        raise TypeError(f"max_distance must be a float or None; got {type(max_distance).__name__}")
+    value = _as_float(max_distance, "max_distance")
+    if not value >= 0.0:
+        raise ValueError(f"max_distance must be >= 0 (or inf / None: no bound); got {value}")
+    return value
+
+
+def _as_float(value: int | float, name: str) -> float:
+    """A Python int or float as a float; an int beyond float64's range is a ValueError naming ``name``
+    (not Python's OverflowError)."""
+    try:
+        return float(value)
+    except OverflowError:
+        digits = len(str(abs(value)))
+        raise ValueError(
+            f"{name} must be within the float64 range (|x| <= 1.798e308); got an int of {digits} digits"
+        ) from None
 
 
 def _check_swept(spheres, env_index, world, all_cuboids, params, sweep_steps, compute_grad) -> None:
@@ -365,7 +385,8 @@ def _cost_impl(
         {"spheres": work, "cost": cost, "grad": grad},
         work_per_row=_QUERY_WORK,
         params=params,
-        extra_search=float(max_distance),
+        # a speed hint only: inf ("no bound") searches as None does (any radius >= r + eta is exact)
+        extra_search=0.0 if math.isinf(max_distance) else float(max_distance),
         compute_grad=int(compute_grad),
     )
     return cost.to(spheres.dtype), grad
@@ -592,7 +613,8 @@ def sphere_mesh_cost(
         env_index: optional integer ``(B,)``: the environment of each entry of the leading dimension
             (``B = spheres.shape[0]``); environment 0 by default.
         max_distance: optional speed hint >= 0: faces are searched within ``r + eta + max_distance`` of a
-            centre outside a mesh. It never changes the cost (any radius >= r + eta is exact).
+            centre outside a mesh. It never changes the cost (any radius >= r + eta is exact); ``None`` or
+            ``float("inf")``: no bound.
 
     Returns:
         Cost of shape ``spheres.shape[:-1]``, dtype of ``spheres``, >= 0.
@@ -611,10 +633,7 @@ def sphere_mesh_cost(
     """
     flat, compute_grad = _prepare(spheres, world, 4, "spheres")
     params = _params(activation_distance, weight, flat)
-    if max_distance is None:
-        max_distance = 0.0
-    if isinstance(max_distance, bool) or not isinstance(max_distance, (int, float)):
-        raise TypeError(f"max_distance must be a float or None; got {type(max_distance).__name__}")
+    max_distance = 0.0 if max_distance is None else _check_max_distance(max_distance)
     args = world.kernel_args(flat.dtype)
     cost, _ = _cost.call(
         spheres=flat,
@@ -622,7 +641,7 @@ def sphere_mesh_cost(
         world=args.world,
         all_cuboids=args.all_cuboids,
         params=params,
-        max_distance=float(max_distance),
+        max_distance=max_distance,
         compute_grad=compute_grad,
     )
     return cost.view(spheres.shape[:-1])
@@ -781,7 +800,7 @@ def _params(activation_distance, weight, like: torch.Tensor) -> torch.Tensor:
             values.append(value.detach().reshape(1).to(dtype))
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{name} must be a float or a tensor; got {type(value).__name__}")
-        elif not (value >= 0.0 and math.isfinite(value)):
+        elif not (value >= 0.0 and math.isfinite(_as_float(value, name))):
             raise ValueError(f"{name} must be finite and >= 0; got {value}")
         elif value > torch.finfo(dtype).max:
             raise ValueError(

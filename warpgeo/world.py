@@ -412,7 +412,9 @@ class MeshWorld:
 
         Raises:
             TypeError: a floating, complex or non-numeric mask.
-            ValueError: wrong shape, a meta tensor.
+            ValueError: wrong shape, a meta tensor, an integer other than 0 and 1 (an integer tensor's values
+                are checked with the value checks: one device-to-host read; with them off nothing is read
+                back and any nonzero integer enables).
 
         Not to be called while another thread queries this world (the update is in place, see
         :meth:`set_poses`).
@@ -428,7 +430,9 @@ class MeshWorld:
                 ) from exc
             if array.dtype.kind not in "biu":
                 raise TypeError(f"mask must be bool (or 0/1 integers); got dtype {array.dtype}")
-            value = torch.as_tensor(array.astype(np.int64) if array.dtype.kind == "u" else array)
+            if array.dtype.kind != "b" and not ((array == 0) | (array == 1)).all():  # host values: no sync
+                raise ValueError(f"mask must hold bools or 0/1 integers; got {sorted(set(array.flat))[:8]}")
+            value = torch.as_tensor(array.astype(np.bool_))
         if value.is_floating_point() or value.is_complex():
             raise TypeError(f"mask must be bool (or 0/1 integers); got {value.dtype}")
         if value.dim() == 1 and self.num_envs == 1:
@@ -437,6 +441,11 @@ class MeshWorld:
             expected = f"({self.max_meshes},) or " if self.num_envs == 1 else ""
             raise ValueError(
                 f"mask must have shape {expected}({self.num_envs}, {self.max_meshes}); got {tuple(value.shape)}"
+            )
+        checking = value.dtype != torch.bool and _interop.checking_values(value.device)
+        if checking and bool(((value != 0) & (value != 1)).any()):  # one read (of the caller's own device)
+            raise ValueError(
+                f"mask must hold bools or 0/1 integers; got values {value.unique()[:8].tolist()}"
             )
         value = value.to(self._device).bool() & self._present
         self._enabled.copy_(value.to(torch.int32))
@@ -507,7 +516,7 @@ def _sign_methods(sign_method: Any, envs: list[list], single: bool) -> list[list
         ):
             raise ValueError(f"{where} must list one sign method per mesh ({len(env)}); got {env_methods!r}")
         for m, name in enumerate(env_methods):
-            if name not in _SIGN_METHODS:
+            if not isinstance(name, str) or name not in _SIGN_METHODS:
                 raise ValueError(f"{where}[{m}] must be one of {names}; got {name!r}")
         out.append(list(env_methods))
     return out
@@ -549,6 +558,12 @@ def _real_array(x: Any, name: str) -> torch.Tensor | None:
     except Exception as exc:  # e.g. a list of meta tensors
         raise ValueError(f"{name} could not be read as an array of numbers: {exc}") from exc
     if arr.dtype == object:
+        try:  # ragged, or Python ints beyond float64's range (NumPy keeps those as objects)
+            np.asarray(x, dtype=np.float64)
+        except OverflowError:
+            raise ValueError(f"{name} must be real numbers within the float64 range; got {x!r:.80}") from None
+        except (ValueError, TypeError):
+            pass
         return None
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name} must be real numbers; got dtype {arr.dtype}")

@@ -84,7 +84,7 @@ def grid_setup(
     lengths: wp.array(dtype=wp.int64),
     num_points: int,
     mode: int,
-    cell_size: wp.float64,
+    cell_size: wp.array(dtype=wp.float64),
     points_per_cell: wp.float64,
     cap: int,
     origin: wp.array(dtype=wp.vec3d),
@@ -93,7 +93,8 @@ def grid_setup(
     dims: wp.array2d(dtype=wp.int32),
     slack: wp.array(dtype=wp.float64),
 ):
-    """A thread per cloud: cell size and cells per axis (product <= cap) for the box [lo, hi]."""
+    """A thread per cloud: cell size and cells per axis (product <= cap) for the box [lo, hi]. ``cell_size``
+    (B,): the least cell width of a ball query (empty for kNN, whose cells follow the density)."""
     b = wp.tid()
     o = lo[b]
     ex = finite_extent(hi[b][0] - o[0])
@@ -104,7 +105,9 @@ def grid_setup(
     if not (wp.abs(o[2]) < wp.float64(wp.inf)):
         o = wp.vec3d(0.0, 0.0, 0.0)
     longest = wp.max(ex, wp.max(ey, ez))
-    size = cell_size
+    size = wp.float64(0.0)
+    if b < cell_size.shape[0]:
+        size = cell_size[b]
     if mode == MODE_KNN:
         n = wp.float64(wp.max(valid_count(b, lengths, num_points), 1))
         # a flat (or straight) cloud has no volume: give each side at least a cell's share of the longest
@@ -301,6 +304,16 @@ def within(d2: wp.float64, r2: wp.float64, inclusive: int):
 
 
 @wp.func
+def ball_radius(radius: wp.array(dtype=wp.float64), b: int):
+    """Cloud ``b``'s radius (in the units of its points: float64 clouds are scaled by a power of two, and the
+    radius with them); NaN (no point within) if ``radius`` is too short."""
+    out = wp.float64(wp.nan)
+    if b < radius.shape[0]:
+        out = radius[b]
+    return out
+
+
+@wp.func
 def pad_indices(out_idx: wp.array3d(dtype=wp.int64), b: int, m: int, count: int):
     for j in range(count, out_idx.shape[2]):
         out_idx[b, m, j] = SENTINEL_INDEX
@@ -317,12 +330,12 @@ def ball_query_rows(
     cell: wp.array(dtype=wp.float64),
     dims: wp.array2d(dtype=wp.int32),
     slack: wp.array(dtype=wp.float64),
-    radius: wp.float64,
+    radius: wp.array(dtype=wp.float64),
     inclusive: int,
     out_idx: wp.array3d(dtype=wp.int64),
     row_start: wp.int32,
 ):
-    """Row ``b * M + m``: the k smallest indices within ``radius`` of query m, ascending, then -1."""
+    """Row ``b * M + m``: the k smallest indices within ``radius[b]`` of query m, ascending, then -1."""
     r = wp.tid() + row_start
     num_queries = queries.shape[1]
     b = r // num_queries
@@ -338,9 +351,10 @@ def ball_query_rows(
             inv = inv_cell[b]
             size = cell[b]
             sl = slack[b]
-            r2 = radius * radius
+            rb = ball_radius(radius, b)
+            r2 = rb * rb
             # the box [q - reach, q + reach]: a hair wider than the ball, for the rounding of q +- radius
-            reach = radius * (wp.float64(1.0) + REL_SLACK) + sl
+            reach = rb * (wp.float64(1.0) + REL_SLACK) + sl
             x0 = cell_of(q[0] - reach, o[0], inv, nx)
             x1 = cell_of(q[0] + reach, o[0], inv, nx)
             y0 = cell_of(q[1] - reach, o[1], inv, ny)
@@ -370,7 +384,7 @@ def ball_query_brute(
     query_lengths: wp.array(dtype=wp.int64),
     points: wp.array2d(dtype=Any),
     point_lengths: wp.array(dtype=wp.int64),
-    radius: wp.float64,
+    radius: wp.array(dtype=wp.float64),
     inclusive: int,
     out_idx: wp.array3d(dtype=wp.int64),
     row_start: wp.int32,
@@ -384,7 +398,8 @@ def ball_query_brute(
     count = int(0)
     if m < valid_count(b, query_lengths, num_queries):
         q = to_vec3d(queries[b, m])
-        r2 = radius * radius
+        rb = ball_radius(radius, b)
+        r2 = rb * rb
         n = valid_count(b, point_lengths, points.shape[1])
         for i in range(n):
             if count < k:  # noqa: SIM102

@@ -98,6 +98,9 @@ UNBOUNDED = wp.constant(3.4e38)
 #: just outside the radius is still found when its refined (``T``-precision) distance is inside.
 SEARCH_PAD_REL = wp.constant(1.0e-5)
 SEARCH_PAD_ABS = wp.constant(1.0e-6)
+#: Below this, ``phi * phi`` of the cost's quadratic branch may have lost bits to underflow (float32's
+#: smallest normal is 1.2e-38): the cost is then computed as ``phi * (phi / eta) / 2`` instead.
+TINY_SQUARE = wp.constant(1.0e-30)
 #: Sign methods, as stored in ``world.sign[e, m]`` (``warpgeo._constants.SIGN_*``).
 SIGN_RAY = wp.constant(_constants.SIGN_RAY)
 SIGN_WINDING = wp.constant(_constants.SIGN_WINDING)
@@ -744,8 +747,17 @@ def query_kernels(cuboids: bool) -> dict:
                     continue
                 dphi = type(phi)(1.0)
                 if phi <= eta:
-                    total += phi * phi / (type(phi)(2.0) * eta)
                     dphi = phi / eta
+                    square = phi * phi
+                    two_eta = type(phi)(2.0) * eta
+                    if (
+                        square < type(phi)(wp.inf)
+                        and two_eta < type(phi)(wp.inf)
+                        and square >= type(phi)(TINY_SQUARE)
+                    ):
+                        total += square / two_eta
+                    else:  # phi^2 or 2 eta overflows (eta near the dtype's top), or phi^2 underflows
+                        total += phi * dphi * type(phi)(0.5)
                 else:
                     total += phi - type(phi)(0.5) * eta
                 # d phi / d centre = -grad d; n is in the mesh frame, rotate it back to the world

@@ -1,10 +1,11 @@
 """The kernels a :class:`~warpgeo.world.MeshWorld` runs once per mesh when it is built (see ``sdf.py``).
 
 Apart from the query kernels: building a world compiles only this small module (:data:`BUILD`:
-``grid_centres`` and ``face_intersections``, the coarse distance grid and the closed-mesh check), never the
-query kernels, and a query compiles only its own kernel. ``winding_probe`` (:data:`WINDING_PROBE`, run once
-per process and device, for worlds with winding-number meshes) is a Warp module of its own: most worlds
-never compile it. Both tables have one key, ``"float32"`` (Warp meshes are float32).
+``grid_centres`` and ``face_intersections_rows``, the coarse distance grid and the closed-mesh check, both
+launched by rows: on the CPU, side by side on every core), never the query kernels, and a query compiles
+only its own kernel. ``winding_probe`` (:data:`WINDING_PROBE`, run once per process and device, for worlds
+with winding-number meshes) is a Warp module of its own: most worlds never compile it. Both tables have one
+key, ``"float32"`` (Warp meshes are float32).
 """
 
 import warp as wp
@@ -26,11 +27,14 @@ def grid_centres(
     nz: int,
     with_sign: int,
     out: wp.array(dtype=float),
+    row_start: int,
 ):
-    """Distance of the centre of grid cell ``tid`` (row-major ``(nx, ny, nz)`` cells of ``size`` from
-    ``lower``), for a MeshWorld's grid. ``with_sign``: negative inside, and NaN (a cell of unknown side) where
-    the pseudo-normal and the ray vote disagree."""
-    i = wp.tid()
+    """Distance of the centre of grid cell ``row_start + tid`` (row-major ``(nx, ny, nz)`` cells of ``size``
+    from ``lower``), for a MeshWorld's grid. ``with_sign``: negative inside, and NaN (a cell of unknown side)
+    where the pseudo-normal and the ray vote disagree. Launched by rows (``_interop.launch_rows``)."""
+    i = wp.tid() + row_start
+    if i >= out.shape[0]:
+        return
     ix = i // (ny * nz)
     iy = (i // nz) % ny
     iz = i % nz
@@ -191,13 +195,13 @@ def triangles_meet(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d, e: wp.vec
     return segment_meets_triangle(f, d, a, b, c)
 
 
-def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp.int32)):
-    """Count the pairs of faces (``tid`` and a later one) that share no vertex and intersect (or touch, or
-    come too near for float64 orientation signs to tell: see ``triangles_meet``)."""
-    f = wp.tid()
+@wp.func
+def face_meets(mesh: wp.uint64, f: int, num_faces: int):
+    """How many later faces (``g > f``) share no vertex with face ``f`` and meet it (or touch it, or come too
+    near for float64 orientation signs to tell: see ``triangles_meet``)."""
     m = wp.mesh_get(mesh)
-    if (f + 1) * 3 > m.indices.shape[0] or num_faces * 3 > m.indices.shape[0]:
-        return
+    if f < 0 or (f + 1) * 3 > m.indices.shape[0] or num_faces * 3 > m.indices.shape[0]:
+        return 0
     i0 = m.indices[f * 3 + 0]
     i1 = m.indices[f * 3 + 1]
     i2 = m.indices[f * 3 + 2]
@@ -206,6 +210,7 @@ def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp
     c = m.points[i2]
     query = wp.mesh_query_aabb(mesh, wp.min(wp.min(a, b), c), wp.max(wp.max(a, b), c))
     g = int(0)
+    count = int(0)
     while wp.mesh_query_aabb_next(query, g):
         if g > f and g < num_faces:
             j0 = m.indices[g * 3 + 0]
@@ -222,7 +227,28 @@ def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp
                     wp.vec3d(m.points[j2]),
                 )
                 if hit:
-                    wp.atomic_add(found, 0, 1)
+                    count += 1
+    return count
+
+
+def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp.int32)):
+    """Count the pairs of faces (``tid`` and a later one) that share no vertex and intersect (or touch, or
+    come too near for float64 orientation signs to tell: see ``triangles_meet``)."""
+    count = face_meets(mesh, wp.tid(), num_faces)
+    if count > 0:
+        wp.atomic_add(found, 0, count)
+
+
+def face_intersections_rows(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp.int32), row_start: int):
+    """``face_intersections`` of faces ``row_start + tid``, launched by rows (``_interop.launch_rows``: the
+    CPU's cores side by side). A world only asks whether any pair meets: once one is found, the faces not yet
+    tested are skipped (the count is then a lower bound, still > 0)."""
+    f = wp.tid() + row_start
+    if found[0] != 0:
+        return
+    count = face_meets(mesh, f, num_faces)
+    if count > 0:
+        wp.atomic_add(found, 0, count)
 
 
 def winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float)):
@@ -231,7 +257,13 @@ def winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float)):
     out_sign[0] = q.sign
 
 
-#: ``BUILD["float32"].grid_centres`` / ``.face_intersections``: what building a world launches.
-BUILD = KernelTable(f"{__name__}.build", (grid_centres, face_intersections), {"float32": {}}, options=OPTIONS)
+#: ``BUILD["float32"].grid_centres`` / ``.face_intersections_rows``: what building a world launches
+#: (``face_intersections``: the same test as one launch that counts every pair).
+BUILD = KernelTable(
+    f"{__name__}.build",
+    (grid_centres, face_intersections, face_intersections_rows),
+    {"float32": {}},
+    options=OPTIONS,
+)
 #: ``WINDING_PROBE["float32"].winding_probe``: a module of its own, compiled only for winding-number worlds.
 WINDING_PROBE = KernelTable(f"{__name__}.winding_probe", (winding_probe,), {"float32": {}}, options=OPTIONS)

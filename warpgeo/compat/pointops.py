@@ -458,3 +458,8 @@ def _cumsum(counts: list[int]) -> list[int]:
         total += c
         out.append(total)
     return out
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``) and the module's dunders: not ``annotations`` / ``torch`` / helpers."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})

@@ -1,8 +1,9 @@
 """``pointnet2_ops`` (the PointNet++ CUDA extension's package), backed by warpgeo's Warp kernels.
 
 ``pointnet2_utils`` holds the ops (every public name of the original), ``pointnet2_modules`` the layers
-built on them (``PointnetSAModule``, ``PointnetSAModuleMSG``, ``PointnetFPModule``). The ops are also
-importable from this package directly (``from warpgeo.compat import pointnet2_ops as pointnet2_utils``).
+built on them (``PointnetSAModule``, ``PointnetSAModuleMSG``, ``PointnetFPModule``): import them as the
+original is imported, ``from warpgeo.compat.pointnet2_ops import pointnet2_utils``. The ops are also
+names of this package itself (``pointnet2_ops.furthest_point_sample``).
 After :func:`warpgeo.compat.install`, ``import pointnet2_ops`` and
 ``from pointnet2_ops.pointnet2_modules import PointnetSAModule`` resolve here.
 """
@@ -45,3 +46,8 @@ __all__ = [
     "three_interpolate",
     "three_nn",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``) and the module's dunders: not ``annotations`` / ``torch`` / helpers."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})

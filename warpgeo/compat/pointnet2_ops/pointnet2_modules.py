@@ -115,3 +115,8 @@ class PointnetFPModule(nn.Module):
         else:
             new_features = interpolated
         return self.mlp(new_features.unsqueeze(-1)).squeeze(-1)
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``) and the module's dunders: not ``annotations`` / ``torch`` / helpers."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})

@@ -287,3 +287,8 @@ class GroupAll(nn.Module):
         if self.use_xyz:
             return torch.cat([grouped_xyz, grouped_features], dim=1)
         return grouped_features
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``) and the module's dunders: not ``annotations`` / ``torch`` / helpers."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
