@@ -107,7 +107,7 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
                 cuboid = _is_cuboid(vertices, faces, box)
                 # the tables of a watertight mesh, on the side while its BVH is built and checked here
                 job = None
-                if not (cuboid or slivers) and _may_be_watertight(faces):
+                if not (cuboid or slivers) and _may_be_watertight(faces, len(vertices)):
                     job = _submit(_closed_tables, vertices, faces)
             mesh = wp_meshes.get((content, winding))
             if mesh is None:
@@ -451,25 +451,29 @@ def _no_faces_meet(mesh: Any, num_faces: int, device: torch.device) -> bool:
     return int(found.item()) == 0
 
 
-def _may_be_watertight(faces: np.ndarray) -> bool:
+def _may_be_watertight(faces: np.ndarray, num_vertices: int) -> bool:
     """False where the directed edges cannot pair up with reversed ones (an open mesh: a boundary edge has no
     reverse), from one O(F) hash sum: equal multisets of directed and reversed edges have equal sums of a
-    hash of each edge. True otherwise (then :func:`_edge_pairs` decides, exactly)."""
-    start = faces.astype(np.uint64)
-    end = np.roll(start, -1, axis=1)
+    hash ``h(a) * g(b)`` of each edge ``a -> b`` (wrapping uint64 arithmetic). True otherwise (then
+    :func:`_edge_pairs` decides, exactly)."""
+    first, second = _vertex_hashes(num_vertices)
+    start, end = faces, np.roll(faces, -1, axis=1)
     with np.errstate(over="ignore"):
-        forward = _edge_hash(start, end).sum(dtype=np.uint64)
-        backward = _edge_hash(end, start).sum(dtype=np.uint64)
+        forward = (first[start] * second[end]).sum(dtype=np.uint64)
+        backward = (first[end] * second[start]).sum(dtype=np.uint64)
     return bool(forward == backward)
 
 
-def _edge_hash(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """A 64-bit mix of the directed edges ``a -> b`` (splitmix64's finaliser of ``a * K + b``, wrapping)."""
+def _vertex_hashes(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two 64-bit hashes of each vertex index (splitmix64's finaliser, two seeds), odd."""
+    out = []
     with np.errstate(over="ignore"):
-        x = a * np.uint64(0x9E3779B97F4A7C15) + b
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
+        for seed in (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03):
+            x = np.arange(count, dtype=np.uint64) * np.uint64(seed) + np.uint64(seed)
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            out.append((x ^ (x >> np.uint64(31))) | np.uint64(1))
+    return out[0], out[1]
 
 
 class _TablesJob(Future):
@@ -700,14 +704,15 @@ def _plane_tree(geometry: _Geometry, neighbors: np.ndarray) -> tuple | None:
         normals, carried = np.take(normals, source, axis=0), np.take(carried, source, axis=0)
         starts, counts, index = (np.concatenate(parts) for parts in zip(*next_levels, strict=True))
     # the cone's half-angle, widened far beyond the float32 rounding of its cosine and sine
-    angles = [min(math.pi, a + _CONE_PAD) for a in widest.tolist()]
+    angles = np.minimum(math.pi, widest + _CONE_PAD).tolist()
     scale = float(np.abs(points).max() + np.linalg.norm(points.max(axis=0) - points.min(axis=0)))
     table = np.zeros((1 + 2 * num_nodes, 4), dtype=np.float32)
     table[0] = (*origin, 1.0e-5 * scale)
     table[1::2, :3] = axes
     table[1::2, 3] = lowest
-    table[2::2, 0] = [math.cos(a) for a in angles]
-    table[2::2, 1] = [math.sin(a) for a in angles]
+    # math's cosine and sine (the C library's), one node at a time: NumPy's vectorised ones may round otherwise
+    table[2::2, 0] = np.fromiter(map(math.cos, angles), dtype=np.float64, count=num_nodes)
+    table[2::2, 1] = np.fromiter(map(math.sin, angles), dtype=np.float64, count=num_nodes)
     planes = np.concatenate([normals, carried[:, :1]], axis=1).astype(np.float32)
     return table, links.astype(np.int32), planes, carried[:, 1].astype(np.int32)
 
