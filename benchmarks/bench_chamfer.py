@@ -10,7 +10,7 @@ Peers, timed in the same run: ``torch.cdist`` + ``min`` both ways, in chunks of 
 built and queried both ways, all cores) where installed. Forward + backward is timed for warpgeo and, where
 its saved distance matrices fit, for the unchunked torch peer. Peak memory is what a call adds to the process:
 on CUDA ``torch.cuda.max_memory_allocated``, on the CPU the peak resident set size of a fresh process. Times are
-medians with warm-up excluded; ratios are to warpgeo (>1: slower than warpgeo).
+medians with warm-up (``--warmup`` calls) excluded; ratios are to warpgeo (>1: slower than warpgeo).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def _peak_child(name: str, batch: int, n: int, m: int) -> None:
 def _row(name, calls, x, y, args, device, batch, n, m):
     """(time row, memory row) of ``CALLS[calls]``, shown as ``name``."""
     time.sleep(1.0)  # idle workers of the previous row (torch's OpenMP / MKL threads spin) go to sleep
-    seconds = timeit(CALLS[calls](x, y), device, repeat=args.repeat)
+    seconds = timeit(CALLS[calls](x, y), device, repeat=args.repeat, warmup=args.warmup)
     return (name, seconds), (name, peak_memory(calls, batch, n, m, device))
 
 
@@ -166,7 +166,9 @@ def bench_case(args, batch, n, m, scipy_spatial) -> None:
         xn, yn = x.numpy(), y.numpy()
         ref = scipy_chamfer(scipy_spatial, xn, yn)
         assert abs(ref - float(expected)) <= 1e-4 * abs(ref) + 1e-9, (ref, float(expected))
-        seconds = timeit(lambda: scipy_chamfer(scipy_spatial, xn, yn), device, repeat=args.repeat)
+        seconds = timeit(
+            lambda: scipy_chamfer(scipy_spatial, xn, yn), device, repeat=args.repeat, warmup=args.warmup
+        )
         rows.append(("scipy cKDTree (build + query)", seconds))
     report(f"chamfer forward, {shape}, float32", rows, ours)
     _report_memory(memory)
@@ -198,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_size_arguments(parser)
     parser.add_argument("--repeat", type=int, default=None)
+    # the first calls at a new size run slower on the CPU (page faults of fresh buffers, thread start-up)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed calls before each row")
     parser.add_argument(
         "--full-matrix-gib",
         type=float,

@@ -246,6 +246,9 @@ def installed(monkeypatch):
         "pointnet2_ops.pointnet2_utils",
         "pointnet2_ops.pointnet2_modules",
         "pointops",
+        "knn_cuda",
+        "chamfer",
+        "torch_cluster",
     ):
         monkeypatch.delitem(sys.modules, name, raising=False)
     registered = install()
@@ -260,6 +263,9 @@ def test_install_registers_the_original_names(installed):
         "pointnet2_ops.pointnet2_utils",
         "pointnet2_ops.pointnet2_modules",
         "pointops",
+        "knn_cuda",
+        "chamfer",
+        "torch_cluster",
     }
     import pointops as po
     from pointnet2_ops import pointnet2_utils

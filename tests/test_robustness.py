@@ -334,6 +334,39 @@ CASES: list[Case] = [
         "gather_points(BIG_HALF, torch.tensor([[5], [2**30 - 1]]))",
         "torch.equal(r.flatten(), torch.stack([BIG_HALF[0, 0, 5], BIG_HALF[1, 0, 2**30 - 1]]))",
     ),
+    # ---- chamfer_distance / ChamferResult / torch.ops.warpgeo.chamfer_distance
+    R("chamfer_norm3", "chamfer_distance(torch.rand(1, 4, 3), torch.rand(1, 5, 3), norm=3)", V, "norm"),
+    R(
+        "chamfer_dtype_mismatch",
+        "chamfer_distance(torch.rand(1, 4, 3), torch.rand(1, 5, 3, dtype=torch.float64))",
+        T,
+        "y",
+    ),
+    R(
+        "chamfer_nan",
+        "chamfer_distance(torch.rand(1, 4, 3), torch.full((1, 5, 3), float('nan')))",
+        V,
+        "y",
+        value=True,
+    ),
+    R(
+        "chamfer_lengths_too_long",
+        "chamfer_distance(torch.rand(1, 4, 3), torch.rand(1, 5, 3), y_lengths=torch.tensor([100]))",
+        V,
+        "y_lengths",
+        value=True,
+    ),
+    R(
+        "chamfer_op_reduction",
+        "torch.ops.warpgeo.chamfer_distance(torch.rand(1, 4, 3), torch.rand(1, 5, 3), None, None, 2, True, 'max', False)",
+        V,
+        "reduction",
+    ),
+    OK(
+        "chamfer_result_fields",
+        "ChamferResult(*chamfer_distance(torch.rand(1, 4, 3), torch.rand(1, 5, 3)))",
+        "r.dist_xy.shape == (1, 4) and r.idx_yx.shape == (1, 5)",
+    ),
     # ---- knn / ball_query / torch.ops.warpgeo.knn, ball_query
     R("knn_k0", "knn(torch.rand(1, 4, 3), torch.rand(1, 5, 3), 0)", V, "k"),
     R("knn_k_huge", "knn(torch.rand(1, 4, 3), torch.rand(1, 5, 3), 2**40)", V, "k"),
@@ -952,10 +985,7 @@ def test_enough_cases_on_every_public_name():
 
 
 def _custom_ops() -> list[str]:
-    import warpgeo.fps
-    import warpgeo.gather
-    import warpgeo.neighbors
-    import warpgeo.sdf  # noqa: F401 - registers the ops
+    warpgeo.load_ops()
 
     return [n for n in dir(torch.ops.warpgeo) if not n.startswith("_") and n != "name"]
 

@@ -1,0 +1,428 @@
+"""pytorch3d's point-cloud ops (``pytorch3d.ops`` / ``pytorch3d.loss``) with their signatures and return types.
+
+::
+
+    from warpgeo.compat.pytorch3d import chamfer_distance, knn_points, sample_farthest_points
+    # was: from pytorch3d.loss import chamfer_distance; from pytorch3d.ops import knn_points, ...
+
+=====================================================================  ========================================
+``sample_farthest_points(points, lengths=None, K=50,                   ``(sampled (N, K, D), idx (N, K))``, -1 /
+random_start_point=False)``                                            0 padding
+``knn_points(p1, p2, lengths1=None, lengths2=None, norm=2, K=1,         ``_KNN(dists, idx, knn)``: squared (L2) or
+version=-1, return_nn=False, return_sorted=True)``                     L1 distances, 0 padding
+``knn_gather(x, idx, lengths=None)``                                   ``(N, P1, K, U)``
+``ball_query(p1, p2, lengths1=None, lengths2=None, K=500,              ``_KNN(dists, idx, knn)``: the first K
+radius=0.2, return_nn=True)``                                          within ``radius`` (strict), -1 padding
+``chamfer_distance(x, y, x_lengths=None, y_lengths=None, x_normals=    ``(loss, loss_normals)``
+None, y_normals=None, weights=None, batch_reduction="mean",
+point_reduction="mean", norm=2, single_directional=False,
+abs_cosine=True)``
+=====================================================================  ========================================
+
+Points of dimension 3 run on warpgeo's ops (:func:`warpgeo.knn`, :func:`warpgeo.ball_query`,
+:func:`warpgeo.farthest_point_sampling`, :func:`warpgeo.chamfer_distance`, :func:`warpgeo.gather_points`);
+dimensions 1 and 2 are padded with zeros to 3 (distances unchanged); larger dimensions, and ``knn_points``
+with ``norm=1`` and ``K > 1``, fall back to plain torch (``O(P1 * P2)`` memory). Differentiable as in
+pytorch3d: ``dists`` w.r.t. ``p1`` and ``p2``, ``knn`` / gathered points w.r.t. the gathered tensor, the
+chamfer losses w.r.t. the points (and normals).
+
+Differences from pytorch3d, all documented there as implementation choices: any float dtype in, the same
+dtype out (pytorch3d returns float32 for float64 input); the CPU as well as CUDA; ties go to the lowest index
+(``version`` and ``return_sorted`` are accepted and ignored: results are always sorted); with
+``random_start_point=True`` the start is drawn with torch's generator (pytorch3d's naive path uses Python's
+``random``). ``Pointclouds`` objects are not accepted (pass ``points_padded()`` and the lengths).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import torch
+import torch.nn.functional as F
+
+import warpgeo
+from warpgeo.compat._common import shape_of
+
+__all__ = ["ball_query", "chamfer_distance", "knn_gather", "knn_points", "sample_farthest_points"]
+
+#: pytorch3d's own return type of ``knn_points`` and ``ball_query`` (``pytorch3d.ops.knn._KNN``).
+_KNN = namedtuple("KNN", "dists idx knn")
+
+
+# --------------------------------------------------------------------------------------------------------
+# helpers shared by the compat modules (knn_cuda, torch_cluster): any dimension, padded batches
+# --------------------------------------------------------------------------------------------------------
+
+
+def _pad3(t: torch.Tensor) -> torch.Tensor:
+    """``(..., D)`` with D <= 3 -> ``(..., 3)``, zeros appended (distances are unchanged)."""
+    if t.shape[-1] == 3:
+        return t
+    return F.pad(t, (0, 3 - t.shape[-1]))
+
+
+def _valid(lengths: torch.Tensor | None, batch: int, size: int, device: torch.device) -> torch.Tensor:
+    """``(B, size)`` bool: the entries below each cloud's length."""
+    if lengths is None:
+        return torch.ones(batch, size, dtype=torch.bool, device=device)
+    return torch.arange(size, device=device)[None, :] < lengths.to(device)[:, None]
+
+
+def _padded_knn(queries, points, k, query_lengths=None, point_lengths=None, norm=2):
+    """``(dists, idx)`` ``(B, M, k)``: the k nearest valid points of each valid query, nearest first, ties to
+    the lowest index, ``-1`` / ``inf`` padding; ``dists`` Euclidean (L2) or L1, differentiable.
+
+    Points of dimension <= 3 and ``norm=2`` run on :func:`warpgeo.knn`; otherwise plain torch (``cdist``
+    from coordinate differences, a stable sort)."""
+    if norm == 2 and queries.shape[-1] <= 3:
+        found = warpgeo.knn(
+            _pad3(queries), _pad3(points), k, query_lengths=query_lengths, point_lengths=point_lengths
+        )
+        return found.dists, found.idx
+    batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
+    device = queries.device
+    if n == 0 or m == 0:
+        return (
+            queries.new_full((batch, m, k), float("inf")),
+            torch.full((batch, m, k), -1, dtype=torch.int64, device=device),
+        )
+    d = torch.cdist(queries, points, p=float(norm), compute_mode="donot_use_mm_for_euclid_dist")
+    point_ok = _valid(point_lengths, batch, n, device)[:, None, :]
+    d = torch.where(point_ok, d, float("inf"))
+    order = torch.sort(d.detach(), dim=-1, stable=True).indices[..., :k]
+    dists = torch.gather(d, 2, order)
+    ok = torch.isfinite(dists.detach()) & _valid(query_lengths, batch, m, device)[..., None]
+    idx = torch.where(ok, order, -1)
+    dists = torch.where(ok, dists, float("inf"))
+    if dists.shape[-1] < k:  # fewer points than k
+        extra = k - dists.shape[-1]
+        dists = F.pad(dists, (0, extra), value=float("inf"))
+        idx = F.pad(idx, (0, extra), value=-1)
+    return dists, idx
+
+
+def _padded_fps(points, num_samples, lengths=None, random_start=False):
+    """int64 ``(B, max K)``: greedy farthest point sampling of each cloud (``num_samples`` an int or an int64
+    ``(B,)`` tensor), ``-1`` padding; :func:`warpgeo.farthest_point_sampling` for dimensions <= 3, plain
+    torch beyond (the same greedy order: squared distances, ties to the lowest index)."""
+    if points.shape[-1] <= 3:
+        return warpgeo.farthest_point_sampling(
+            _pad3(points), num_samples, lengths=lengths, random_start=random_start
+        )
+    batch, n = points.shape[0], points.shape[1]
+    device = points.device
+    ks = torch.as_tensor(num_samples, device=device).expand(batch).tolist()
+    lens = [n] * batch if lengths is None else lengths.tolist()
+    out = torch.full((batch, max(ks, default=0)), -1, dtype=torch.int64, device=device)
+    for b in range(batch):
+        count = min(ks[b], lens[b])
+        if count == 0:
+            continue
+        cloud = points[b, : lens[b]].detach().double()
+        start = int(torch.randint(lens[b], ())) if random_start else 0
+        nearest = torch.full((lens[b],), float("inf"), dtype=torch.float64, device=device)
+        chosen = [start]
+        for _ in range(1, count):
+            nearest = torch.minimum(nearest, (cloud - cloud[chosen[-1]]).square().sum(-1))
+            chosen.append(int(torch.argmax(nearest)))  # argmax returns the first maximum
+        out[b, :count] = torch.tensor(chosen, device=device)
+    return out
+
+
+def _lengths_or_full(lengths, batch, size, device, name):
+    if lengths is None:
+        return None
+    if not isinstance(lengths, torch.Tensor) or lengths.shape != (batch,):
+        raise ValueError(f"{name} must be a LongTensor of shape ({batch},); got {shape_of(lengths)}")
+    return lengths.to(device)
+
+
+def _check_pair(p1, p2, names=("p1", "p2")) -> None:
+    for name, t in zip(names, (p1, p2), strict=True):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            raise ValueError(f"{name} must be a tensor of shape (N, P, D); got {shape_of(t)}")
+    if p1.shape[0] != p2.shape[0]:
+        raise ValueError(
+            f"{names[0]} and {names[1]} must have the same batch dimension; got "
+            f"{tuple(p1.shape)} and {tuple(p2.shape)}"
+        )
+    if p1.shape[2] != p2.shape[2]:
+        raise ValueError(
+            f"{names[0]} and {names[1]} must have the same point dimension; got "
+            f"{tuple(p1.shape)} and {tuple(p2.shape)}"
+        )
+
+
+# --------------------------------------------------------------------------------------------------------
+# pytorch3d.ops
+# --------------------------------------------------------------------------------------------------------
+
+
+def sample_farthest_points(
+    points: torch.Tensor,
+    lengths: torch.Tensor | None = None,
+    K: int | list | torch.Tensor = 50,
+    random_start_point: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Farthest point sampling, as ``pytorch3d.ops.sample_farthest_points``.
+
+    Args:
+        points: ``(N, P, D)``.
+        lengths: optional int64 ``(N,)``: the valid points of each cloud.
+        K: samples per cloud: an int, or a list / int64 tensor ``(N,)``.
+        random_start_point: start at a random valid point (torch's generator) instead of index 0.
+
+    Returns:
+        ``(sampled_points (N, max K, D), indices (N, max K) int64)``: indices ``-1`` and points 0 where a
+        cloud has fewer than K (valid) points.
+    """
+    if not isinstance(points, torch.Tensor) or points.dim() != 3:
+        raise ValueError(f"points must be a tensor of shape (N, P, D); got {shape_of(points)}")
+    batch = points.shape[0]
+    lengths = _lengths_or_full(lengths, batch, points.shape[1], points.device, "lengths")
+    if isinstance(K, (list, tuple)):
+        K = torch.tensor(K, dtype=torch.int64, device=points.device)
+    if isinstance(K, torch.Tensor) and K.shape != (batch,):
+        raise ValueError(f"K and points must have the same batch dimension; got K of shape {tuple(K.shape)}")
+    idx = _padded_fps(points, K, lengths=lengths, random_start=random_start_point)
+    return _masked_gather(points, idx), idx
+
+
+def knn_gather(x: torch.Tensor, idx: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """``x[n, idx[n, i, k]]`` as ``(N, P1, K, U)``, as ``pytorch3d.ops.knn_gather``; 0 for the neighbour
+    slots ``k >= lengths[n]`` (clouds with fewer than K points) and for ``-1`` indices. Differentiable
+    w.r.t. ``x`` (:func:`warpgeo.gather_points`: a scatter-add backward)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        raise ValueError(f"x must be a tensor of shape (N, P2, U); got {shape_of(x)}")
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 3 or idx.shape[0] != x.shape[0]:
+        raise ValueError(f"idx must be a tensor of shape ({x.shape[0]}, P1, K); got {shape_of(idx)}")
+    out = _masked_gather(x, idx)
+    if lengths is not None:
+        k = idx.shape[2]
+        keep = torch.arange(k, device=x.device)[None, :] < lengths.to(x.device)[:, None]  # (N, K)
+        out = out * keep[:, None, :, None].to(out.dtype)
+    return out
+
+
+def _masked_gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``x`` ``(N, P, U)`` at ``idx`` ``(N, ...)`` -> ``(N, ..., U)``, 0 where idx is -1."""
+    n, u = x.shape[0], x.shape[2]
+    flat = idx.reshape(n, -1)
+    out = warpgeo.gather_points(x.transpose(1, 2), flat)  # (N, U, L)
+    return out.transpose(1, 2).reshape(*idx.shape, u)
+
+
+def knn_points(
+    p1: torch.Tensor,
+    p2: torch.Tensor,
+    lengths1: torch.Tensor | None = None,
+    lengths2: torch.Tensor | None = None,
+    norm: int = 2,
+    K: int = 1,
+    version: int = -1,
+    return_nn: bool = False,
+    return_sorted: bool = True,
+):
+    """The K nearest points of ``p2`` for each point of ``p1``, as ``pytorch3d.ops.knn_points``.
+
+    Args:
+        p1: ``(N, P1, D)`` queries; p2: ``(N, P2, D)``.
+        lengths1, lengths2: optional int64 ``(N,)`` valid lengths.
+        norm: 2 (squared Euclidean distances) or 1 (L1 distances; neighbours by L1 distance).
+        K: neighbours per point. ``version``, ``return_sorted``: accepted, ignored (always sorted).
+        return_nn: also return the neighbours' coordinates.
+
+    Returns:
+        ``_KNN(dists, idx, knn)``: ``dists`` ``(N, P1, K)`` (squared for L2), ``idx`` int64 ``(N, P1, K)``,
+        both 0 where a cloud of ``p2`` has fewer than K points and for padded points of ``p1``; ``knn``
+        ``(N, P1, K, D)`` (``knn_gather(p2, idx, lengths2)``) or None.
+    """
+    _check_pair(p1, p2)
+    if norm not in (1, 2):
+        raise ValueError(f"norm must be 1 or 2; got {norm!r}")
+    if isinstance(K, bool) or not isinstance(K, int) or K < 1:
+        raise ValueError(f"K must be an int >= 1; got {K!r}")
+    batch = p1.shape[0]
+    lengths1 = _lengths_or_full(lengths1, batch, p1.shape[1], p1.device, "lengths1")
+    lengths2 = _lengths_or_full(lengths2, batch, p2.shape[1], p1.device, "lengths2")
+    if norm == 1 and K == 1 and p1.shape[-1] <= 3:
+        found = warpgeo.chamfer_distance(
+            _pad3(p1),
+            _pad3(p2),
+            x_lengths=lengths1,
+            y_lengths=lengths2,
+            norm=1,
+            squared=False,
+            reduction="sum",
+            single_directional=True,
+        )
+        dists, idx = found.dist_xy[..., None], found.idx_xy[..., None]
+    else:
+        dists, idx = _padded_knn(p1, p2, K, lengths1, lengths2, norm=norm)
+        if norm == 2:
+            dists = dists.square()
+    missing = idx < 0
+    dists = torch.where(missing, 0.0, dists).to(p1.dtype)
+    idx = torch.where(missing, 0, idx)
+    nn = knn_gather(p2, idx, lengths2) if return_nn else None
+    return _KNN(dists=dists, idx=idx, knn=nn)
+
+
+def ball_query(
+    p1: torch.Tensor,
+    p2: torch.Tensor,
+    lengths1: torch.Tensor | None = None,
+    lengths2: torch.Tensor | None = None,
+    K: int = 500,
+    radius: float = 0.2,
+    return_nn: bool = True,
+):
+    """The first K points of ``p2`` (in index order) within ``radius`` of each point of ``p1``, as
+    ``pytorch3d.ops.ball_query`` (strictly within: squared distance ``< radius**2``).
+
+    Returns:
+        ``_KNN(dists, idx, knn)``: squared distances ``(N, P1, K)`` (0 padding, differentiable w.r.t. p1 and
+        p2), int64 ``idx`` (``-1`` padding), and the neighbours ``(N, P1, K, D)`` (0 for padding) when
+        ``return_nn``.
+    """
+    _check_pair(p1, p2)
+    if isinstance(K, bool) or not isinstance(K, int) or K < 1:
+        raise ValueError(f"K must be an int >= 1; got {K!r}")
+    batch, d = p1.shape[0], p1.shape[2]
+    lengths1 = _lengths_or_full(lengths1, batch, p1.shape[1], p1.device, "lengths1")
+    lengths2 = _lengths_or_full(lengths2, batch, p2.shape[1], p1.device, "lengths2")
+    if d <= 3:
+        idx = warpgeo.ball_query(
+            _pad3(p1),
+            _pad3(p2),
+            float(radius),
+            K,
+            query_lengths=lengths1,
+            point_lengths=lengths2,
+            inclusive=False,
+        )
+    else:
+        dist = torch.cdist(p1, p2, compute_mode="donot_use_mm_for_euclid_dist").detach()
+        inside = (dist.square() < radius * radius) & _valid(lengths2, batch, p2.shape[1], p1.device)[:, None]
+        inside &= _valid(lengths1, batch, p1.shape[1], p1.device)[..., None]
+        n = p2.shape[1]
+        key = torch.where(inside, torch.arange(n, device=p1.device), n)
+        first = torch.sort(key, dim=-1).values[..., :K]
+        idx = torch.where(first < n, first, -1)
+        if idx.shape[-1] < K:
+            idx = F.pad(idx, (0, K - idx.shape[-1]), value=-1)
+    neighbours = _masked_gather(p2, idx)  # (N, P1, K, D)
+    dists = (p1[:, :, None, :] - neighbours).square().sum(-1)
+    dists = torch.where(idx >= 0, dists, 0.0)
+    return _KNN(dists=dists, idx=idx, knn=neighbours if return_nn else None)
+
+
+# --------------------------------------------------------------------------------------------------------
+# pytorch3d.loss
+# --------------------------------------------------------------------------------------------------------
+
+
+def chamfer_distance(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    x_lengths: torch.Tensor | None = None,
+    y_lengths: torch.Tensor | None = None,
+    x_normals: torch.Tensor | None = None,
+    y_normals: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+    batch_reduction: str | None = "mean",
+    point_reduction: str | None = "mean",
+    norm: int = 2,
+    single_directional: bool = False,
+    abs_cosine: bool = True,
+):
+    """Chamfer distance, as ``pytorch3d.loss.chamfer_distance``: returns ``(loss, loss_normals)``.
+
+    Each point's distance to its nearest neighbour in the other cloud (squared Euclidean for ``norm=2``, L1
+    for ``norm=1``; :func:`warpgeo.chamfer_distance`), padded points excluded, times ``weights[n]``, reduced
+    over the points (``point_reduction`` "mean" over the valid points, "sum", "max", or None) and the batch
+    (``batch_reduction`` "mean": divided by ``weights.sum()`` or N, "sum", or None), summed over the two
+    directions (unless ``single_directional``). ``loss_normals`` (None without normals) reduces
+    ``1 - |cos|`` (``abs_cosine``) or ``1 - cos`` between each point's normal and its neighbour's. With
+    ``point_reduction=None`` each is a pair of per-point ``(N, P1)`` / ``(N, P2)`` tensors (one tensor when
+    ``single_directional``).
+    """
+    if batch_reduction not in ("mean", "sum", None):
+        raise ValueError('batch_reduction must be one of ["mean", "sum"] or None')
+    if point_reduction not in ("mean", "sum", "max", None):
+        raise ValueError('point_reduction must be one of ["mean", "sum", "max"] or None')
+    if point_reduction is None and batch_reduction is not None:
+        raise ValueError("Batch reduction must be None if point_reduction is None")
+    if norm not in (1, 2):
+        raise ValueError("Support for 1 or 2 norm.")
+    _check_pair(x, y, ("x", "y"))
+    batch, p1, p2 = x.shape[0], x.shape[1], y.shape[1]
+    x_lengths = _lengths_or_full(x_lengths, batch, p1, x.device, "x_lengths")
+    y_lengths = _lengths_or_full(y_lengths, batch, p2, x.device, "y_lengths")
+    if weights is not None and (not isinstance(weights, torch.Tensor) or weights.shape[0] != batch):
+        raise ValueError("weights must be of shape (N,).")
+    if (x_normals is None) != (y_normals is None):
+        raise ValueError("give both x_normals and y_normals, or neither")
+
+    if x.shape[-1] <= 3:
+        found = warpgeo.chamfer_distance(
+            _pad3(x),
+            _pad3(y),
+            x_lengths=x_lengths,
+            y_lengths=y_lengths,
+            norm=norm,
+            squared=norm == 2,
+            reduction="sum",
+            single_directional=single_directional,
+        )
+        dist_xy, idx_xy, dist_yx, idx_yx = found.dist_xy, found.idx_xy, found.dist_yx, found.idx_yx
+    else:
+        dists, idx = _padded_knn(x, y, 1, x_lengths, y_lengths, norm=norm)
+        dist_xy, idx_xy = _per_point(dists, idx, norm)
+        dist_yx = idx_yx = None
+        if not single_directional:
+            dists, idx = _padded_knn(y, x, 1, y_lengths, x_lengths, norm=norm)
+            dist_yx, idx_yx = _per_point(dists, idx, norm)
+
+    def reduce(per_point, lengths, size):
+        per_point = torch.where(_valid(lengths, batch, size, x.device), per_point, 0.0)
+        if weights is not None:
+            per_point = per_point * weights.view(batch, 1).to(per_point.dtype)
+        if point_reduction is None:
+            return per_point
+        if point_reduction == "max":
+            per_cloud = per_point.amax(1) if size > 0 else per_point.new_zeros(batch)
+        else:
+            per_cloud = per_point.sum(1)
+            if point_reduction == "mean":
+                counts = torch.full((batch,), size, device=x.device) if lengths is None else lengths
+                per_cloud = per_cloud / counts.clamp(min=1).to(per_cloud.dtype)
+        if batch_reduction is None:
+            return per_cloud
+        total = per_cloud.sum()
+        if batch_reduction == "mean":
+            divisor = weights.sum() if weights is not None else max(batch, 1)
+            total = total / divisor if weights is None or float(divisor) != 0.0 else total * 0.0
+        return total
+
+    def normal_terms(normals, other_normals, idx):
+        near = _masked_gather(other_normals, idx[..., None])[:, :, 0]
+        cosine = F.cosine_similarity(normals, near, dim=2, eps=1e-6)
+        return 1 - (cosine.abs() if abs_cosine else cosine)
+
+    loss_x = reduce(dist_xy, x_lengths, p1)
+    norm_x = None if x_normals is None else reduce(normal_terms(x_normals, y_normals, idx_xy), x_lengths, p1)
+    if single_directional:
+        return loss_x, norm_x
+    loss_y = reduce(dist_yx, y_lengths, p2)
+    norm_y = None if x_normals is None else reduce(normal_terms(y_normals, x_normals, idx_yx), y_lengths, p2)
+    if point_reduction is None:
+        return (loss_x, loss_y), (None if norm_x is None else (norm_x, norm_y))
+    return loss_x + loss_y, (None if norm_x is None else norm_x + norm_y)
+
+
+def _per_point(dists, idx, norm):
+    """``(B, M, 1)`` nearest distances / indices of :func:`_padded_knn` -> pytorch3d's per-point terms."""
+    d, i = dists[..., 0], idx[..., 0]
+    d = torch.where(i >= 0, d.square() if norm == 2 else d, 0.0)
+    return d, i
