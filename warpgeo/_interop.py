@@ -195,6 +195,28 @@ def checking_values(device: torch.device) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------------
+# which algorithms a device takes
+# --------------------------------------------------------------------------------------------------------
+
+
+class _Paths:
+    """Which algorithms the ops take: CUDA's on a CUDA device (block and element kernels, torch sorts, one
+    launch of one row per thread), the CPU's on the CPU (row kernels split among threads, counting sorts,
+    several rows per thread). The tests set :attr:`cuda_on_cpu` to run CUDA's choices on CPU tensors
+    (``tests/test_cuda_paths.py``); nothing public depends on it."""
+
+    cuda_on_cpu = False
+
+
+PATHS = _Paths()
+
+
+def cuda_algorithms(device: torch.device) -> bool:
+    """Whether an op on ``device`` takes its CUDA algorithms (see :class:`_Paths`)."""
+    return device.type == "cuda" or PATHS.cuda_on_cpu
+
+
+# --------------------------------------------------------------------------------------------------------
 # devices and streams
 # --------------------------------------------------------------------------------------------------------
 
@@ -652,7 +674,7 @@ def launch_rows(
         return
     work = rows * work_per_row
     workers = 1
-    if work >= _MIN_SPLIT_WORK and device.type == "cpu":
+    if work >= _MIN_SPLIT_WORK and not cuda_algorithms(device):
         workers = min(torch.get_num_threads(), rows, work // _MIN_SPLIT_WORK)
     if workers <= 1:
         args[ROW_START] = 0
@@ -907,6 +929,7 @@ __all__ = [
     "check_shape",
     "checking_values",
     "compute_dtype",
+    "cuda_algorithms",
     "dense_below",
     "kernels",
     "launch",

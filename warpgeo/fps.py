@@ -107,7 +107,7 @@ def _fps_impl(
         "out_index": indices,
         "out_dist": distances,
     }
-    if device.type == "cuda":  # one block per cloud
+    if _interop.cuda_algorithms(device):  # one block per cloud
         table = _interop.kernels("fps_cuda").FPS_BLOCK
         _interop.launch(
             table[key].fps_block, batch, device=device, tiled=True, block_dim=table.block_dim, **args

@@ -74,7 +74,7 @@ def _gather_impl(features: torch.Tensor, idx: torch.Tensor, deterministic: bool)
         return out
     if num_points == 0:  # every index is -1
         return out.zero_()
-    method = "rows" if features.device.type == "cpu" else "elements"
+    method = "elements" if _interop.cuda_algorithms(features.device) else "rows"
     flat_idx = _flat_index(idx)
     _gather(features, flat_idx, out.view(batch, channels, flat_idx.shape[1]), method)
     return out
@@ -193,7 +193,7 @@ def _scatter_fake(grad_out, idx, num_points, deterministic):
 
 def _scatter_method(device: torch.device, deterministic: bool) -> str:
     """The backward kernel for a device; the CPU one is race-free and ordered, deterministic either way."""
-    if device.type == "cpu":
+    if not _interop.cuda_algorithms(device):
         return "rows"
     return "segments" if deterministic else "atomic"
 
@@ -287,7 +287,7 @@ def _weighted_impl(
     out = torch.empty(batch, channels, idx.shape[1], dtype=work, device=features.device)
     if num_points == 0 or idx.shape[2] == 0:
         return out.zero_().to(features.dtype)
-    method = "rows" if features.device.type == "cpu" else "elements"
+    method = "elements" if _interop.cuda_algorithms(features.device) else "rows"
     _weighted_gather(
         _interop.to_compute(features), _int32_index(idx, num_points), weight.to(work), out, method
     )

@@ -295,7 +295,7 @@ def _method(points: torch.Tensor, method: str | None) -> str:
         return method
     if points.shape[1] <= _BRUTE_MAX_POINTS:
         return "brute"
-    return "counting" if points.device.type == "cpu" else "sort"
+    return "sort" if _interop.cuda_algorithms(points.device) else "counting"
 
 
 # --------------------------------------------------------------------------------------------------------

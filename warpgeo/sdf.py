@@ -296,7 +296,7 @@ def _launch(
     kernels = _interop.kernels("sdf")
     key = _KEYS[work.dtype, all_cuboids]
     kernel = getattr(getattr(kernels, table)[key], table.lower())
-    per = _ROWS_PER_CPU_THREAD if work.device.type == "cpu" else 1
+    per = 1 if _interop.cuda_algorithms(work.device) else _ROWS_PER_CPU_THREAD
     _interop.launch_blocks(
         kernel,
         work.shape[:-1],

@@ -1,0 +1,167 @@
+"""CUDA's algorithms, run on CPU tensors: every choice an op makes by device, taken here the CUDA way
+(``warpgeo._interop.PATHS.cuda_on_cpu``: block and element kernels, torch sorts, one launch of one row per
+thread) and compared with the CPU path, bit for bit where the contract says so.
+
+What cannot run without a GPU (streams, ``cuda:N``, graph capture, sync-debug mode, pinned-memory
+transfers) is in ``tests/test_cuda_graphs.py``, ``tests/test_sync_free.py`` and the ``needs_cuda`` tests of
+each file, skipped here with the reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import trimesh
+
+import warpgeo
+from warpgeo import _interop
+
+
+def _both(fn):
+    """``fn()`` on the CPU's algorithms, then on CUDA's (the tile kernels with real lanes: Warp's CPU blocks)."""
+    wp = _interop.warp()
+    expected = fn()
+    previous = wp.config.enable_cpu_blocks
+    _interop.PATHS.cuda_on_cpu = True
+    wp.config.enable_cpu_blocks = True
+    try:
+        got = fn()
+    finally:
+        _interop.PATHS.cuda_on_cpu = False
+        wp.config.enable_cpu_blocks = previous
+    return expected, got
+
+
+def _ties(b, n, *, dtype=torch.float32):
+    """Points on a small integer lattice: many exact ties in every distance."""
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, 4, (b, n, 3), generator=g).to(dtype)
+
+
+def test_the_switch_reaches_the_kernels(monkeypatch):
+    """With the switch on, CPU tensors run CUDA's kernels (the comparisons below compare two paths)."""
+    launched = []
+    real_run = _interop._run
+    monkeypatch.setattr(_interop, "_run", lambda *a: (launched.append(a[0].key), real_run(*a)))
+
+    def run():
+        launched.clear()
+        warpgeo.farthest_point_sampling(torch.rand(2, 50, 3), 5)
+        f = torch.rand(1, 3, 10, requires_grad=True)
+        warpgeo.gather_points(f, torch.zeros(1, 4, dtype=torch.long), deterministic=True).sum().backward()
+        return list(launched)
+
+    cpu_kernels, cuda_kernels = _both(run)
+    assert any("fps_serial" in k for k in cpu_kernels) and not any("fps_block" in k for k in cpu_kernels)
+    assert any("fps_block" in k for k in cuda_kernels)
+    assert any("gather_elements" in k for k in cuda_kernels) and any("segments" in k for k in cuda_kernels)
+    assert not any("elements" in k or "segments" in k for k in cpu_kernels)
+
+
+def test_the_switch_reaches_the_choices():
+    cpu = torch.device("cpu")
+    assert not _interop.cuda_algorithms(cpu)
+    _interop.PATHS.cuda_on_cpu = True
+    try:
+        assert _interop.cuda_algorithms(cpu)
+        from warpgeo import gather, neighbors
+
+        assert gather._scatter_method(cpu, True) == "segments"
+        assert neighbors._method(torch.zeros(1, 1000, 3), None) in ("sort", "brute")
+    finally:
+        _interop.PATHS.cuda_on_cpu = False
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fps_block_kernel_equals_the_cpu_kernels_on_ragged_ties(dtype):
+    points = _ties(3, 300, dtype=dtype)
+    lengths = torch.tensor([300, 123, 7])
+
+    def run():
+        return warpgeo.farthest_point_sampling(
+            points, [40, 300, 9], lengths=lengths, start_index=torch.tensor([0, 5, 6]), return_distances=True
+        )
+
+    (idx_cpu, d_cpu), (idx_cuda, d_cuda) = _both(run)
+    assert torch.equal(idx_cpu, idx_cuda)
+    assert torch.equal(torch.nan_to_num(d_cpu, nan=-1.0), torch.nan_to_num(d_cuda, nan=-1.0))
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_gather_element_kernels_and_segment_backward_equal_the_rows(grouped):
+    g = torch.Generator().manual_seed(1)
+    features = torch.randn(2, 5, 40, generator=g, dtype=torch.float64)
+    shape = (2, 30, 4) if grouped else (2, 30)
+    idx = torch.randint(-1, 40, shape, generator=g)
+    idx[:, :6] = 3  # repeated indices: the backward accumulates
+    upstream = torch.randn(2, 5, *shape[1:], generator=g, dtype=torch.float64)
+
+    def run(deterministic):
+        f = features.clone().requires_grad_(True)
+        out = warpgeo.gather_points(f, idx, deterministic=deterministic)
+        out.backward(upstream)
+        return out.detach(), f.grad
+
+    (out_cpu, grad_cpu), (out_cuda, grad_cuda) = _both(lambda: run(True))
+    assert torch.equal(out_cpu, out_cuda) and torch.equal(grad_cpu, grad_cuda)  # segments: bit-identical
+    (_, grad_cpu), (_, grad_atomic) = _both(lambda: run(False))
+    torch.testing.assert_close(grad_atomic, grad_cpu, rtol=1e-12, atol=1e-12)  # atomics: any order
+
+
+def test_weighted_gather_element_kernels_equal_the_rows():
+    g = torch.Generator().manual_seed(2)
+    features = torch.randn(2, 4, 25, generator=g, dtype=torch.float64)
+    idx = torch.randint(-1, 25, (2, 12, 3), generator=g)
+    weight = torch.rand(2, 12, 3, generator=g, dtype=torch.float64)
+
+    def run():
+        f = features.clone().requires_grad_(True)
+        w = weight.clone().requires_grad_(True)
+        out = warpgeo.gather_points(f, idx, weight=w, deterministic=True)
+        out.sum().backward()
+        return out.detach(), f.grad, w.grad
+
+    expected, got = _both(run)
+    for a, b in zip(expected, got, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [100, 3000])  # the scan of small clouds, and the grid with a torch sort
+def test_knn_and_ball_query_sort_equal_counting_on_ragged_ties(n):
+    points = _ties(2, n)
+    queries = _ties(2, 50)
+    point_lengths = torch.tensor([n, n // 3])
+    query_lengths = torch.tensor([50, 17])
+
+    def run():
+        d, i = warpgeo.knn(queries, points, 6, query_lengths=query_lengths, point_lengths=point_lengths)
+        ball = warpgeo.ball_query(
+            queries, points, 1.0, 8, query_lengths=query_lengths, point_lengths=point_lengths
+        )
+        return d, i, ball
+
+    expected, got = _both(run)
+    for a, b in zip(expected, got, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sdf_one_row_per_thread_equals_the_cpu_rows(dtype):
+    box = trimesh.creation.box((0.5, 0.4, 0.3))
+    sphere = trimesh.creation.icosphere(2, 0.2)
+    world = warpgeo.MeshWorld([box, sphere], poses=[[0, 0, 0, 1, 0, 0, 0], [0.5, 0.1, 0, 1, 0, 0, 0]])
+    g = torch.Generator().manual_seed(3)
+    spheres = torch.cat((torch.rand(2, 5, 70, 3, generator=g) - 0.3, torch.full((2, 5, 70, 1), 0.05)), -1)
+    spheres = spheres.to(dtype)
+
+    def run():
+        s = spheres.clone().requires_grad_(True)
+        cost = warpgeo.sphere_mesh_cost(s, world, activation_distance=0.02)
+        swept = warpgeo.swept_sphere_mesh_cost(s, world, sweep_steps=3)
+        (cost.sum() + swept.sum()).backward()
+        dist = warpgeo.signed_distance(spheres[..., :3], world)
+        return cost.detach(), swept.detach(), s.grad, dist
+
+    expected, got = _both(run)
+    for a, b in zip(expected, got, strict=True):
+        assert torch.equal(a, b)
