@@ -14,10 +14,9 @@ from typing import NamedTuple
 
 import torch
 
-from . import _interop
+from . import _interop, neighbors
 from ._constants import INT32_LIMIT, MAX_POINTS
 from ._op import Op
-from .neighbors import knn
 
 __all__ = ["ChamferResult", "chamfer_distance"]
 
@@ -84,40 +83,6 @@ def _check_chamfer(x, y, x_lengths, y_lengths, norm, squared, reduction, single_
     _interop.check_device("x", x=x, y=y, x_lengths=x_lengths, y_lengths=y_lengths)
 
 
-def _check_values(x, y, x_lengths, y_lengths) -> None:
-    """The checks that read tensor values (lengths in range, finite valid points): one host read."""
-    device = x.device
-    zero = torch.zeros((), dtype=torch.bool, device=device)
-
-    def out_of_range(lengths, size):
-        return ((lengths < 0) | (lengths > size)).any() if lengths is not None else zero
-
-    def nonfinite(t, lengths):
-        if t.numel() == 0:
-            return zero
-        if lengths is None:
-            return ~torch.isfinite(t).all()
-        valid = torch.arange(t.shape[1], device=device) < lengths[:, None]
-        return ~torch.isfinite(torch.where(valid[..., None], t, 0)).all()
-
-    flags = torch.stack(
-        [
-            out_of_range(x_lengths, x.shape[1]),
-            out_of_range(y_lengths, y.shape[1]),
-            nonfinite(x, x_lengths),
-            nonfinite(y, y_lengths),
-        ]
-    ).tolist()
-    if flags[0]:
-        raise ValueError(f"x_lengths must lie in [0, N={x.shape[1]}]; got {x_lengths.tolist()}")
-    if flags[1]:
-        raise ValueError(f"y_lengths must lie in [0, M={y.shape[1]}]; got {y_lengths.tolist()}")
-    if flags[2]:
-        raise ValueError("x must be finite: found NaN or inf among the valid points")
-    if flags[3]:
-        raise ValueError("y must be finite: found NaN or inf among the valid points")
-
-
 def _lengths(t: torch.Tensor | None, device: torch.device) -> torch.Tensor:
     """Per-cloud lengths as the kernels take them: int64, empty meaning "all"."""
     if t is None:
@@ -125,13 +90,16 @@ def _lengths(t: torch.Tensor | None, device: torch.device) -> torch.Tensor:
     return t.to(torch.int64)
 
 
-def _nearest(queries, points, query_lengths, point_lengths, norm) -> torch.Tensor:
-    """int64 ``(B, M)``: each query's nearest valid point (L2: the kNN grid; L1: a scan), -1 for padding
-    and where the cloud has no valid point; ties to the lowest index."""
+def _nearest(queries, points, query_lengths, point_lengths, norm, boxes) -> torch.Tensor:
+    """int64 ``(B, M)``: each query's nearest valid point (L2: the kNN implementation, k = 1; L1: a scan),
+    -1 for padding and where the cloud has no valid point; ties to the lowest index. ``boxes``: the
+    (queries', points') boxes of the value checks, or Nones (checks off)."""
     if norm == 2:
-        # the public knn (its values were checked by the caller: its own checks then pass too)
-        found = knn(queries, points, 1, query_lengths=query_lengths, point_lengths=point_lengths)
-        return found.idx.reshape(queries.shape[0], queries.shape[1])
+        # the kNN's launches, not the op: the values were checked once, by this op
+        _, idx = neighbors._knn(
+            queries, points, query_lengths, point_lengths, 1, query_bounds=boxes[0], bounds=boxes[1]
+        )
+        return idx.reshape(queries.shape[0], queries.shape[1])
     batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
     idx = torch.empty(batch, m, dtype=torch.int64, device=queries.device)
     if n == 0 or batch * m == 0:
@@ -198,16 +166,19 @@ def _chamfer_impl(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """x (B, N, 3), y (B, M, 3) -> loss, dist_xy (B, N), dist_yx (B, M), idx_xy, idx_yx (int64); the
     y -> x pair is (B, 0) with ``single_directional``."""
+    boxes = (None, None)  # the valid points' boxes, where the value checks made them (the kNN's scale)
     if _interop.checking_values(x.device):
-        _check_values(x, y, x_lengths, y_lengths)
+        boxes = neighbors._check_values(
+            x, y, x_lengths, y_lengths, names=("x", "y", "x_lengths", "N", "y_lengths", "M")
+        )
     batch = x.shape[0]
     # both searches first, then the torch ops (on the CPU torch's OpenMP workers spin after an op and
     # would take a core from a split launch that followed it)
-    idx_xy = _nearest(x, y, x_lengths, y_lengths, norm)
+    idx_xy = _nearest(x, y, x_lengths, y_lengths, norm, boxes)
     if single_directional:
         idx_yx = torch.empty(batch, 0, dtype=torch.int64, device=x.device)
     else:
-        idx_yx = _nearest(y, x, y_lengths, x_lengths, norm)
+        idx_yx = _nearest(y, x, y_lengths, x_lengths, norm, boxes[::-1])
     dist_xy = _distance(_difference(x, y, idx_xy), norm, squared)
     loss = _reduce(dist_xy, x_lengths, x.shape[1], reduction)
     if single_directional:

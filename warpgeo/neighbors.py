@@ -122,8 +122,14 @@ def _bounds(x: torch.Tensor, lengths: torch.Tensor | None) -> tuple[torch.Tensor
     return torch.where(valid, x, torch.inf).amin(dim=1), torch.where(valid, x, -torch.inf).amax(dim=1)
 
 
-def _check_values(queries, points, query_lengths, point_lengths):
-    """The checks that need tensor values: one device-to-host transfer for all of them.
+#: How :func:`_check_values`' messages name the arguments: the two clouds, and each one's lengths with the
+#: letter of its size.
+_NAMES = ("queries", "points", "query_lengths", "M", "point_lengths", "N")
+
+
+def _check_values(queries, points, query_lengths, point_lengths, names=_NAMES):
+    """The checks that need tensor values: one device-to-host transfer for all of them (``names``: as
+    :data:`_NAMES`, for an op whose arguments are called otherwise: chamfer's ``x``, ``y``).
 
     Finiteness is read off the boxes of the valid rows (NaN propagates through min / max, inf is an end),
     one pass over the data; the boxes of the queries and of the points are returned (each None where there
@@ -149,14 +155,15 @@ def _check_values(queries, points, query_lengths, point_lengths):
     flags = torch.stack(
         [out_of_range(query_lengths, m), out_of_range(point_lengths, n), bad_queries, bad_points]
     ).tolist()
+    q, p, q_len, q_size, p_len, p_size = names
     if flags[0]:
-        raise ValueError(f"query_lengths must lie in [0, M={m}]; got {query_lengths.tolist()}")
+        raise ValueError(f"{q_len} must lie in [0, {q_size}={m}]; got {query_lengths.tolist()}")
     if flags[1]:
-        raise ValueError(f"point_lengths must lie in [0, N={n}]; got {point_lengths.tolist()}")
+        raise ValueError(f"{p_len} must lie in [0, {p_size}={n}]; got {point_lengths.tolist()}")
     if flags[2]:
-        raise ValueError("queries must be finite: found NaN or inf among the valid queries")
+        raise ValueError(f"{q} must be finite: found NaN or inf among the valid {q}")
     if flags[3]:
-        raise ValueError("points must be finite: found NaN or inf among the valid points")
+        raise ValueError(f"{p} must be finite: found NaN or inf among the valid {p}")
     return query_bounds, bounds
 
 
