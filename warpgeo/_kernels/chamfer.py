@@ -15,18 +15,10 @@ import warp as wp
 
 from warpgeo import _constants
 from warpgeo._kernels._table import KernelTable
+from warpgeo._kernels.neighbors import OPTIONS, TYPES, valid_count
 
 #: Index written where a row has no neighbour (padding, or an empty cloud).
 SENTINEL_INDEX = wp.constant(wp.int64(_constants.SENTINEL_INDEX))
-
-
-@wp.func
-def valid_count(b: int, lengths: wp.array(dtype=wp.int64), n: int):
-    """``lengths[b]`` clamped to ``[0, n]``; ``n`` where ``lengths`` is empty (or too short)."""
-    out = n
-    if b < lengths.shape[0]:
-        out = int(wp.clamp(lengths[b], wp.int64(0), wp.int64(n)))
-    return out
 
 
 @wp.func
@@ -66,10 +58,5 @@ def nearest_l1_rows(
         out_idx[b, m] = best
 
 
-#: warpgeo writes the backward itself (in torch): no adjoints, half the compile time.
-OPTIONS = {"enable_backward": False}
-TYPES = {
-    precision: dict.fromkeys(("queries", "points"), wp.array2d(dtype=vec))
-    for precision, vec in (("float32", wp.vec3f), ("float64", wp.vec3d))
-}
+#: The neighbour kernels' options and point types (each kernel takes the arrays it has).
 NEAREST_L1 = KernelTable(f"{__name__}.nearest_l1", (nearest_l1_rows,), TYPES, options=OPTIONS)
