@@ -214,9 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.peak_of is not None:
         _peak_child(args.peak_of, *(int(v) for v in args.sizes.split(":")))
         return
-    fill_sizes(
-        args, repeat=(5, 2), sizes=("8:16384:16384,8:2048:2048,1:65536:65536", "2:2048:2048")
-    )
+    fill_sizes(args, repeat=(5, 2), sizes=("8:16384:16384,8:2048:2048,1:65536:65536", "2:2048:2048"))
     print_header(args.device, f"torch threads {torch.get_num_threads()}")
     scipy_mod = import_peer("scipy", "scipy")
     spatial = None
