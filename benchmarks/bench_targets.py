@@ -1,0 +1,188 @@
+"""The GPU targets of record, each beside its peer in the same run (issue 23's list).
+
+    python benchmarks/bench_targets.py --device cuda          # full sizes (seconds on an H100)
+    python benchmarks/bench_targets.py --quick                # small sizes on the CPU: the flow only
+
+Rows (full sizes; ``--quick`` shrinks every size):
+
+* sphere cost, 1M spheres x 4 posed meshes (the scene of ``bench_sdf.py``), forward and forward+backward;
+* swept cost, H=32 poses, sweep_steps=4, the same spheres (B=1, H=32, N=1M/32), forward+backward;
+* gather (B=8, C=64, N=16384, M=4096) forward and forward+backward beside ``torch.gather`` (its backward
+  is torch's scatter-add);
+* a captured sphere-cost iteration (forward+backward, 16k spheres) replayed with ``torch.cuda.CUDAGraph``:
+  CPU time per ``replay()`` call (the host cost an optimiser's loop pays) and GPU time per replay.
+
+GPU times are CUDA-event medians; CPU times are wall medians (``_common.timeit``). FPS has its own script
+(``bench_fps.py --device cuda --batch 1 8``, with torch-fps and a plain-torch loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _common import add_size_arguments, print_header, timeit
+from test_sdf import SCENE_POSES, scene_meshes
+
+import warpgeo
+
+_ETA = 0.02
+
+
+def gpu_time(fn, device: torch.device, repeat: int) -> float:
+    """Median seconds of ``fn()``: CUDA events on CUDA, wall time on the CPU."""
+    if device.type != "cuda":
+        return timeit(fn, device, repeat=repeat)
+    fn()
+    torch.cuda.synchronize(device)
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def row(label: str, seconds: float, target_ms: float | None = None, peer: float | None = None) -> None:
+    text = f"  {label:<52} {seconds * 1e3:10.3f} ms"
+    if peer is not None:
+        text += f"   {seconds / peer:5.2f}x peer"
+    if target_ms is not None:
+        text += f"   target <= {target_ms:g} ms: {'met' if seconds * 1e3 <= target_ms else 'MISSED'}"
+    print(text, flush=True)
+
+
+def scene_spheres(n: int, device: torch.device) -> torch.Tensor:
+    gen = np.random.default_rng(0)
+    centres = gen.uniform([-0.6, -0.6, -0.1], [0.6, 0.6, 0.6], size=(n, 3))
+    radii = gen.uniform(0.01, 0.05, size=(n, 1))
+    return torch.from_numpy(np.concatenate([centres, radii], axis=1).astype(np.float32)).to(device)
+
+
+def bench_costs(world, device, n: int, horizon: int, repeat: int, full: bool) -> None:
+    spheres = scene_spheres(n, device)
+    leaf = spheres.clone().requires_grad_(True)
+
+    def forward():
+        return warpgeo.sphere_mesh_cost(spheres, world, activation_distance=_ETA)
+
+    def forward_backward():
+        leaf.grad = None
+        warpgeo.sphere_mesh_cost(leaf, world, activation_distance=_ETA).sum().backward()
+
+    traj = spheres[: (n // horizon) * horizon].view(1, horizon, n // horizon, 4)
+    traj_leaf = traj.clone().requires_grad_(True)
+
+    def swept_forward_backward():
+        traj_leaf.grad = None
+        warpgeo.swept_sphere_mesh_cost(
+            traj_leaf, world, sweep_steps=4, activation_distance=_ETA
+        ).sum().backward()
+
+    print(f"\nsphere cost, {n} spheres x 4 posed meshes (uniform in the scene box)")
+    row("cost forward", gpu_time(forward, device, repeat))
+    row("cost forward+backward", gpu_time(forward_backward, device, repeat), 2.0 if full else None)
+    print(f"\nswept cost, H={horizon}, sweep_steps=4, {n // horizon} spheres per pose")
+    row("swept forward+backward", gpu_time(swept_forward_backward, device, repeat), 8.0 if full else None)
+
+
+def bench_gather(device, b: int, c: int, n: int, m: int, repeat: int) -> None:
+    gen = torch.Generator().manual_seed(0)
+    feats = torch.randn(b, c, n, generator=gen).to(device)
+    idx = torch.randint(0, n, (b, m), generator=gen).to(device)
+    leaf = feats.clone().requires_grad_(True)
+    grad = torch.randn(b, c, m, generator=gen).to(device)
+    expanded = idx[:, None, :].expand(b, c, m)
+
+    def ours():
+        return warpgeo.gather_points(feats, idx)
+
+    def theirs():
+        return torch.gather(feats, 2, expanded)
+
+    def ours_both():
+        leaf.grad = None
+        warpgeo.gather_points(leaf, idx).backward(grad)
+
+    def theirs_both():
+        leaf.grad = None
+        torch.gather(leaf, 2, expanded).backward(grad)
+
+    torch.testing.assert_close(ours(), theirs())
+    print(f"\ngather, B={b} C={c} N={n} M={m} float32 (ratio: warpgeo / torch.gather, target <= 1.0)")
+    t_ours, t_theirs = gpu_time(ours, device, repeat), gpu_time(theirs, device, repeat)
+    row("warpgeo gather_points forward", t_ours, peer=t_theirs)
+    row("torch.gather forward", t_theirs)
+    t_ours, t_theirs = gpu_time(ours_both, device, repeat), gpu_time(theirs_both, device, repeat)
+    row("warpgeo gather_points forward+backward", t_ours, peer=t_theirs)
+    row("torch.gather forward+backward", t_theirs)
+
+
+def bench_replay(world, device, n: int, replays: int) -> None:
+    if device.type != "cuda":
+        print("\ncaptured replay: CUDA only (skipped on the CPU)")
+        return
+    static = scene_spheres(n, device).requires_grad_(True)
+
+    def step():
+        cost = warpgeo.sphere_mesh_cost(static, world, activation_distance=_ETA)
+        (grad,) = torch.autograd.grad(cost.sum(), static)
+        return grad
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(10):
+        graph.replay()
+    torch.cuda.synchronize()
+    cpu = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(replays):
+            graph.replay()
+        cpu.append((time.perf_counter() - start) / replays)
+        torch.cuda.synchronize()
+    gpu = gpu_time(graph.replay, device, 20)
+    print(f"\ncaptured sphere-cost iteration (forward+backward, {n} spheres), {replays} replays x 5")
+    row("CPU time per replay() call", statistics.median(cpu), 0.020)
+    row("GPU time per replay", gpu)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_size_arguments(parser)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    full = not args.quick
+    print_header(device, "issue-23 targets" + ("" if full else " (quick sizes: no targets apply)"))
+    world = warpgeo.MeshWorld(scene_meshes(), poses=SCENE_POSES, device=device)
+    repeat = 20 if full else 3
+    bench_costs(world, device, 1_000_000 if full else 8_192, 32, repeat, full)
+    if full:
+        bench_gather(device, 8, 64, 16384, 4096, repeat)
+    else:
+        bench_gather(device, 2, 16, 4096, 1024, repeat)
+    bench_replay(world, device, 16_384, 1000 if full else 10)
+
+
+if __name__ == "__main__":
+    main()
