@@ -90,10 +90,18 @@ def bench_costs(world, device, n: int, horizon: int, repeat: int, full: bool) ->
         ).sum().backward()
 
     print(f"\nsphere cost, {n} spheres x 4 posed meshes (uniform in the scene box)")
-    row("cost forward", gpu_time(forward, device, repeat))
-    row("cost forward+backward", gpu_time(forward_backward, device, repeat), 2.0 if full else None)
+    for checks in (True, False):
+        with warpgeo.value_checks(checks):
+            label = f" (value checks {'on' if checks else 'off'})"
+            row("cost forward" + label, gpu_time(forward, device, repeat))
+            t = gpu_time(forward_backward, device, repeat)
+            row("cost forward+backward" + label, t, 2.0 if full else None)
     print(f"\nswept cost, H={horizon}, sweep_steps=4, {n // horizon} spheres per pose")
-    row("swept forward+backward", gpu_time(swept_forward_backward, device, repeat), 8.0 if full else None)
+    for checks in (True, False):
+        with warpgeo.value_checks(checks):
+            label = f" (value checks {'on' if checks else 'off'})"
+            t = gpu_time(swept_forward_backward, device, repeat)
+            row("swept forward+backward" + label, t, 8.0 if full else None)
 
 
 def bench_gather(device, b: int, c: int, n: int, m: int, repeat: int) -> None:
@@ -120,12 +128,37 @@ def bench_gather(device, b: int, c: int, n: int, m: int, repeat: int) -> None:
 
     torch.testing.assert_close(ours(), theirs())
     print(f"\ngather, B={b} C={c} N={n} M={m} float32 (ratio: warpgeo / torch.gather, target <= 1.0)")
-    t_ours, t_theirs = gpu_time(ours, device, repeat), gpu_time(theirs, device, repeat)
-    row("warpgeo gather_points forward", t_ours, peer=t_theirs)
-    row("torch.gather forward", t_theirs)
-    t_ours, t_theirs = gpu_time(ours_both, device, repeat), gpu_time(theirs_both, device, repeat)
-    row("warpgeo gather_points forward+backward", t_ours, peer=t_theirs)
-    row("torch.gather forward+backward", t_theirs)
+    for name, fn, peer in (("forward", ours, theirs), ("forward+backward", ours_both, theirs_both)):
+        t_theirs = gpu_time(peer, device, repeat)
+        for checks in (True, False):
+            with warpgeo.value_checks(checks):
+                label = f"warpgeo gather_points {name} (value checks {'on' if checks else 'off'})"
+                row(label, gpu_time(fn, device, repeat), peer=t_theirs)
+        row(f"torch.gather {name}", t_theirs)
+        if device.type == "cuda":  # the kernels alone: both captured, replayed (no host work)
+            ours_graph, theirs_graph = captured(fn, device), captured(peer, device)
+            t_theirs = gpu_time(theirs_graph.replay, device, repeat)
+            row(
+                f"warpgeo gather_points {name}, CUDA graph",
+                gpu_time(ours_graph.replay, device, repeat),
+                peer=t_theirs,
+            )
+            row(f"torch.gather {name}, CUDA graph", t_theirs)
+
+
+def captured(fn, device) -> torch.cuda.CUDAGraph:
+    """``fn`` captured in a CUDA graph after a warm-up on a side stream (torch's documented pattern)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
 
 
 def bench_replay(world, device, n: int, replays: int) -> None:
@@ -139,16 +172,7 @@ def bench_replay(world, device, n: int, replays: int) -> None:
         (grad,) = torch.autograd.grad(cost.sum(), static)
         return grad
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = captured(step, device)
     for _ in range(10):
         graph.replay()
     torch.cuda.synchronize()

@@ -53,8 +53,8 @@ def test_knn_cuda_transpose_mode(device, dim):
     assert dist.shape == idx.shape == (2, 40, 8)
     assert dist.dtype == torch.float32 and idx.dtype == torch.int64  # the extension casts with .float()
     ref_d, ref_i = brute_knn(query.float(), ref.float(), 8)
-    assert idx.cpu().tolist() == ref_i.tolist()
-    torch.testing.assert_close(dist.cpu().double(), ref_d, rtol=1e-5, atol=1e-6)
+    assert idx.cpu().tolist() == ref_i.cpu().tolist()
+    torch.testing.assert_close(dist.cpu().double(), ref_d.cpu(), rtol=1e-5, atol=1e-6)
 
 
 def test_knn_cuda_channels_first(device):
@@ -63,8 +63,8 @@ def test_knn_cuda_channels_first(device):
     dist, idx = knn_cuda.KNN(k=4, transpose_mode=False)(ref, query)
     assert dist.shape == idx.shape == (3, 4, 25)  # (B, k, M)
     ref_d, ref_i = brute_knn(query.transpose(1, 2), ref.transpose(1, 2), 4)
-    assert idx.transpose(1, 2).cpu().tolist() == ref_i.tolist()
-    torch.testing.assert_close(dist.transpose(1, 2).cpu().double(), ref_d, rtol=1e-5, atol=1e-6)
+    assert idx.transpose(1, 2).cpu().tolist() == ref_i.cpu().tolist()
+    torch.testing.assert_close(dist.transpose(1, 2).cpu().double(), ref_d.cpu(), rtol=1e-5, atol=1e-6)
     d1, i1 = knn_cuda.knn(ref[1], query[1], 4)  # the module-level, one-cloud function: (D, n) -> (k, M)
     assert i1.tolist() == idx[1].tolist()
     torch.testing.assert_close(d1, dist[1])

@@ -272,9 +272,11 @@ def test_knn_gradcheck(device, n):
         d = knn(q, p, 5, point_lengths=lengths).dists
         return torch.where(torch.isinf(d), 0.0, d)
 
-    # fast mode (random directions) keeps the grid case to seconds: 1800 point coordinates
-    assert torch.autograd.gradcheck(dists, (queries, points), fast_mode=n > 100)
-    assert torch.autograd.gradgradcheck(dists, (queries, points), fast_mode=n > 100)
+    # fast mode (random directions) keeps the grid case to seconds: 1800 point coordinates. On CUDA the
+    # backward adds into a point's gradient with atomics (order varies: last-bit differences between runs)
+    tol = 1e-12 if torch.device(device).type == "cuda" else 0.0
+    assert torch.autograd.gradcheck(dists, (queries, points), fast_mode=n > 100, nondet_tol=tol)
+    assert torch.autograd.gradgradcheck(dists, (queries, points), fast_mode=n > 100, nondet_tol=tol)
 
 
 def test_knn_backward_matches_torch(device):

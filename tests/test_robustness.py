@@ -885,12 +885,17 @@ def _write_files(tmp: Path) -> None:
     np.save(tmp / "nan.npy", np.full((5, 3), np.nan))
 
 
+def _pythonpath() -> str:
+    """The project root first, then whatever PYTHONPATH already holds (where a machine keeps its packages)."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+
 def _run_cases(mode: str, tmp: Path) -> dict[str, dict]:
     """Run every case in subprocesses (resumed after a crash); the outcome of each case by name."""
     (tmp / "cases.json").write_text(json.dumps([(c.name, c.code, c.check) for c in CASES]))
     script = tmp / "runner.py"
     script.write_text(_PRELUDE + _RUNNER)
-    env = {**os.environ, "WARPGEO_ROBUSTNESS_TMP": str(tmp), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "WARPGEO_ROBUSTNESS_TMP": str(tmp), "PYTHONPATH": _pythonpath()}
     results: dict[str, dict] = {}
     start = 0
     while start < len(CASES):
@@ -1007,7 +1012,7 @@ def test_python_m_warpgeo_one_line_error(tmp_path):
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": _pythonpath()},
         timeout=300,
     )
     assert proc.returncode == 2, proc.stderr

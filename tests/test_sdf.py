@@ -738,13 +738,14 @@ def test_shortcuts_match_the_reference_path(device, method, dtype):
     tol = 1e-6 if dtype == torch.float32 else 1e-9
     np.testing.assert_allclose(d0, d1, atol=tol)
     np.testing.assert_allclose(c0, c1, atol=tol)
-    if dtype == torch.float64:
-        np.testing.assert_allclose(gd0, gd1, atol=1e-6)
-        np.testing.assert_allclose(gc0, gc1, atol=1e-6)
-    else:  # a float32 near-tie between two faces may go either way: the direction then differs a little
-        for a, b in ((gd0, gd1), (gc0, gc1)):
-            np.testing.assert_allclose(a, b, atol=1e-3)
-            assert (np.abs(a - b).max(axis=1) > 1e-5).mean() < 0.005
+    # a near-tie between two faces (a point on or by the medial axis: equal distances, two closest points) may
+    # go either way, depending on the order a bounded query visits the BVH (it differs on CUDA, whose BVH is
+    # built differently): the direction then differs a little at a handful of points
+    close = 1e-6 if dtype == torch.float64 else 1e-5
+    ties = 0.0 if dtype == torch.float64 and torch.device(device).type == "cpu" else 0.005
+    for a, b in ((gd0, gd1), (gc0, gc1)):
+        np.testing.assert_allclose(a, b, atol=1e-3)
+        assert (np.abs(a - b).max(axis=1) > close).mean() <= ties
     assert (np.abs(d0) < 0.02).sum() > 100  # near the surfaces
     if method == "unsigned":
         assert (d0 >= 0).all()

@@ -21,8 +21,10 @@ FAR = float("inf")
 FPS_CHOSEN = -1.0
 #: FPS: above every point index, so it loses every "lowest index" tie-break.
 NO_POINT = MAX_POINTS
-#: FPS on CUDA: threads of the one block per cloud (each owns N / 256 points; one arg-max per sample).
-FPS_BLOCK_DIM = 256
+#: FPS on CUDA: threads of the one block per cloud (each owns N / 512 points, scanned four at a time; one
+#: arg-max per sample). 512 rather than 256: a step is bound by memory latency, more lanes keep more loads in
+#: flight (bench_fps.py --device cuda, H200: see benchmarks/results).
+FPS_BLOCK_DIM = 512
 #: Neighbour grids (``grid_setup``): cells at least a ball's radius wide, or about a few points per cell.
 MODE_BALL = 0
 MODE_KNN = 1

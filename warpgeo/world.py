@@ -94,6 +94,16 @@ _OWN_IDS: dict[int, tuple[weakref.ref, int, Any]] = {}
 _IDS_LOCK = threading.Lock()
 
 
+def _mark_static(op_world: dict[torch.dtype, list[torch.Tensor]]) -> None:
+    """Mark a CUDA world's tensors as static addresses for ``torch.compile``: state the kernels read in place
+    (``set_poses`` writes into them), not inputs for CUDA graphs (``mode="reduce-overhead"``) to copy into
+    buffers of their own each call, where the copied ``mesh_ids`` would no longer be the world's own."""
+    tensors = [t for world in op_world.values() for t in world if t.device.type == "cuda"]
+    mark = getattr(getattr(torch, "_dynamo", None), "mark_static_address", None) if tensors else None
+    for tensor in tensors if mark is not None else ():
+        mark(tensor)
+
+
 def _register_mesh_ids(ids: torch.Tensor, meshes: list, host: np.ndarray) -> None:
     """Register a world's ``mesh_ids`` tensor (``host``: its values); ``meshes`` live as long as it does."""
     values = [int(v) for v in host.reshape(-1) if v != _constants.NO_MESH]
@@ -322,6 +332,7 @@ class MeshWorld:
             dtype: [inv if name == "inv_poses" else self._tables[name] for name in WORLD_FIELDS]
             for dtype, inv in ((torch.float32, self._inv_poses32), (torch.float64, self._inv_poses))
         }
+        _mark_static(self._op_world)
         if poses is not None:
             self.set_poses(poses if not single else poses[0])
 

@@ -92,8 +92,11 @@ class KernelTable:
 
     def _build(self, key: Any) -> SimpleNamespace:
         module = self.module_name(key)
-        if self.options:
-            wp.set_module_options(self.options, module=module)
+        # the module is built for the block size its launches use (Warp's own build at first launch, and
+        # test_codegen's ahead-of-time one, compile the same module)
+        options = {**self.options, **({} if self.block_dim is None else {"block_dim": self.block_dim})}
+        if options:
+            wp.set_module_options(options, module=module)
         types = self.types[key]
         funcs = self.funcs(key) if callable(self.funcs) else self.funcs
         kernels = {}

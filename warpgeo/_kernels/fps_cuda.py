@@ -8,7 +8,81 @@ import warp as wp
 
 from warpgeo._constants import FPS_BLOCK_DIM
 from warpgeo._kernels._table import KernelTable
-from warpgeo._kernels.fps import NO_POINT, OPTIONS, TYPES, begin_row, cloud, scan
+from warpgeo._kernels.fps import CHOSEN, NO_POINT, OPTIONS, TYPES, begin_row, cloud, distance_sq
+
+
+@wp.func
+def fold_valid(
+    ok: bool,
+    d: wp.float64,
+    q: wp.vec3d,
+    p: wp.vec3d,
+    i: int,
+    cur: int,
+    b: int,
+    mindist: wp.array2d(dtype=wp.float64),
+):
+    """:func:`fold` on a distance and point already loaded: the new distance (stored), or ``CHOSEN`` where
+    ``ok`` is False (a lane's slot past the cloud's end)."""
+    if not ok:
+        return CHOSEN
+    if d > CHOSEN:
+        d = CHOSEN if i == cur else wp.min(d, distance_sq(q - p))
+        mindist[b, i] = d
+    return d
+
+
+@wp.func
+def scan4(
+    points: wp.array2d(dtype=Any),
+    mindist: wp.array2d(dtype=wp.float64),
+    b: int,
+    n: int,
+    cur: int,
+    lane: int,
+    nthreads: int,
+):
+    """:func:`~warpgeo._kernels.fps.scan`, four of the lane's points at a time, their loads issued before any
+    store (a lane keeps four loads in flight instead of one: the step is bound by memory latency, not
+    arithmetic). Same points, same order within the lane (ascending), so the same candidate."""
+    p = wp.vec3d(points[b, cur])
+    my_best = CHOSEN
+    my_index = NO_POINT
+    last = n - 1
+    for i in range(lane, n, 4 * nthreads):
+        i1 = i + nthreads
+        i2 = i1 + nthreads
+        i3 = i2 + nthreads
+        # past the end: load a valid slot (the last point) and ignore it
+        j1 = wp.min(i1, last)
+        j2 = wp.min(i2, last)
+        j3 = wp.min(i3, last)
+        d0 = mindist[b, i]
+        d1 = mindist[b, j1]
+        d2 = mindist[b, j2]
+        d3 = mindist[b, j3]
+        q0 = wp.vec3d(points[b, i])
+        q1 = wp.vec3d(points[b, j1])
+        q2 = wp.vec3d(points[b, j2])
+        q3 = wp.vec3d(points[b, j3])
+        d0 = fold_valid(True, d0, q0, p, i, cur, b, mindist)
+        d1 = fold_valid(i1 <= last, d1, q1, p, i1, cur, b, mindist)
+        d2 = fold_valid(i2 <= last, d2, q2, p, i2, cur, b, mindist)
+        d3 = fold_valid(i3 <= last, d3, q3, p, i3, cur, b, mindist)
+        # ascending indices and a strict '>': the lowest index among equal distances
+        if d0 > my_best:
+            my_best = d0
+            my_index = i
+        if d1 > my_best:
+            my_best = d1
+            my_index = i1
+        if d2 > my_best:
+            my_best = d2
+            my_index = i2
+        if d3 > my_best:
+            my_best = d3
+            my_index = i3
+    return my_best, my_index
 
 
 def fps_block(
@@ -34,7 +108,7 @@ def fps_block(
         if lane == 0:
             out_index[b, s] = wp.int64(cur)
             out_dist[b, s] = wp.sqrt(best)
-        my_best, my_index = scan(points, mindist, b, n, cur, lane, nthreads)
+        my_best, my_index = scan4(points, mindist, b, n, cur, lane, nthreads)
         best = wp.tile_max(wp.tile(my_best))[0]
         candidate = NO_POINT
         if my_best == best:
