@@ -266,3 +266,21 @@ def test_tile_kernels_are_built_at_their_block_size():
     assert any(table.name.endswith("fps_cuda.fps_block") and table.cuda_only for table, _ in tiled), tiled
     for table, key in tiled:
         assert _MODULES[table.module_name(key)][1] == table.block_dim
+
+
+def test_register_cap_reaches_the_ptx(tmp_path):
+    """The SDF query kernels' register cap (``_constants.SDF_MAX_REGISTERS``) is in their PTX (``.maxnreg``),
+    per precision; a kernel table without a cap has none."""
+    from warpgeo import _constants
+    from warpgeo._kernels import sdf
+
+    for key in sdf.SPHERE_MESH_COST.types:
+        _, name = next((k, n) for k, n in sdf.SPHERE_MESH_COST.modules() if k == key)
+        ptx = compile_for_cuda(name, 90, _WARP_DEFAULT_BLOCK_DIM, tmp_path / name).read_text()
+        caps = set(re.findall(r"\.maxnreg\s+(\d+)", ptx))
+        assert caps == {str(_constants.SDF_MAX_REGISTERS[key[0]])}, (key, caps)
+    from warpgeo._kernels import fps
+
+    _, name = next(iter(fps.FPS_SERIAL.modules()))
+    ptx = compile_for_cuda(name, 90, _WARP_DEFAULT_BLOCK_DIM, tmp_path / name).read_text()
+    assert not re.findall(r"\.maxnreg\s+\d+", ptx)

@@ -47,6 +47,8 @@ class KernelTable:
             generic parameter there.
         options: Warp module options (``{"enable_backward": False, ...}``).
         block_dim: the block size launches use (tile kernels); None: Warp's default for the device.
+        max_registers: a cap on the registers per CUDA thread (Warp's ``cuda_max_registers``), or a function of
+            the key giving it; None: the compiler's choice. The CPU ignores it.
         cuda_only: only CUDA launches these kernels (a CPU warmup skips them).
     """
 
@@ -58,6 +60,7 @@ class KernelTable:
         *,
         options: Mapping[str, Any] | None = None,
         block_dim: int | None = None,
+        max_registers: int | Callable[[Any], int | None] | None = None,
         cuda_only: bool = False,
     ) -> None:
         self.name = name
@@ -65,6 +68,7 @@ class KernelTable:
         self.types = dict(types)
         self.options = dict(options or {})
         self.block_dim = block_dim
+        self.max_registers = max_registers
         self.cuda_only = cuda_only
         self._built: dict[Any, SimpleNamespace] = {}
         self._lock = threading.Lock()
@@ -101,7 +105,9 @@ class KernelTable:
         funcs = self.funcs(key) if callable(self.funcs) else self.funcs
         kernels = {}
         for func in funcs:
-            kernel = wp.kernel(func, module=module)
+            cap = self.max_registers(key) if callable(self.max_registers) else self.max_registers
+            extra = {} if cap is None else {"cuda_max_registers": cap}
+            kernel = wp.kernel(func, module=module, **extra)
             params = inspect.signature(func).parameters
             generic = {p: t for p, t in types.items() if p in params}
             if generic:

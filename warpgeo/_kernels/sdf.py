@@ -935,6 +935,12 @@ def query_kernels(cuboids: bool) -> dict:
 #: Options of every SDF kernel module: warpgeo writes every backward itself (no adjoints: half the build time).
 OPTIONS = {"enable_backward": False}
 
+
+def _max_registers(key) -> int:
+    """The query kernels' register cap on CUDA, by precision (see ``_constants.SDF_MAX_REGISTERS``)."""
+    return _constants.SDF_MAX_REGISTERS[key[0]]
+
+
 #: Table keys: (query precision, world kind). A world of only cuboids (``"cuboids"``) runs the kernels made
 #: with :func:`cuboid_mesh_distance` (see :func:`query_kernels`); any other world the general ones.
 KEYS = [(precision, kind) for precision in ("float32", "float64") for kind in ("meshes", "cuboids")]
@@ -964,6 +970,7 @@ SPHERE_MESH_COST = KernelTable(
         }
     ),
     options=OPTIONS,
+    max_registers=_max_registers,
 )
 SWEPT_SPHERE_MESH_COST = KernelTable(
     f"{__name__}.swept_sphere_mesh_cost",
@@ -979,6 +986,7 @@ SWEPT_SPHERE_MESH_COST = KernelTable(
         }
     ),
     options=OPTIONS,
+    max_registers=_max_registers,
 )
 SIGNED_DISTANCE = KernelTable(
     f"{__name__}.signed_distance",
@@ -993,4 +1001,5 @@ SIGNED_DISTANCE = KernelTable(
         }
     ),
     options=OPTIONS,
+    max_registers=_max_registers,
 )
