@@ -1,14 +1,32 @@
-"""Shared fixtures: every device test runs on the CPU, and on CUDA when a GPU is present."""
+"""Shared fixtures: every device test runs on the CPU, and on CUDA when a GPU is present.
+
+**What only CUDA can run is listed here, in one place** (:data:`CUDA_ONLY`, :data:`TWO_GPUS`): each entry is
+a test file or a test, runnable on a machine with CUDA (``benchmarks/gpu_check.py`` runs them there) and
+skipped on this one with the entry's reason. The CUDA half of every ``device``-parametrised test is skipped
+the same way. CUDA's *algorithms* (sorts, block kernels, row splits) run here on CPU tensors
+(``tests/test_cuda_paths.py``); what is listed below needs the device itself. No test file carries a
+``skipif`` of its own for CUDA (``test_cuda_paths.py::test_cuda_only_tests_are_listed_in_one_place``).
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-_DEVICES = [
-    "cpu",
-    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")),
-]
+#: test file, or file::test -> what it needs CUDA for
+CUDA_ONLY = {
+    "test_cuda_graphs.py": "CUDA graphs: capture with torch.cuda.graph and torch.compile(mode='reduce-overhead'), "
+    "replay with new inputs",
+    "test_cuda_only.py": "side streams, pinned host-to-device transfers, sync-debug mode on a whole step",
+    "test_interop.py::test_cuda_device_and_current_stream": "torch's current CUDA stream reaching Warp",
+}
+#: tests that need a second GPU (cuda:1)
+TWO_GPUS = {
+    "test_interop.py::test_cuda_index_is_kept": "cuda:N: the device index reaching Warp",
+    "test_cuda_only.py::test_ops_on_a_second_gpu": "cuda:N: every op on cuda:1",
+}
+
+_DEVICES = ["cpu", "cuda"]
 
 
 @pytest.fixture(params=_DEVICES)
@@ -19,3 +37,26 @@ def device(request) -> torch.device:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def _listed(nodeid: str, entries: dict[str, str]) -> str | None:
+    path, _, rest = nodeid.partition("::")
+    name = path.rsplit("/", 1)[-1]
+    test = rest.split("[", 1)[0]
+    return entries.get(name) or entries.get(f"{name}::{test}")
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda = torch.cuda.is_available()
+    gpus = torch.cuda.device_count() if cuda else 0
+    for item in items:
+        two = _listed(item.nodeid, TWO_GPUS)
+        only = _listed(item.nodeid, CUDA_ONLY)
+        on_cuda = getattr(item, "callspec", None) is not None and item.callspec.params.get("device") == "cuda"
+        if two is not None and gpus < 2:
+            item.add_marker(
+                pytest.mark.skip(reason=f"needs two CUDA devices ({two}); this machine has {gpus}")
+            )
+        elif (only is not None or on_cuda) and not cuda:
+            what = only or "the CUDA half of a device test"
+            item.add_marker(pytest.mark.skip(reason=f"CUDA only ({what}): no CUDA on this machine"))

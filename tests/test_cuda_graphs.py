@@ -5,7 +5,7 @@ The pattern is the one of torch's CUDA-graph documentation: static input tensors
 the static inputs and ``replay()``. ``MeshWorld.set_poses`` / ``set_enabled`` write in place into the
 tensors the kernels read, so a captured graph sees new poses, whether they are set between replays or
 captured themselves. Value checks are skipped automatically during capture (the default, "auto") or
-switched off ("off"). CUDA only: skipped on machines without a GPU.
+switched off ("off"). CUDA only: listed in ``tests/conftest.py`` (``CUDA_ONLY``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import torch
 import trimesh
 
 import warpgeo
-
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
 
 _ETA = 0.05
 _SWEEP = 3

@@ -165,3 +165,23 @@ def test_sdf_one_row_per_thread_equals_the_cpu_rows(dtype):
     expected, got = _both(run)
     for a, b in zip(expected, got, strict=True):
         assert torch.equal(a, b)
+
+
+def test_cuda_only_tests_are_listed_in_one_place():
+    """Every test that needs the device itself is in ``conftest.CUDA_ONLY`` / ``TWO_GPUS`` (no file skips
+    for CUDA on its own), and every entry there names a test file or test that exists."""
+    import re
+    from pathlib import Path
+
+    import conftest
+
+    here = Path(__file__).parent
+    for path in sorted(here.glob("test_*.py")):
+        text = path.read_text()
+        own = re.findall(r"skipif\([^)]*(?:cuda|device_count)", text)
+        assert not own, f"{path.name} skips for CUDA by itself ({own}): list it in conftest.CUDA_ONLY"
+    for entry in [*conftest.CUDA_ONLY, *conftest.TWO_GPUS]:
+        name, _, test = entry.partition("::")
+        assert (here / name).exists(), entry
+        if test:
+            assert re.search(rf"^def {test}\(", (here / name).read_text(), re.M), entry
