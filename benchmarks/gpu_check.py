@@ -8,13 +8,23 @@
     python benchmarks/gpu_check.py --merge tests.md bench.md --out benchmarks/results/<date>-<gpu>.md
     python benchmarks/gpu_check.py --device cpu --quick --out /tmp/cpu-check.md   # the flow, on the CPU
 
+**A device lease** (15 minutes of device time, commands of at most 10, the machine cold 30 s after a call):
+``../shared/gpu/pack`` here, then two calls back to back: part 0 (``bash .gpu/unpack 2 || true``), then
+part 1 with ``eval "$(bash .gpu/unpack 2)" && python benchmarks/gpu_check.py --out $OUT/check.md``. Measured
+on an H200 (2026-11-26, ``benchmarks/results/2026-11-26-nvidia-h200.md``), an empty Warp cache each time:
+graph + sync tests 51 s, every CUDA-parametrised test 83 s (NVRTC compiles included), ``bench_targets``
+~40 s, ``bench_fps --batch 1 8`` ~60 s (the plain-torch loop and torch-fps are most of it), each other
+benchmark < 45 s: about 6 minutes in all, under the 540 s ``--budget`` of one call, which an H100 (same SMs,
+less bandwidth) also fits. Copy ``$OUT/check.md`` here as ``benchmarks/results/<date>-<gpu>.md``.
+
 Steps, each a subprocess whose output is kept:
 
 * tests: the graph-replay check (``tests/test_cuda_graphs.py``), the sync check
-  (``tests/test_sync_free.py``, with ``torch.cuda.set_sync_debug_mode("error")`` on CUDA) and the rest of
-  the suite. On a machine with CUDA the suite's ``device`` fixture runs every device test on the CPU and on
-  CUDA; ``--quick`` keeps only the CUDA-parametrised ones (``-k cuda``) and, on the CPU, only the codegen
-  test (CUDA code generation through NVRTC).
+  (``tests/test_sync_free.py``, with ``torch.cuda.set_sync_debug_mode("error")`` on CUDA) and the CUDA half
+  of the rest of the suite (``-k cuda``: the ``device`` fixture's CUDA parametrisations and the files
+  ``tests/conftest.py`` lists in ``CUDA_ONLY``; the CPU halves are CI's). On the CPU, ``--quick`` runs the
+  codegen test (CUDA code generation through NVRTC) in their place. ``-rs`` prints every skip with its
+  reason: what did not run on CUDA.
 * bench: every ``benchmarks/bench_*.py`` (found by name) with ``--device`` (and ``--quick``).
 
 The results file (default ``benchmarks/results/<date>-<device slug>.md``) gets the device, versions, each
@@ -47,7 +57,7 @@ GRAPH_TESTS = "tests/test_cuda_graphs.py"
 SYNC_TESTS = "tests/test_sync_free.py"
 CODEGEN_TESTS = "tests/test_codegen.py"
 #: extra arguments of a benchmark in full mode on CUDA (the GPU figures worth a GPU's time)
-FULL_CUDA_ARGS = {"bench_fps": ["--batch", "1", "8"]}
+FULL_CUDA_ARGS = {"bench_fps": ["--batch", "1", "8", "--no-numpy"]}
 _SECTION = re.compile(r"<!-- gpu_check:(\w+) -->\n(.*?)<!-- /gpu_check:\1 -->\n", re.S)
 
 
@@ -143,9 +153,13 @@ def tests_section(args: argparse.Namespace, device: torch.device, budget: Budget
         steps.append(("codegen (CUDA through NVRTC)", [CODEGEN_TESTS]))
     else:
         rest = suite_files(args.shard)
-        if args.quick:
+        if (
+            device.type == "cuda"
+        ):  # the CPU halves are CI's; test_cuda_paths runs CUDA's algorithms on the CPU
+            rest = [f for f in rest if f != CODEGEN_TESTS] + ["-k", "cuda and not test_cuda_paths"]
+        elif args.quick:
             rest += ["-k", "cuda or codegen"]
-        name = "test suite" + (" (CUDA-parametrised tests and codegen)" if args.quick else "")
+        name = "test suite" + (" (CUDA-parametrised and CUDA-only tests)" if device.type == "cuda" else "")
         if args.shard is not None:
             name += f", part {args.shard[0]} of {args.shard[1]}"
         steps.append((name, rest))
