@@ -23,6 +23,8 @@ MODULES = [
     "warpgeo.chamfer",
     "warpgeo.world",
     "warpgeo.sdf",
+    "warpgeo.primitives",
+    "warpgeo.compat.curobo",
 ]
 
 

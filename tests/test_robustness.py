@@ -715,6 +715,34 @@ CASES: list[Case] = [
     R("swept_weight_10e400", "swept_sphere_mesh_cost(TRAJ, W, weight=10**400)", V, "weight"),
     R("set_poses_10e400", "W.set_poses([[10**400, 0, 0, 1, 0, 0, 0]])", V, "poses"),
     R("world_sign_method_nested", "MeshWorld([BOX, BOX], sign_method=[['ray'], ['ray']])", V, "sign_method"),
+    # ---- issue 25: analytic primitives (warpgeo.primitives) as world entries
+    R("sphere_negative_radius", "Sphere(-1.0)", V, "radius"),
+    R("sphere_str_radius", "Sphere('1')", T, "radius"),
+    R("sphere_radius_1e200", "Sphere(1e200)", V, "radius"),
+    R("capsule_nan_length", "Capsule(0.1, float('nan'))", V, "length"),
+    R("cylinder_bool_height", "Cylinder(0.1, True)", T, "height"),
+    R("cuboid_two_dims", "Cuboid([1.0, 2.0])", V, "dims"),
+    R("cuboid_zero_dim", "Cuboid(torch.tensor([1.0, 0.0, 1.0]))", V, "dims[1]"),
+    R("cuboid_complex_dims", "Cuboid(np.array([1, 2, 3]) + 0j)", T, "dims"),
+    R("world_primitive_base_class", "MeshWorld([warpgeo.primitives.Primitive()])", T, "meshes[0]"),
+    OK(
+        "distance_primitives_far_points",
+        "signed_distance(torch.tensor([[1e30, -1e30, 3e38], [0.0, 0, 0]]), "
+        "MeshWorld([Sphere(0.5), Capsule(0.1, 1.0), Cylinder(0.2, 0.3), Cuboid([1, 2, 3])]))",
+        "bool((r[0] > 1e29).all() and r[1] == -0.5)",
+    ),
+    OK(
+        "cost_op_primitive_flags_forged",
+        "(lambda a: torch.ops.warpgeo.sphere_mesh_cost(SPH, None, FORGE(a, grid_flags=lambda t: t ^ 31), "
+        "a['all_cuboids'], PARAMS, 0.0, False))(MeshWorld([Sphere(0.5), Capsule(0.1, 1.0)]).kernel_args()._asdict())",
+        "bool(torch.isfinite(r[0]).all())",
+    ),
+    OK(
+        "cost_op_primitive_read_as_mesh",  # kind bits cleared: the slot's box mesh is queried (a live mesh)
+        "(lambda a: torch.ops.warpgeo.sphere_mesh_cost(SPH, None, FORGE(a, grid_flags=lambda t: t & 1), "
+        "False, PARAMS, 0.0, False))(MeshWorld([Sphere(0.5), Capsule(0.1, 1.0)]).kernel_args()._asdict())",
+        "bool(torch.isfinite(r[0]).all())",
+    ),
     OK(
         "cost_max_distance_inf",
         "sphere_mesh_cost(SPH, W0, max_distance=float('inf'))",

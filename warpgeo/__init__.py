@@ -15,11 +15,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KNN",
+    "Capsule",
     "ChamferResult",
+    "Cuboid",
+    "Cylinder",
     "FarthestPointSampling",
     "GatherPoints",
     "MeshWorld",
     "SdfMesh",
+    "Sphere",
     "SweptSdfMesh",
     "ball_query",
     "chamfer_distance",
@@ -46,6 +50,10 @@ _HOME = {
     "ChamferResult": "chamfer",
     "chamfer_distance": "chamfer",
     "MeshWorld": "world",
+    "Cuboid": "primitives",
+    "Sphere": "primitives",
+    "Capsule": "primitives",
+    "Cylinder": "primitives",
     "SdfMesh": "sdf",
     "SweptSdfMesh": "sdf",
     "signed_distance": "sdf",
@@ -61,6 +69,7 @@ if TYPE_CHECKING:
     from .fps import FarthestPointSampling, farthest_point_sampling
     from .gather import GatherPoints, gather_points
     from .neighbors import KNN, ball_query, knn
+    from .primitives import Capsule, Cuboid, Cylinder, Sphere
     from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
     from .world import MeshWorld
 

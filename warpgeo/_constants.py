@@ -48,6 +48,15 @@ FLAG_CLOSED = 1
 #: ``grid_flags`` bit: the mesh is exactly the surface of its box (a cuboid), wound outwards: its distance is
 #: the box's, in closed form.
 FLAG_BOX = 2
+#: ``grid_flags`` bits of the analytic primitives (``warpgeo.primitives``; with ``FLAG_CLOSED``): a sphere, a
+#: capsule along z, a cylinder along z, each centred in its box ``bounds[e, m]``, from which the kernels read
+#: its sizes (radius: half the box's x extent; capsule segment half-length: z half-extent less the radius;
+#: cylinder half-height: z half-extent). A ``warpgeo.Cuboid`` is ``FLAG_CLOSED | FLAG_BOX``, like a box mesh.
+FLAG_SPHERE = 4
+FLAG_CAPSULE = 8
+FLAG_CYLINDER = 16
+#: Any of these: the slot's distance is a closed form (no BVH query).
+FLAG_PRIMITIVE = FLAG_BOX | FLAG_SPHERE | FLAG_CAPSULE | FLAG_CYLINDER
 
 # ---- gather (warpgeo/gather.py, _kernels/gather.py)
 #: Rows ``(b, c)`` one CPU gather thread copies together (the host launches ``ceil(B * C / this)`` threads):

@@ -21,8 +21,10 @@ import numpy as np
 import torch
 
 from . import _constants, _interop
+from .primitives import PRIMITIVES
 
-#: A mesh: a ``trimesh.Trimesh``, a path trimesh can load, or a ``(vertices (V, 3), faces (F, 3))`` pair.
+#: A world entry: a ``trimesh.Trimesh``, a path trimesh can load, a ``(vertices (V, 3), faces (F, 3))`` pair, or
+#: an analytic primitive (:mod:`warpgeo.primitives`).
 MeshLike = Any
 
 #: Sign method name -> the code the kernels read in ``sign[e, m]``.
@@ -45,13 +47,20 @@ class Prepared(NamedTuple):
     #: ``face_neighbors``, ``vertex_normals``, ``cone_offsets``, ``cone_nodes``, ``cone_links``,
     #: ``cone_planes``, ``cone_faces`` (see ``warpgeo.world.WORLD_FIELDS``)
     tables: dict[str, torch.Tensor]
-    #: every mesh is a cuboid (``FLAG_BOX``): the world's queries may run the cuboid kernels
+    #: every entry is a closed-form primitive (a cuboid mesh, ``FLAG_BOX``, or an analytic primitive: a bit of
+    #: ``FLAG_PRIMITIVE``): the world's queries may run the kernels made for that (no BVH query in them)
     all_cuboids: bool
 
 
 def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *, single: bool) -> Prepared:
     """Load, validate and build every mesh of ``envs`` (one list per environment; ``methods`` nested alike)
     on ``device``; padding slots (``m >= len(envs[e])``) get mesh id ``NO_MESH`` and no tables.
+
+    An analytic primitive (:class:`~warpgeo.primitives.Primitive`) gets its box as ``bounds`` (from which the
+    kernels read its sizes), its kind bit in ``grid_flags`` (with ``FLAG_CLOSED``), no grid nor other tables,
+    and a signed sign code whatever its sign method (primitives are always signed). Its slot's mesh id is a
+    real Warp mesh, the 12 triangles of its box (so every id of a world is a live mesh's, and a slot read as
+    a mesh is still a valid one), which no query of a primitive uses.
 
     A mesh that recurs (the same object, or the same vertices and faces: environments that repeat their
     obstacles) is built once: its slots share one Warp mesh (BVH) and get copies of the same table rows, so
@@ -62,7 +71,11 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     wp = _interop.warp()
     wdev = _interop.warp_device(device)
     num_envs, max_meshes = len(envs), max(len(env) for env in envs)
-    if any(m == "winding" for env in methods for m in env):
+    if any(
+        method == "winding" and not isinstance(item, PRIMITIVES)
+        for env, env_methods in zip(envs, methods, strict=True)
+        for item, method in zip(env, env_methods, strict=True)
+    ):
         _check_winding_support(device)
     meshes: list[list[Any]] = []
     ids = np.zeros((num_envs, max_meshes), dtype=np.uint64)
@@ -88,6 +101,15 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     for e, env in enumerate(envs):
         row = []
         for m, item in enumerate(env):
+            if isinstance(item, PRIMITIVES):
+                mesh, box = _primitive_mesh(item, wp, wdev, wp_meshes)
+                row.append(mesh)
+                ids[e, m] = mesh.id
+                signs[e, m] = _constants.SIGN_RAY  # any signed code: the kernels' closed forms are signed
+                bounds[e, m] = box
+                flags[e, m] = item._flag
+                grid_dims[e, m] = (0, 0, 0, grid_rows)
+                continue
             where = f"meshes[{m}]" if single else f"envs[{e}][{m}]"
             known = loaded.get(id(item))
             if known is not None and known[0] is item:
@@ -162,8 +184,42 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
         "cone_planes": _dense(np.concatenate(cone_tables[2]), device),
         "cone_faces": _dense(np.concatenate(cone_tables[3]), device),
     }
-    cuboids = all(flags[e, m] & _constants.FLAG_BOX for e, env in enumerate(envs) for m in range(len(env)))
-    return Prepared(meshes, tables, bool(cuboids))
+    closed_forms = all(
+        flags[e, m] & _constants.FLAG_PRIMITIVE for e, env in enumerate(envs) for m in range(len(env))
+    )
+    return Prepared(meshes, tables, bool(closed_forms))
+
+
+#: The 12 triangles of a box over its 8 corners (corner ``i`` at ``upper`` along axis ``k`` where bit ``k`` of
+#: ``i`` is set, else at ``lower``), two per side, wound outwards.
+_BOX_FACES = np.array(
+    [
+        [0, 2, 3], [0, 3, 1],  # -z
+        [4, 5, 7], [4, 7, 6],  # +z
+        [0, 1, 5], [0, 5, 4],  # -y
+        [2, 6, 7], [2, 7, 3],  # +y
+        [0, 4, 6], [0, 6, 2],  # -x
+        [1, 3, 7], [1, 7, 5],  # +x
+    ],
+    dtype=np.int32,
+)  # fmt: skip
+
+
+def _primitive_mesh(item: Any, wp: Any, wdev: Any, wp_meshes: dict) -> tuple[Any, np.ndarray]:
+    """``(Warp mesh, box (2, 3) float32)`` of an analytic primitive: its box ``[-half, half]`` (float32, as the
+    kernels read it) and the Warp mesh of that box's surface (shared with any entry of the same content)."""
+    half = np.asarray(item.half_extents(), dtype=np.float32)
+    box = np.stack([-half, half])
+    corners = np.array([[(i >> k) & 1 for k in range(3)] for i in range(8)], dtype=bool)
+    vertices = np.where(corners, box[1], box[0]).astype(np.float32)
+    key = (_content_key(vertices, _BOX_FACES), False)
+    mesh = wp_meshes.get(key)
+    if mesh is None:
+        mesh = wp_meshes[key] = wp.Mesh(
+            points=wp.array(vertices, dtype=wp.vec3, device=wdev),
+            indices=wp.array(_BOX_FACES.reshape(-1), dtype=wp.int32, device=wdev),
+        )
+    return mesh, box
 
 
 #: Meshes up to this many bytes of vertices and faces are recognised by content when they recur (larger ones
@@ -237,7 +293,8 @@ def load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
         vertices, faces = item
     else:
         raise TypeError(
-            f"{where} must be a trimesh.Trimesh, a file path or a (vertices, faces) pair; got {type(item).__name__}"
+            f"{where} must be a trimesh.Trimesh, a file path, a (vertices, faces) pair or a primitive "
+            f"(warpgeo.Cuboid, Sphere, Capsule, Cylinder); got {type(item).__name__}"
         )
     vertices = _to_numpy(vertices, f"{where}: vertices")
     faces = _to_numpy(faces, f"{where}: faces")

@@ -11,9 +11,10 @@ import collections
 import ctypes
 import math
 import os
+import sys
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -196,11 +197,29 @@ class MeshWorld:
     update the world in place (so captured CUDA graphs see the new state): a world is not to be updated
     while another thread queries it (that query may see half an update); serialise them, e.g. with a lock.
 
+    Names: entries given as a dict ``{name: entry}`` are named (``world.names``), and :meth:`set_poses` /
+    :meth:`set_enabled` then also take ``{name: value}``; a list gives unnamed entries. Names are unique
+    strings within an environment.
+
+    Scenes: a ``trimesh.Scene`` entry (in memory, or a glb / gltf / dae / 3mf file trimesh loads as one)
+    becomes one slot per geometry instance (``scene.graph.nodes_geometry``, in that order; a geometry at
+    several nodes gives several slots, sharing one BVH), each posed by its node's transform: the rigid part
+    of the transform goes into the slot's pose, any scale, shear or mirror is baked into that slot's
+    vertices (so ``set_poses`` moves the geometry as the scene placed it, at its scaled size). A scene of
+    several geometries names its slots by their nodes, ``"<name>/<node>"`` under a named entry. A scene of
+    one geometry is one slot, named (or not) as its entry. OBJ, STL, PLY and OFF files are one mesh each,
+    as before (an OBJ's material groups are parts of one object, not objects). At construction ``poses``
+    and a per-mesh ``sign_method`` list hold one value per entry *as given*: a scene's pose is
+    world-from-scene, composed with each node's transform; afterwards (``world.poses``, :meth:`set_poses`,
+    :meth:`set_enabled`, ``num_meshes``) there is one per slot.
+
     Args:
-        meshes: the meshes of a one-environment world; each a ``trimesh.Trimesh``, a file path trimesh
-            loads as a single mesh (obj, stl, ply, glb, off; scenes are concatenated), or a
-            ``(vertices (V, 3), faces (F, 3))`` pair of arrays or tensors.
-        poses: ``(M, 7)`` world-from-mesh poses (identity by default); any array-like.
+        meshes: the entries of a one-environment world, a list or a dict ``{name: entry}``; each a
+            ``trimesh.Trimesh``, a ``trimesh.Scene`` (its geometries, see Scenes), a file path (obj, stl,
+            ply, off: one mesh; glb, gltf, dae, 3mf: a scene), a ``(vertices (V, 3), faces (F, 3))`` pair of
+            arrays or tensors, or an analytic primitive (:mod:`warpgeo.primitives`).
+        poses: ``(M, 7)`` world-from-mesh poses, one per entry as given (identity by default); any
+            array-like, or a dict ``{name: pose}`` for named entries (the others: identity).
         device: where the meshes live; every query must be on this device.
         sign_method: how a mesh tells inside from outside: ``"ray"`` (Warp's vote of three axis-aligned
             rays; exact on closed meshes and forgiving of small holes; default), ``"winding"`` (generalised
@@ -227,11 +246,16 @@ class MeshWorld:
         ...                   poses=[[0, 0, 0.5, 1, 0, 0, 0], [1, 0, 0, 1, 0, 0, 0]])
         >>> world.set_poses(torch.tensor([[0, 0, 0.6, 1, 0, 0, 0], [1, 0, 0, 1, 0, 0, 0]]))
         >>> world.set_enabled([True, False])
+        >>> named = MeshWorld({"box": trimesh.creation.box((1, 1, 1)), "ball": warpgeo.Sphere(0.2)})
+        >>> named.names
+        [['box', 'ball']]
+        >>> named.set_poses({"ball": [0, 0, 1, 1, 0, 0, 0]})
+        >>> named.set_enabled({"box": False})
     """
 
     def __init__(
         self,
-        meshes: Sequence[MeshLike],
+        meshes: Sequence[MeshLike] | Mapping[str, MeshLike],
         *,
         poses: Any = None,
         device: torch.device | str = "cpu",
@@ -240,15 +264,15 @@ class MeshWorld:
         if (
             isinstance(meshes, (str, os.PathLike))
             or _mesh_prep.is_vf_pair(meshes)
-            or not isinstance(meshes, Sequence)
+            or not isinstance(meshes, (Sequence, Mapping))
         ):
             raise TypeError(
-                "meshes must be a list of meshes (trimesh.Trimesh, path or (vertices, faces)); "
-                f"got {type(meshes).__name__} (wrap a single mesh in a list)"
+                "meshes must be a list of meshes (trimesh.Trimesh, path or (vertices, faces)) or a dict "
+                f"{{name: mesh}}; got {type(meshes).__name__} (wrap a single mesh in a list)"
             )
         methods = sign_method if isinstance(sign_method, str) else [sign_method]
         device = _world_device(device)
-        self._build([list(meshes)], None if poses is None else [poses], device, methods, single=True)
+        self._build([meshes], None if poses is None else [poses], device, methods, single=True)
 
     @classmethod
     def from_envs(
@@ -262,9 +286,11 @@ class MeshWorld:
         """A world of several environments, which may hold different numbers of meshes.
 
         Args:
-            envs: one list of meshes per environment, e.g. ``[[table, shelf], [table]]``.
-            poses: per-environment lists of poses (ragged like ``envs``), or an ``(E, max_meshes, 7)``
-                array whose padding entries are ignored. Identity by default.
+            envs: one list of entries (or a dict ``{name: entry}``, see :class:`MeshWorld`) per environment,
+                e.g. ``[[table, shelf], [table]]`` or ``[{"table": table, "shelf": shelf}, {"table": table}]``.
+            poses: per-environment lists of poses (ragged like ``envs``), an ``(E, max_meshes, 7)`` array whose
+                padding entries are ignored, or a dict ``{(env, name): pose}``; one per entry as given (a
+                scene's composed with its nodes' transforms, see :class:`MeshWorld`). Identity by default.
             device: as for :class:`MeshWorld`.
             sign_method: one name for every mesh (see :class:`MeshWorld`), or per-environment lists nested
                 like ``envs``.
@@ -276,18 +302,29 @@ class MeshWorld:
             if (
                 isinstance(env, (str, os.PathLike))
                 or _mesh_prep.is_vf_pair(env)
-                or not isinstance(env, Sequence)
+                or not isinstance(env, (Sequence, Mapping))
             ):
-                raise TypeError(f"envs[{e}] must be a list of meshes; got {type(env).__name__}")
-            env_lists.append(list(env))
+                raise TypeError(
+                    f"envs[{e}] must be a list of meshes or a dict {{name: mesh}}; got {type(env).__name__}"
+                )
+            env_lists.append(env)
         world = cls.__new__(cls)
         world._build(env_lists, poses, _world_device(device), sign_method, single=False)
         return world
 
     # ----------------------------------------------------------------------------------------------------
 
-    def _build(self, envs: list[list], poses: Any, device, sign_method, *, single: bool) -> None:
-        methods = _sign_methods(sign_method, envs, single)
+    def _build(self, given: list, poses: Any, device, sign_method, *, single: bool) -> None:
+        # names and scenes: each environment's entries as given (a list or a dict) -> one entry per slot
+        seen: dict = {}  # scenes met already (by path, by object): loaded and expanded once, whatever recurs
+        layouts = [_layout(env, "meshes" if single else f"envs[{e}]", seen) for e, env in enumerate(given)]
+        given_methods = _sign_methods(sign_method, [layout.given for layout in layouts], single)
+        envs = [layout.entries for layout in layouts]
+        methods = [
+            [env_methods[i] for i in layout.source]
+            for layout, env_methods in zip(layouts, given_methods, strict=True)
+        ]
+        self._names = [layout.names for layout in layouts]
         self._device = torch.device(device)
         _interop.warp_device(self._device)  # ValueError for devices Warp cannot run on
         if self._device.type == "cuda" and self._device.index is None:
@@ -295,7 +332,7 @@ class MeshWorld:
         if isinstance(sign_method, str):
             self._sign_method: str | list = sign_method
         else:
-            self._sign_method = methods[0] if single else methods
+            self._sign_method = given_methods[0] if single else given_methods
         self._single = single
         counts = [len(env) for env in envs]
         if sum(counts) == 0:
@@ -303,7 +340,15 @@ class MeshWorld:
         num_envs, max_meshes = len(envs), max(counts)
         self._num_meshes = tuple(counts)
 
-        prepared = _mesh_prep.prepare(envs, methods, self._device, single=single)
+        scenes = any(layout.scene_slots for layout in layouts)
+        try:
+            prepared = _mesh_prep.prepare(envs, methods, self._device, single=single)
+        except (TypeError, ValueError, IndexError) as exc:
+            if not scenes:
+                raise
+            # the message names a slot (meshes[m]), which scenes have shifted from the entries as given
+            slots = "; ".join(note for layout in layouts for note in layout.scene_slots)
+            raise type(exc)(f"{exc} [slots after expanding scenes: {slots}]") from exc
         # the Warp meshes own the BVHs the kernels query by id: they live as long as the mesh_ids tensor
         self._wp_meshes: list[list[Any]] = prepared.meshes
         #: the world's tensors by WORLD_FIELDS name (inv_poses: float64 here; float32 in _inv_poses32)
@@ -333,7 +378,10 @@ class MeshWorld:
             for dtype, inv in ((torch.float32, self._inv_poses32), (torch.float64, self._inv_poses))
         }
         _mark_static(self._op_world)
-        if poses is not None:
+        if scenes or any(isinstance(p, Mapping) for p in ([poses] if not single else poses or ())):
+            # per-entry poses (or names) -> per-slot poses, each scene's node transforms composed in
+            self.set_poses(_slot_poses(poses, layouts, single))
+        elif poses is not None:
             self.set_poses(poses if not single else poses[0])
 
     # ----------------------------------------------------------------------------------------------------
@@ -366,6 +414,12 @@ class MeshWorld:
         return self._num_meshes
 
     @property
+    def names(self) -> list[list[str | None]]:
+        """Per environment, the name of each of its ``num_meshes[e]`` slots (None where unnamed): the keys of
+        a dict of entries, and for a scene's geometries their node names (see :class:`MeshWorld`). A copy."""
+        return [list(env) for env in self._names]
+
+    @property
     def poses(self) -> torch.Tensor:
         """A copy of the ``(E, M, 7)`` float64 world-from-mesh poses (identity in padding slots)."""
         return self._poses.clone()
@@ -382,17 +436,24 @@ class MeshWorld:
             poses: ``(E, M, 7)``, or ``(M, 7)`` for a one-environment world, ``[x, y, z, qw, qx, qy, qz]``;
                 any array-like or tensor (on any device); a ragged per-environment list is accepted too.
                 Entries in padding slots (``m >= num_meshes[e]``) are ignored. Not differentiable.
+                Or by name, a dict of poses (shape ``(7,)`` each): ``{name: pose}`` in a one-environment
+                world, ``{(env, name): pose}`` in any; the slots not named keep their pose. The dict is
+                made into the full tensor from :attr:`poses` (on the device: the new rows cross from the
+                host in one copy) and applied as one; the tensor form is the one to capture in a CUDA graph.
 
         Raises:
-            TypeError: complex or non-numeric poses.
+            TypeError: complex or non-numeric poses; a name that is not a string.
             ValueError: wrong shape, a meta tensor, non-finite values, or a quaternion whose norm is not
-                within 1e-3 of 1.
+                within 1e-3 of 1; an unknown name (the message lists the names), a plain name key in a
+                world of several environments, two keys for one slot.
 
         With value checks on (the default; see :func:`warpgeo.value_checks`) the poses are validated on
         the host: one device-to-host copy per call. With them off nothing is read back (and a bad pose gives
         a wrong answer, never a crash). Not to be called while another thread queries this world: the
         update is in place (so captured CUDA graphs see it) and a concurrent query may see it half done.
         """
+        if isinstance(poses, Mapping):
+            poses = self._poses_by_name(poses)
         num_envs, max_meshes = self.num_envs, self.max_meshes
         value = _pose_tensor(poses, num_envs, max_meshes, self._num_meshes)
         if value.dim() == 2 and num_envs == 1:
@@ -419,17 +480,21 @@ class MeshWorld:
 
         Args:
             mask: ``(E, M)``, or ``(M,)`` for a one-environment world; bool (or 0/1 integers). Padding slots
-                stay disabled whatever the mask says.
+                stay disabled whatever the mask says. Or by name, as for :meth:`set_poses`: ``{name: bool}``
+                or ``{(env, name): bool}`` (a Python bool, 0 / 1, or a one-element bool tensor); the slots
+                not named keep their flag.
 
         Raises:
             TypeError: a floating, complex or non-numeric mask.
             ValueError: wrong shape, a meta tensor, an integer other than 0 and 1 (an integer tensor's values
                 are checked with the value checks: one device-to-host read; with them off nothing is read
-                back and any nonzero integer enables).
+                back and any nonzero integer enables); by name: as for :meth:`set_poses`.
 
         Not to be called while another thread queries this world (the update is in place, see
         :meth:`set_poses`).
         """
+        if isinstance(mask, Mapping):
+            mask = self._enabled_by_name(mask)
         if isinstance(mask, torch.Tensor):
             value = _real_tensor(mask, "mask")
         else:
@@ -460,6 +525,98 @@ class MeshWorld:
             )
         value = value.to(self._device).bool() & self._present
         self._enabled.copy_(value.to(torch.int32))
+
+    # ----------------------------------------------------------------------------------------------------
+    # by name: the dict forms of set_poses / set_enabled build the full tensor and take the tensor path
+    # ----------------------------------------------------------------------------------------------------
+
+    def _slot(self, key: Any, arg: str) -> tuple[int, int]:
+        """The ``(env, slot)`` that ``key`` names: ``name`` in a one-environment world, ``(env, name)`` in any."""
+        if isinstance(key, tuple) and len(key) == 2:
+            env, name = key
+            if isinstance(env, bool) or not isinstance(env, (int, np.integer)):
+                raise TypeError(
+                    f"{arg}: the environment of key {key!r} must be an int; got {type(env).__name__}"
+                )
+            if not 0 <= env < self.num_envs:
+                raise ValueError(
+                    f"{arg}: key {key!r} names environment {env}; this world has {self.num_envs}"
+                )
+            env = int(env)
+        elif self.num_envs == 1:
+            env, name = 0, key
+        else:
+            raise ValueError(
+                f"{arg}: key {key!r}: this world has {self.num_envs} environments, so keys are (env, name) "
+                f"pairs, e.g. (0, {key!r})"
+            )
+        if not isinstance(name, str):
+            raise TypeError(f"{arg}: names are strings; got key {key!r}")
+        names = self._names[env]
+        if name not in names:
+            known = [n for n in names if n is not None]
+            shown = ", ".join(repr(n) for n in known[:20]) + (", ..." if len(known) > 20 else "")
+            where = f" in environment {env}" if self.num_envs > 1 else ""
+            raise ValueError(f"{arg}: no entry named {name!r}{where}; the names are [{shown}]")
+        return env, names.index(name)
+
+    def _slots(self, mapping: Mapping, arg: str) -> tuple[list[int], list[int]]:
+        envs, slots, seen = [], [], {}
+        for key in mapping:
+            e, m = self._slot(key, arg)
+            if (e, m) in seen:
+                raise ValueError(f"{arg}: keys {seen[(e, m)]!r} and {key!r} name the same entry")
+            seen[(e, m)] = key
+            envs.append(e)
+            slots.append(m)
+        return envs, slots
+
+    def _poses_by_name(self, poses: Mapping) -> torch.Tensor:
+        """The ``(E, M, 7)`` poses: the current ones, with the named entries' replaced."""
+        envs, slots = self._slots(poses, "poses")
+        value = self._poses.clone()
+        if not envs:
+            return value
+        rows = []
+        for key, pose in poses.items():
+            row = _real_array(pose, f"poses[{key!r}]")
+            if row is None or tuple(row.shape) != (7,):
+                got = "a ragged list" if row is None else tuple(row.shape)
+                raise ValueError(f"poses[{key!r}] must be [x, y, z, qw, qx, qy, qz] (shape (7,)); got {got}")
+            rows.append(row.to(torch.float64))
+        if all(row.device.type == "cpu" for row in rows):
+            stacked = torch.stack(rows).to(self._device)  # one copy from the host
+        else:
+            stacked = torch.stack([row.to(self._device) for row in rows])
+        index = torch.tensor([envs, slots], dtype=torch.int64).to(self._device)
+        value[index[0], index[1]] = stacked
+        return value
+
+    def _enabled_by_name(self, mask: Mapping) -> torch.Tensor:
+        """The ``(E, M)`` enable flags: the current ones, with the named entries' replaced."""
+        envs, slots = self._slots(mask, "mask")
+        value = self._enabled.bool()
+        if not envs:
+            return value
+        flags = []
+        for key, flag in mask.items():
+            if isinstance(flag, torch.Tensor) and flag.dtype == torch.bool and flag.numel() == 1:
+                flags.append(flag.detach().reshape(()).to(self._device))
+            elif isinstance(flag, (bool, np.bool_)) or (
+                isinstance(flag, (int, np.integer)) and int(flag) in (0, 1)
+            ):
+                flags.append(bool(flag))
+            else:
+                raise TypeError(
+                    f"mask[{key!r}] must be a bool (or a one-element bool tensor); got {flag!r:.60}"
+                )
+        if any(isinstance(flag, torch.Tensor) for flag in flags):
+            stacked = torch.stack([torch.as_tensor(flag, device=self._device) for flag in flags])
+        else:
+            stacked = torch.tensor(flags, dtype=torch.bool).to(self._device)  # one copy from the host
+        index = torch.tensor([envs, slots], dtype=torch.int64).to(self._device)
+        value[index[0], index[1]] = stacked
+        return value
 
     def kernel_args(self, dtype: torch.dtype = torch.float32) -> MeshWorldArgs:
         """What the SDF ops take of this world, for queries computed in ``dtype`` (float32 or float64: the
@@ -641,3 +798,280 @@ def _inverse_warp_transform(poses: torch.Tensor) -> torch.Tensor:
     q_inv = torch.cat([q[..., :1], -q[..., 1:]], dim=-1)
     t_inv = -_quat_rotate(q_inv, t)
     return torch.cat([t_inv, q_inv[..., 1:], q_inv[..., :1]], dim=-1).contiguous()
+
+
+# --------------------------------------------------------------------------------------------------------
+# entries: names and scenes
+# --------------------------------------------------------------------------------------------------------
+
+#: File types trimesh loads as scenes of several objects: such a file is one entry per geometry instance.
+#: Other files (obj, stl, ply, off) are one mesh, concatenated: an OBJ's material groups are parts of one
+#: object, which split apart would be open pieces with no inside.
+_SCENE_SUFFIXES = (".glb", ".gltf", ".dae", ".zae", ".3mf")
+#: A scene node's transform whose linear part is within this (largest entry) of a rotation is rigid.
+_RIGID_TOL = 1.0e-6
+
+
+class _Layout(NamedTuple):
+    """One environment's entries as given (a list or a dict) and its slots (scenes expanded)."""
+
+    given: list  # the entries as given
+    given_names: list  # their names (the dict's keys; None for a list)
+    entries: list  # one per slot, what _mesh_prep builds
+    names: list  # the slots' names (None: unnamed)
+    source: list  # each slot's given entry (index into given)
+    local: list  # each slot's entry-from-geometry pose (7,) float64, or None (identity)
+    scene_slots: list  # for error messages: "meshes[m] = node 'n' of meshes[i]" per scene slot
+
+
+def _layout(env: Sequence | Mapping, where: str, seen: dict) -> _Layout:
+    """An environment's entries (a list, or a dict ``{name: entry}``), scenes expanded into their geometries.
+    ``seen``: the scenes of the world's environments so far, so that a scene that recurs (environments that
+    repeat their obstacles) is loaded and expanded once and its slots share its meshes (and BVHs)."""
+    if isinstance(env, Mapping):
+        given_names = list(env.keys())
+        for name in given_names:
+            if not isinstance(name, str):
+                raise TypeError(f"{where}: entry names must be strings; got {name!r} ({type(name).__name__})")
+            if not name:
+                raise ValueError(f"{where}: entry names must be non-empty strings; got ''")
+        given = list(env.values())
+    else:
+        given = list(env)
+        given_names = [None] * len(given)
+    entries: list = []
+    names: list = []
+    source: list = []
+    local: list = []
+    scene_slots: list = []
+    from_scene: set = set()
+    for i, (item, name) in enumerate(zip(given, given_names, strict=True)):
+        entry_where = f"{where}[{i}]" if name is None else f"{where}[{name!r}]"
+        path = os.fspath(item) if isinstance(item, (str, os.PathLike)) else None
+        key = ("path", path) if path is not None else ("object", id(item))
+        if key not in seen:
+            scene = _as_scene(item)
+            seen[key] = (item, None if scene is None else _scene_parts(scene, entry_where))
+        parts = seen[key][1]
+        if parts is None:
+            entries.append(item)
+            names.append(name)
+            source.append(i)
+            local.append(None)
+            continue
+        for node, entry, pose in parts:
+            if len(parts) == 1:
+                slot_name = name
+            else:
+                slot_name = node if name is None else f"{name}/{node}"
+                from_scene.add(slot_name)
+            scene_slots.append(f"{where}[{len(entries)}] = node {node!r} of {entry_where}")
+            entries.append(entry)
+            names.append(slot_name)
+            source.append(i)
+            local.append(pose)
+    seen: set = set()
+    for name in names:
+        if name is None:
+            continue
+        if name in seen:
+            hint = ""
+            if name in from_scene:
+                hint = (
+                    " (a scene's geometries are named by their nodes: give the scenes names, "
+                    "{'a': scene_a, 'b': scene_b}, to name them 'a/<node>', 'b/<node>')"
+                )
+            raise ValueError(f"{where}: entry names must be unique; {name!r} names two entries{hint}")
+        seen.add(name)
+    return _Layout(given, given_names, entries, names, source, local, scene_slots)
+
+
+def _as_scene(item: Any) -> Any:
+    """``item`` as a ``trimesh.Scene`` (an in-memory one, or a scene file's), or None for any other entry
+    (which ``_mesh_prep`` loads, or refuses, as a single mesh)."""
+    trimesh = sys.modules.get("trimesh")  # an object can only be a Scene if trimesh is imported already
+    if trimesh is not None and isinstance(item, trimesh.Scene):
+        return item
+    if not isinstance(item, (str, os.PathLike)):
+        return None
+    path = os.fspath(item)
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in _SCENE_SUFFIXES or not os.path.isfile(path):
+        return None
+    import trimesh
+
+    # a glTF mesh's primitives (one per material) are parts of one object: merged, not split apart
+    options = {"merge_primitives": True} if suffix in (".glb", ".gltf") else {}
+    try:
+        loaded = trimesh.load(path, **options)
+    except Exception:  # unreadable: _mesh_prep loads it again and says why, naming the file
+        return None
+    return loaded if isinstance(loaded, trimesh.Scene) else None
+
+
+def _scene_parts(scene: Any, where: str) -> list[tuple[str, Any, np.ndarray]]:
+    """``(node name, entry, entry-from-geometry pose (7,))`` per geometry instance of ``scene``, in the scene
+    graph's order; a transform with scale or shear has that part baked into the entry's vertices."""
+    import trimesh
+
+    nodes = list(scene.graph.nodes_geometry)
+    if not nodes:
+        raise ValueError(f"{where}: the scene holds no geometry")
+    parts = []
+    baked: dict[tuple, tuple] = {}  # instances with the same scaling share one baked mesh (built once)
+    for node in nodes:
+        matrix, geometry_name = scene.graph[node]
+        geometry = scene.geometry.get(geometry_name)
+        if not isinstance(geometry, trimesh.Trimesh):
+            raise ValueError(
+                f"{where}: scene node {node!r} holds a {type(geometry).__name__}, not a triangle mesh"
+            )
+        pose, linear = _split_transform(np.asarray(matrix, dtype=np.float64), f"{where}: scene node {node!r}")
+        entry: Any = geometry
+        if linear is not None:
+            key = (geometry_name, linear.tobytes())
+            if key not in baked:
+                vertices = np.asarray(geometry.vertices, dtype=np.float64) @ linear.T
+                faces = np.asarray(geometry.faces)
+                if np.linalg.det(linear) < 0:  # a mirror image: wound the other way, or inside-out
+                    faces = faces[:, ::-1]
+                baked[key] = (np.ascontiguousarray(vertices), np.ascontiguousarray(faces))
+            entry = baked[key]
+        parts.append((str(node), entry, pose))
+    return parts
+
+
+def _split_transform(matrix: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """A 4x4 transform ``[A t; 0 1]`` as ``(pose (7,), S)`` with ``A = R S``: ``pose`` the rigid part
+    ``(t, R)`` and ``S = R^T A`` what is left (scale, shear, a mirror), or None where ``A`` is a rotation.
+    ``R`` is the rotation nearest ``A`` (the polar decomposition's)."""
+    if matrix.shape != (4, 4) or not np.isfinite(matrix).all():
+        raise ValueError(f"{where}: the transform must be a finite 4x4 matrix; got {matrix!r:.80}")
+    if not np.allclose(matrix[3], (0.0, 0.0, 0.0, 1.0), atol=1e-9):
+        raise ValueError(f"{where}: the transform must be affine (last row 0, 0, 0, 1); got {matrix[3]}")
+    linear = matrix[:3, :3]
+    u, _, vt = np.linalg.svd(linear)
+    if np.linalg.det(u @ vt) < 0:
+        u[:, -1] = -u[:, -1]
+    rotation = u @ vt
+    rest = rotation.T @ linear
+    pose = np.concatenate([matrix[:3, 3], _quaternion_of(rotation)])
+    if np.abs(rest - np.eye(3)).max() <= _RIGID_TOL:
+        return pose, None
+    return pose, rest
+
+
+def _quaternion_of(rotation: np.ndarray) -> np.ndarray:
+    """The unit quaternion ``(w, x, y, z)``, ``w >= 0``, of a rotation matrix (its largest component first,
+    the others from the matrix's off-diagonal sums and differences)."""
+    m = rotation
+    trace = np.trace(m)
+    candidates = [trace, m[0, 0], m[1, 1], m[2, 2]]
+    k = int(np.argmax(candidates))
+    if k == 0:
+        w = math.sqrt(max(1.0 + trace, 0.0)) / 2
+        q = np.array(
+            [w, (m[2, 1] - m[1, 2]) / (4 * w), (m[0, 2] - m[2, 0]) / (4 * w), (m[1, 0] - m[0, 1]) / (4 * w)]
+        )
+    else:
+        i = k - 1
+        j, l = (i + 1) % 3, (i + 2) % 3
+        r = math.sqrt(max(1.0 + m[i, i] - m[j, j] - m[l, l], 0.0))
+        s = 0.5 / r
+        v = np.zeros(3)
+        v[i] = r / 2
+        v[j] = (m[j, i] + m[i, j]) * s
+        v[l] = (m[l, i] + m[i, l]) * s
+        q = np.array([(m[l, j] - m[j, l]) * s, *v])
+    q /= np.linalg.norm(q)
+    return q if q[0] >= 0 else -q
+
+
+def _compose_poses(outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """``outer ∘ inner`` of poses ``[x, y, z, qw, qx, qy, qz]`` (float64, unit quaternions): where ``inner``
+    places a geometry in a frame that ``outer`` places in the world, the geometry's world pose."""
+    t_a, q_a = outer[:3], outer[3:]
+    t_b, q_b = inner[:3], inner[3:]
+    w1, v1 = q_a[0], q_a[1:]
+    w2, v2 = q_b[0], q_b[1:]
+    q = np.concatenate([[w1 * w2 - v1 @ v2], w1 * v2 + w2 * v1 + np.cross(v1, v2)])
+    twice = 2.0 * np.cross(v1, t_b)  # t_b rotated by q_a: t_b + w1 (2 v1 x t_b) + v1 x (2 v1 x t_b)
+    t = t_a + t_b + w1 * twice + np.cross(v1, twice)
+    return np.concatenate([t, q / np.linalg.norm(q)])
+
+
+def _slot_poses(poses: Any, layouts: list[_Layout], single: bool) -> np.ndarray:
+    """``(E, M, 7)`` slot poses from the poses of the entries as given (``poses`` as the constructor takes
+    it; None: identity), each scene geometry's node pose composed after its scene's."""
+    given = _given_poses(poses, layouts, single)
+    max_slots = max(len(layout.entries) for layout in layouts)
+    out = np.tile(np.asarray(_IDENTITY_POSE, dtype=np.float64), (len(layouts), max_slots, 1))
+    for e, layout in enumerate(layouts):
+        for m, (i, local) in enumerate(zip(layout.source, layout.local, strict=True)):
+            out[e, m] = given[e][i] if local is None else _compose_poses(given[e][i], local)
+    return out
+
+
+def _given_poses(poses: Any, layouts: list[_Layout], single: bool) -> list[np.ndarray]:
+    """Per environment, ``(entries as given, 7)`` float64 poses with unit quaternions (renormalised)."""
+    counts = [len(layout.given) for layout in layouts]
+    out = [np.tile(np.asarray(_IDENTITY_POSE, dtype=np.float64), (n, 1)) for n in counts]
+    if poses is None:
+        return out
+    source = poses[0] if single else poses
+    if isinstance(source, Mapping):
+        for key, pose in source.items():
+            if single:
+                e, name = 0, key
+            elif (
+                isinstance(key, tuple)
+                and len(key) == 2
+                and isinstance(key[0], int)
+                and 0 <= key[0] < len(layouts)
+            ):
+                e, name = key
+            else:
+                raise ValueError(
+                    f"poses: keys are (env, name) pairs for a world of environments; got {key!r}"
+                )
+            names = layouts[e].given_names
+            if not isinstance(name, str) or name not in names:
+                known = ", ".join(repr(n) for n in names if n is not None)
+                raise ValueError(f"poses: no entry named {name!r}; the names are [{known}]")
+            row = _real_array(pose, f"poses[{key!r}]")
+            if row is None or tuple(row.shape) != (7,):
+                raise ValueError(f"poses[{key!r}] must be [x, y, z, qw, qx, qy, qz] (shape (7,))")
+            out[e][names.index(name)] = row.cpu().double().numpy()
+    else:
+        value = _real_array(source, "poses")
+        if value is not None:
+            shape = (counts[0], 7) if single else (len(layouts), max(counts), 7)
+            if tuple(value.shape) != shape:
+                raise ValueError(
+                    f"poses must have shape {shape} (one per entry as given; a scene's is the world-from-scene "
+                    f"pose); got {tuple(value.shape)}"
+                )
+            array = value.cpu().double().numpy()
+            for e, n in enumerate(counts):
+                out[e] = array[:n] if single else array[e, :n]
+        else:
+            if single or not isinstance(source, Sequence) or len(source) != len(layouts):
+                raise ValueError("poses must be an array of shape (M, 7) (or per-environment lists)")
+            for e, env_poses in enumerate(source):
+                row = _real_array(env_poses, f"poses[{e}]")
+                if row is None or tuple(row.shape) != (counts[e], 7):
+                    raise ValueError(f"poses[{e}] must have shape ({counts[e]}, 7)")
+                out[e] = row.cpu().double().numpy()
+    for e, array in enumerate(out):
+        if not np.isfinite(array).all():
+            raise ValueError("poses must be finite; got NaN or inf")
+        norm = np.linalg.norm(array[:, 3:], axis=1)
+        bad = np.nonzero(np.abs(norm - 1.0) > _QUAT_NORM_TOL)[0]
+        if len(bad):
+            where = f"poses[{bad[0]}]" if single else f"poses[{e}][{bad[0]}]"
+            raise ValueError(
+                f"{where} must hold a unit quaternion [qw, qx, qy, qz] (norm within {_QUAT_NORM_TOL} of 1); "
+                f"got {array[bad[0], 3:].tolist()} with norm {norm[bad[0]]:.6g}"
+            )
+        array[:, 3:] /= norm[:, None]
+    return out

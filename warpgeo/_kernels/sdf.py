@@ -14,10 +14,16 @@ sign, so a centre with no face near it and inside the mesh's box is queried agai
 deep inside a mesh is a collision, never "not found".
 
 Every kernel and ``@wp.func`` takes the world as one struct (:data:`WORLD`, one per precision), whose fields
-are the world's arrays. Each query kernel is instantiated per key (precision, world of meshes or of cuboids
-only) in a Warp module of its own (:class:`KernelTable`), into which the ``@wp.func`` code of this file is
+are the world's arrays. Each query kernel is instantiated per key (precision, world of meshes or of closed
+forms only) in a Warp module of its own (:class:`KernelTable`), into which the ``@wp.func`` code of this file is
 compiled: a process's first query compiles one small module, and building a world compiles only
 ``sdf_build`` (the closed-mesh check and the distance grids below).
+
+Closed forms. A cuboid mesh (``FLAG_BOX``: exactly the surface of its box) and the analytic primitives
+(``warpgeo.primitives``: ``FLAG_BOX`` for a ``Cuboid``, ``FLAG_SPHERE``, ``FLAG_CAPSULE``, ``FLAG_CYLINDER``)
+have exact distances in closed form, in float64, from their box ``bounds[e, m]`` (the primitive's sizes;
+see ``warpgeo._constants``), taken before any BVH use; their mesh ids name a Warp mesh of their box that no
+such query reads. A world of closed forms only runs kernels compiled without a BVH query.
 
 Exact shortcuts. First a broad phase: ``world_bounds[e, m]`` is the box of mesh ``m`` posed in the world
 (``MeshWorld`` keeps it with the poses, padded and rounded outwards), and a point farther from it along an axis
@@ -111,6 +117,11 @@ NO_MESH = wp.constant(wp.int64(_constants.NO_MESH))
 #: ``world.grid_flags`` bits: the mesh is closed (its grid is signed); the mesh is a cuboid (closed form).
 FLAG_CLOSED = wp.constant(_constants.FLAG_CLOSED)
 FLAG_BOX = wp.constant(_constants.FLAG_BOX)
+#: ``world.grid_flags`` bits of the analytic primitives (``warpgeo.primitives``), and any closed form at all.
+FLAG_SPHERE = wp.constant(_constants.FLAG_SPHERE)
+FLAG_CAPSULE = wp.constant(_constants.FLAG_CAPSULE)
+FLAG_CYLINDER = wp.constant(_constants.FLAG_CYLINDER)
+FLAG_PRIMITIVE = wp.constant(_constants.FLAG_PRIMITIVE)
 #: A point farther from a mesh's box than this many box diagonals takes the far path (nearest vertex): from
 #: here on the nearest vertex (relative error <= 2**-23, falling as 1/D^2) beats the float32 face choice.
 FAR_RATIO = wp.constant(2048.0)
@@ -502,6 +513,103 @@ def cuboid_distance(p: Any, lower: wp.vec3, upper: wp.vec3, search: Any, sign: i
 
 
 @wp.func
+def unit_direction(v: wp.vec3d, fallback: wp.vec3d):
+    """``v / |v|`` without overflow or underflow (scaled by its largest component first); ``fallback`` where
+    ``v`` is zero or not finite (a singular point of a closed form: any unit direction is a valid one)."""
+    m = wp.max(wp.max(wp.abs(v[0]), wp.abs(v[1])), wp.abs(v[2]))
+    if m > wp.float64(0.0) and wp.isfinite(m):
+        return wp.normalize(v / m)
+    return fallback
+
+
+@wp.func
+def closed_form_result(d: wp.float64, n: wp.vec3d, p: Any, search: Any, surface_eps: Any):
+    """``(hit, d, n)`` of a closed-form distance ``d`` (float64) with unit gradient ``n``: no hit where ``p`` is
+    outside (``d > 0``) and ``d >= search``; ``d`` in ``T``."""
+    if d > wp.float64(0.0) and d >= wp.float64(search):
+        return False, type(surface_eps)(0.0), type(p)()
+    return True, type(surface_eps)(d), type(p)(n)
+
+
+@wp.func
+def sphere_distance(p: Any, lower: wp.vec3, upper: wp.vec3, search: Any, surface_eps: Any):
+    """``mesh_distance`` of a ``FLAG_SPHERE`` slot: the ball of radius half the box's x extent at the box's
+    centre, in float64: ``|p - c| - r``, gradient ``(p - c) / |p - c|`` (+z at the centre)."""
+    lo = wp.vec3d(lower)
+    hi = wp.vec3d(upper)
+    half = (hi - lo) * wp.float64(0.5)
+    v = wp.vec3d(p) - (lo + hi) * wp.float64(0.5)
+    d = scaled_length(v) - half[0]
+    return closed_form_result(d, unit_direction(v, wp.vec3d(0.0, 0.0, 1.0)), p, search, surface_eps)
+
+
+@wp.func
+def capsule_distance(p: Any, lower: wp.vec3, upper: wp.vec3, search: Any, surface_eps: Any):
+    """``mesh_distance`` of a ``FLAG_CAPSULE`` slot, in float64: the distance to the segment along z through
+    the box's centre, of half-length ``a`` = the box's z half-extent less the radius ``r`` (half its x
+    extent), less ``r``; gradient from the segment's closest point (+x on the segment)."""
+    lo = wp.vec3d(lower)
+    hi = wp.vec3d(upper)
+    half = (hi - lo) * wp.float64(0.5)
+    v = wp.vec3d(p) - (lo + hi) * wp.float64(0.5)
+    r = half[0]
+    a = wp.max(half[2] - r, wp.float64(0.0))
+    w = wp.vec3d(v[0], v[1], v[2] - wp.clamp(v[2], -a, a))
+    d = scaled_length(w) - r
+    return closed_form_result(d, unit_direction(w, wp.vec3d(1.0, 0.0, 0.0)), p, search, surface_eps)
+
+
+@wp.func
+def cylinder_distance(p: Any, lower: wp.vec3, upper: wp.vec3, search: Any, surface_eps: Any):
+    """``mesh_distance`` of a ``FLAG_CYLINDER`` slot, in float64: the solid cylinder along z through the box's
+    centre, of radius ``r`` (half the box's x extent) and half-height ``h`` (its z half-extent), flat caps.
+    With ``rho`` the distance from the axis and ``q = (rho - r, |z| - h)``: outside ``|max(q, 0)|``, inside
+    ``max(q)``. The gradient is that of the active part: radial (the side), axial (a cap), or their mix (off
+    a rim); on a tie inside (equally near a cap and the side) the cap's. On the axis the radial direction
+    is +x, at ``z = 0`` the axial one +z."""
+    lo = wp.vec3d(lower)
+    hi = wp.vec3d(upper)
+    half = (hi - lo) * wp.float64(0.5)
+    v = wp.vec3d(p) - (lo + hi) * wp.float64(0.5)
+    zero = wp.float64(0.0)
+    radial = wp.vec3d(v[0], v[1], zero)
+    rho = scaled_length(radial)
+    out = unit_direction(radial, wp.vec3d(1.0, 0.0, 0.0))
+    axial = wp.vec3d(0.0, 0.0, 1.0)
+    if v[2] < zero:
+        axial = wp.vec3d(0.0, 0.0, -1.0)
+    qx = rho - half[0]
+    qz = wp.abs(v[2]) - half[2]
+    if qx > zero and qz > zero:  # off a rim: towards the rim's nearest point
+        d = scaled_length(wp.vec3d(qx, qz, zero))
+        mix = unit_direction(wp.vec3d(qx, qz, zero), wp.vec3d(1.0, 0.0, 0.0))
+        return closed_form_result(d, out * mix[0] + axial * mix[1], p, search, surface_eps)
+    if qx > zero:
+        return closed_form_result(qx, out, p, search, surface_eps)
+    if qz > zero:
+        return closed_form_result(qz, axial, p, search, surface_eps)
+    if qx > qz:  # inside, nearer the side
+        return closed_form_result(qx, out, p, search, surface_eps)
+    return closed_form_result(qz, axial, p, search, surface_eps)
+
+
+@wp.func
+def primitive_distance(
+    p: Any, lower: wp.vec3, upper: wp.vec3, flags: int, search: Any, sign: int, surface_eps: Any
+):
+    """``mesh_distance`` of a closed-form slot, by its kind bit (``FLAG_SPHERE``, ``FLAG_CAPSULE``,
+    ``FLAG_CYLINDER``; any other: the box, :func:`cuboid_distance`, with the slot's ``sign``). A sphere,
+    capsule or cylinder is always signed."""
+    if (flags & FLAG_SPHERE) != 0:
+        return sphere_distance(p, lower, upper, search, surface_eps)
+    if (flags & FLAG_CAPSULE) != 0:
+        return capsule_distance(p, lower, upper, search, surface_eps)
+    if (flags & FLAG_CYLINDER) != 0:
+        return cylinder_distance(p, lower, upper, search, surface_eps)
+    return cuboid_distance(p, lower, upper, search, sign, surface_eps)
+
+
+@wp.func
 def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: Any):
     """Signed distance of ``p`` (in the frame of mesh ``m`` of environment ``e``, precision ``T``) and its
     gradient, if it is below ``search``.
@@ -520,8 +628,8 @@ def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: 
     box = box_distance(p, lower, upper)
     if box > search:
         return False, zero, type(p)()
-    if (flags & FLAG_BOX) != 0:
-        return cuboid_distance(p, lower, upper, search, sign, surface_eps)
+    if (flags & FLAG_PRIMITIVE) != 0:  # a cuboid mesh or an analytic primitive: a closed form, no BVH query
+        return primitive_distance(p, lower, upper, flags, search, sign, surface_eps)
     extent = type(box)(wp.length(upper - lower))
     if box > extent * type(box)(FAR_RATIO) or box > type(box)(FAR_ABS):
         found, far, direction = far_distance(mesh, p)
@@ -671,15 +779,16 @@ def beyond_world_box(c: Any, world_bounds: wp.array3d(dtype=wp.vec3), e: int, m:
 
 @wp.func
 def cuboid_mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: Any):
-    """:func:`mesh_distance` (same parameters, same result) for a mesh that is exactly the surface of its box
-    (``FLAG_BOX``): its first two steps, the only ones such a mesh takes. The kernels of a world of cuboids
-    call this in its place (:func:`query_kernels`): they compile in a fraction of the time, with no BVH
-    query in them."""
+    """:func:`mesh_distance` (same parameters, same result) for a closed-form slot: a mesh that is exactly the
+    surface of its box (``FLAG_BOX``) or an analytic primitive (``FLAG_SPHERE``, ...): its first two steps,
+    the only ones such a slot takes (any slot without a kind bit is read as its box). The kernels of a world
+    of closed forms only call this in its place (:func:`query_kernels`): they compile in a fraction of the
+    time, with no BVH query in them."""
     lower = world.bounds[e, m, 0]
     upper = world.bounds[e, m, 1]
     if box_distance(p, lower, upper) > search:
         return False, type(surface_eps)(0.0), type(p)()
-    return cuboid_distance(p, lower, upper, search, world.sign[e, m], surface_eps)
+    return primitive_distance(p, lower, upper, world.grid_flags[e, m], search, world.sign[e, m], surface_eps)
 
 
 @wp.func
@@ -716,9 +825,9 @@ def grid_index(first: int, stop: int, count: int):
 def query_kernels(cuboids: bool) -> dict:
     """The bodies of the three query kernels by name (``sphere_mesh_cost``, ``swept_sphere_mesh_cost``,
     ``signed_distance``), generic over the precision ``T`` and the world struct, with the distance of one
-    mesh slot :func:`mesh_distance`, or :func:`cuboid_mesh_distance` for a world whose every mesh is a cuboid
-    (``cuboids``: the same answers bit for bit, as the general function's cuboid branch is that code, and no
-    BVH query compiled). Made once per variant."""
+    mesh slot :func:`mesh_distance`, or :func:`cuboid_mesh_distance` for a world whose every entry is a closed
+    form (a cuboid mesh or an analytic primitive; ``cuboids``: the same answers bit for bit, as the general
+    function's closed-form branch is that code, and no BVH query compiled). Made once per variant."""
     distance = cuboid_mesh_distance if cuboids else mesh_distance
 
     @wp.func
@@ -941,8 +1050,9 @@ def _max_registers(key) -> int:
     return _constants.SDF_MAX_REGISTERS[key[0]]
 
 
-#: Table keys: (query precision, world kind). A world of only cuboids (``"cuboids"``) runs the kernels made
-#: with :func:`cuboid_mesh_distance` (see :func:`query_kernels`); any other world the general ones.
+#: Table keys: (query precision, world kind). A world of only closed forms (``"cuboids"``: cuboid meshes and
+#: analytic primitives) runs the kernels made with :func:`cuboid_mesh_distance` (see :func:`query_kernels`);
+#: any other world the general ones.
 KEYS = [(precision, kind) for precision in ("float32", "float64") for kind in ("meshes", "cuboids")]
 _SCALARS = {"float32": (wp.float32, wp.vec3f, wp.vec4f), "float64": (wp.float64, wp.vec3d, wp.vec4d)}
 

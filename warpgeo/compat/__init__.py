@@ -13,6 +13,7 @@ and the same code runs on the CPU and on CUDA::
     from warpgeo.compat import chamfer                             # was: import chamfer (extensions/chamfer_dist)
     from warpgeo.compat import torch_cluster                       # was: import torch_cluster
     from warpgeo.compat.pytorch3d import knn_points                # was: from pytorch3d.ops import knn_points
+    from warpgeo.compat.curobo import load_world                   # a cuRobo world configuration as a MeshWorld
 
 Code that imports the original module names and cannot be edited can call :func:`install` once, first::
 
@@ -25,9 +26,18 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from . import chamfer, knn_cuda, pointnet2_ops, pointops, pytorch3d, torch_cluster
+from . import chamfer, curobo, knn_cuda, pointnet2_ops, pointops, pytorch3d, torch_cluster
 
-__all__ = ["chamfer", "install", "knn_cuda", "pointnet2_ops", "pointops", "pytorch3d", "torch_cluster"]
+__all__ = [
+    "chamfer",
+    "curobo",
+    "install",
+    "knn_cuda",
+    "pointnet2_ops",
+    "pointops",
+    "pytorch3d",
+    "torch_cluster",
+]
 
 
 def install(*, force: bool = False) -> list[str]:

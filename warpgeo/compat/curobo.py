@@ -1,0 +1,308 @@
+"""cuRobo world configurations as a :class:`~warpgeo.MeshWorld`.
+
+cuRobo describes a robot's surroundings as a *world configuration*: a dict (usually a YAML file) that maps
+each obstacle type to named obstacles, e.g.::
+
+    cuboid:
+      table: {dims: [2.0, 2.0, 0.2], pose: [0.4, 0.0, -0.1, 1, 0, 0, 0]}
+    mesh:
+      bin: {file_path: scene/bin.obj, pose: [0.5, 0.3, 0.1, 1, 0, 0, 0], scale: [0.5, 0.5, 0.5]}
+
+:func:`load_world` builds the world of such a configuration, with cuRobo's primitives as warpgeo's analytic
+primitives (exact distances) and the names kept (``world.names``), so ``world.set_poses({"table": ...})``
+and ``world.set_enabled({"bin": False})`` work by name. Poses are cuRobo's ``[x, y, z, qw, qx, qy, qz]``,
+the same as warpgeo's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..world import _QUAT_NORM_TOL, MeshWorld, _compose_poses
+
+__all__ = ["load_world"]
+
+#: Per-object fields of cuRobo's obstacles that carry no geometry (visualisation, cuRobo's tensor device):
+#: accepted and ignored.
+_COSMETIC = ("color", "texture_id", "texture", "material", "tensor_args")
+#: Fields that describe geometry, per obstacle type (beside ``pose`` and the cosmetic ones).
+_FIELDS = {
+    "cuboid": ("dims", "scale"),
+    "sphere": ("radius", "position", "scale"),
+    "capsule": ("radius", "base", "tip", "scale"),
+    "cylinder": ("radius", "height", "scale"),
+    "mesh": ("file_path", "vertices", "faces", "scale", "file_string"),
+}
+#: A mesh's fields for visualisation only (cuRobo's ``urdf_path`` is for Isaac Gym's viewer).
+_MESH_COSMETIC = ("vertex_colors", "vertex_normals", "face_colors", "urdf_path")
+#: cuRobo's map types, which are not obstacles warpgeo can build.
+_MAPS = ("blox", "voxel")
+_IDENTITY = np.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+
+
+def load_world(
+    config: Mapping[str, Any] | str | os.PathLike,
+    *,
+    device: torch.device | str = "cpu",
+    mesh_root: str | os.PathLike | None = None,
+    sign_method: str = "ray",
+) -> MeshWorld:
+    """A one-environment :class:`~warpgeo.MeshWorld` from a cuRobo world configuration.
+
+    Obstacle types (each maps names to obstacles; the order of the configuration is the order of the
+    world's slots):
+
+    * ``cuboid``: ``dims`` (full side lengths x, y, z) -> :class:`warpgeo.Cuboid`;
+    * ``sphere``: ``radius``, and ``position`` (x, y, z) or ``pose`` -> :class:`warpgeo.Sphere`;
+    * ``capsule``: ``radius``, ``base``, ``tip`` (the segment's ends in the obstacle's frame) ->
+      :class:`warpgeo.Capsule` of length ``|tip - base|``, posed at the segment's middle with its z axis
+      along ``tip - base`` (after ``pose``); ``base == tip`` gives a :class:`warpgeo.Sphere` there;
+    * ``cylinder``: ``radius``, ``height`` (along z, centred) -> :class:`warpgeo.Cylinder`;
+    * ``mesh``: ``file_path`` (relative to ``mesh_root``; loaded as one mesh, as cuRobo does, a scene file
+      concatenated) or ``vertices`` and ``faces``; optional ``scale`` (one factor or one per axis, > 0,
+      applied in the mesh's frame before ``pose``).
+
+    Every obstacle takes ``pose`` ``[x, y, z, qw, qx, qy, qz]`` (identity when absent). The fields that
+    carry no geometry (``color``, ``texture_id``, ``texture``, ``material``, ``tensor_args``; for meshes
+    ``vertex_colors``, ``vertex_normals``, ``face_colors``, ``urdf_path``) are accepted and ignored, as is a
+    ``name`` equal to the obstacle's key. ``scale`` on a primitive is accepted only as ones (cuRobo ignores
+    it there; put the size in ``dims`` / ``radius``). Anything else is refused, never dropped.
+
+    Args:
+        config: the configuration: a dict, or the path of a YAML file (read with PyYAML: ``pip install
+            "warpgeo[curobo]"``).
+        device: where the world lives (as for :class:`~warpgeo.MeshWorld`).
+        mesh_root: the folder that relative ``file_path`` s are in; default: the YAML file's folder, or the
+            current directory for a dict.
+        sign_method: the meshes' sign method (see :class:`~warpgeo.MeshWorld`; primitives are always signed).
+
+    Returns:
+        The world, its slots named by the obstacles' names (``world.names[0]``).
+
+    Raises:
+        TypeError: a configuration that is not a dict or a path; a field of the wrong type.
+        ValueError: an unknown obstacle type or field (named), ``blox`` / ``voxel`` maps (not supported),
+            a missing field, a bad size or pose, a mesh file that does not exist or does not load, and what
+            :class:`~warpgeo.MeshWorld` refuses.
+        ImportError: a YAML path without PyYAML installed.
+
+    Example:
+        >>> from warpgeo.compat.curobo import load_world
+        >>> world = load_world({"cuboid": {"table": {"dims": [1, 1, 0.1], "pose": [0, 0, -0.05, 1, 0, 0, 0]}}})
+        >>> world.names
+        [['table']]
+    """
+    from .. import primitives
+
+    root = None if mesh_root is None else os.fspath(mesh_root)
+    if isinstance(config, (str, os.PathLike)):
+        path = os.fspath(config)
+        config = _read_yaml(path)
+        if root is None:
+            root = os.path.dirname(os.path.abspath(path))
+    elif not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict or a YAML file path; got {type(config).__name__}")
+    entries: dict[str, Any] = {}
+    poses: dict[str, np.ndarray] = {}
+    for kind, obstacles in config.items():
+        if kind in _MAPS:
+            raise ValueError(
+                f"config[{kind!r}]: cuRobo's {kind} maps (nvblox / voxel grids) are not supported; give the "
+                "scene as meshes or primitives (e.g. a mesh exported from the map)"
+            )
+        if kind not in _FIELDS:
+            known = ", ".join(repr(k) for k in _FIELDS)
+            raise ValueError(f"config: unknown obstacle type {kind!r}; the types are {known}")
+        if obstacles is None:
+            continue
+        if not isinstance(obstacles, Mapping):
+            raise TypeError(
+                f"config[{kind!r}] must map names to obstacles ({{name: {{...}}}}); got {type(obstacles).__name__}"
+            )
+        for name, fields in obstacles.items():
+            where = f"{kind}.{name}"
+            if not isinstance(name, str):
+                raise TypeError(f"config[{kind!r}]: obstacle names must be strings; got {name!r}")
+            if name in entries:
+                raise ValueError(f"{where}: the name {name!r} is given twice (names are unique in a world)")
+            if not isinstance(fields, Mapping):
+                raise TypeError(f"{where} must be a dict of fields; got {type(fields).__name__}")
+            _check_fields(kind, name, fields, where)
+            pose = _pose(fields.get("pose"), f"{where}.pose")
+            entry, local = _entry(kind, fields, where, root, primitives)
+            entries[name] = entry
+            poses[name] = pose if local is None else _compose_poses(pose, local)
+    return MeshWorld(entries, poses=poses, device=device, sign_method=sign_method)
+
+
+def _read_yaml(path: str) -> Any:
+    if not os.path.isfile(path):
+        raise ValueError(f"config: no such file {path!r}")
+    try:
+        import yaml
+    except ImportError as exc:
+        raise ImportError(
+            'reading a cuRobo YAML file needs PyYAML: pip install "warpgeo[curobo]" (or pyyaml), or pass the '
+            "configuration as a dict"
+        ) from exc
+    with open(path, encoding="utf-8") as f:
+        try:
+            loaded = yaml.safe_load(f)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"config: {path!r} is not valid YAML: {exc}") from exc
+    if not isinstance(loaded, Mapping):
+        raise ValueError(
+            f"config: {path!r} must hold a mapping of obstacle types; got {type(loaded).__name__}"
+        )
+    return loaded
+
+
+def _check_fields(kind: str, name: str, fields: Mapping, where: str) -> None:
+    allowed = {"pose", *_FIELDS[kind], *_COSMETIC, *(_MESH_COSMETIC if kind == "mesh" else ())}
+    for key in fields:
+        if key == "name":
+            if fields[key] != name:
+                raise ValueError(f"{where}: field 'name' is {fields[key]!r}, not the obstacle's key {name!r}")
+        elif key not in allowed:
+            known = ", ".join(sorted(allowed - set(_COSMETIC) - set(_MESH_COSMETIC)))
+            raise ValueError(f"{where}: unknown field {key!r} (the geometric fields of a {kind}: {known})")
+    if kind != "mesh" and fields.get("scale") is not None:
+        scale = _vector(fields["scale"], None, f"{where}.scale")
+        if not np.all(scale == 1.0):
+            raise ValueError(
+                f"{where}.scale: cuRobo ignores scale on a {kind}, so it is refused here unless it is 1; "
+                f"give the size itself (got {scale.tolist()})"
+            )
+
+
+def _entry(kind: str, fields: Mapping, where: str, root: str | None, primitives: Any) -> tuple[Any, Any]:
+    """``(entry, local pose or None)``: the obstacle as a world entry, and its pose in the obstacle's frame."""
+
+    def need(key: str) -> Any:
+        if fields.get(key) is None:
+            raise ValueError(f"{where}: a {kind} needs {key!r}")
+        return fields[key]
+
+    if kind == "cuboid":
+        return primitives.Cuboid(_vector(need("dims"), 3, f"{where}.dims").tolist()), None
+    if kind == "cylinder":
+        return primitives.Cylinder(
+            _number(need("radius"), f"{where}.radius"), _number(need("height"), f"{where}.height")
+        ), None
+    if kind == "sphere":
+        radius = _number(need("radius"), f"{where}.radius")
+        local = None
+        if fields.get("position") is not None:
+            position = _vector(fields["position"], 3, f"{where}.position")
+            if fields.get("pose") is not None and not np.allclose(_pose(fields["pose"], where)[:3], position):
+                raise ValueError(f"{where}: 'position' {position.tolist()} and 'pose' disagree; give one")
+            if fields.get("pose") is None:
+                local = np.concatenate([position, [1.0, 0.0, 0.0, 0.0]])
+        return primitives.Sphere(radius), local
+    if kind == "capsule":
+        radius = _number(need("radius"), f"{where}.radius")
+        base = _vector(need("base"), 3, f"{where}.base")
+        tip = _vector(need("tip"), 3, f"{where}.tip")
+        return _capsule(radius, base, tip, primitives)
+    return _mesh(fields, where, root), None
+
+
+def _capsule(radius: float, base: np.ndarray, tip: np.ndarray, primitives: Any) -> tuple[Any, np.ndarray]:
+    """cuRobo's capsule (the points within ``radius`` of the segment ``base``-``tip``) as a centred z capsule
+    and its pose in the obstacle's frame: at the segment's middle, its z axis rotated onto ``tip - base``."""
+    axis = tip - base
+    length = float(np.linalg.norm(axis))
+    middle = (base + tip) / 2
+    if length < primitives.MIN_SIZE:
+        return primitives.Sphere(radius), np.concatenate([middle, [1.0, 0.0, 0.0, 0.0]])
+    u = axis / length
+    # the shortest rotation taking z onto u: half the angle between them, about z x u
+    w = 1.0 + u[2]
+    if w < 1e-12:  # u = -z: half a turn about x
+        q = np.array([0.0, 1.0, 0.0, 0.0])
+    else:
+        q = np.array([w, -u[1], u[0], 0.0])  # (1 + z.u, z x u), normalised below
+        q /= np.linalg.norm(q)
+    return primitives.Capsule(radius, length), np.concatenate([middle, q])
+
+
+def _mesh(fields: Mapping, where: str, root: str | None) -> tuple[np.ndarray, np.ndarray]:
+    if fields.get("file_string") is not None:
+        raise ValueError(
+            f"{where}: 'file_string' is not supported (cuRobo does not load it either); give file_path"
+        )
+    file_path, vertices = fields.get("file_path"), fields.get("vertices")
+    if (file_path is None) == (vertices is None):
+        raise ValueError(f"{where}: a mesh needs 'file_path' or 'vertices' and 'faces' (one of the two)")
+    if file_path is not None:
+        if not isinstance(file_path, (str, os.PathLike)):
+            raise TypeError(f"{where}.file_path must be a path; got {type(file_path).__name__}")
+        path = os.path.join(root, os.fspath(file_path)) if root is not None else os.fspath(file_path)
+        if not os.path.isfile(path):
+            raise ValueError(f"{where}.file_path: no such mesh file {path!r} (mesh_root: {root!r})")
+        import trimesh
+
+        try:
+            mesh = trimesh.load(path, force="mesh")
+        except Exception as exc:  # trimesh raises many types for unreadable files
+            raise ValueError(f"{where}.file_path: trimesh could not load {path!r} as a mesh: {exc}") from exc
+        if not isinstance(mesh, trimesh.Trimesh):
+            raise ValueError(f"{where}.file_path: {path!r} did not load as a triangle mesh")
+        vertices, faces = np.asarray(mesh.vertices, dtype=np.float64), np.asarray(mesh.faces)
+    else:
+        if fields.get("faces") is None:
+            raise ValueError(f"{where}: a mesh given by 'vertices' needs 'faces'")
+        vertices = np.asarray(vertices, dtype=np.float64)
+        faces = np.asarray(fields["faces"])
+        if faces.ndim == 1 and faces.size % 3 == 0:
+            faces = faces.reshape(-1, 3)
+    if fields.get("scale") is not None:
+        scale = _vector(fields["scale"], None, f"{where}.scale")
+        if scale.shape not in ((1,), (3,)) or not np.all(scale > 0):
+            raise ValueError(
+                f"{where}.scale must be one factor or three (x, y, z), each > 0; got {scale.tolist()}"
+            )
+        vertices = vertices * scale
+    return vertices, faces
+
+
+def _vector(value: Any, size: int | None, where: str) -> np.ndarray:
+    """``value`` as a finite float64 vector (of ``size`` numbers when given)."""
+    if isinstance(value, (str, bytes, Mapping)):
+        raise TypeError(f"{where} must be numbers; got {type(value).__name__}")
+    try:
+        array = np.asarray(value, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where} must be numbers; got {value!r:.80}") from exc
+    if size is not None and array.shape != (size,):
+        raise ValueError(f"{where} must hold {size} numbers; got {array.size}: {value!r:.80}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{where} must be finite; got {array.tolist()}")
+    return array
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{where} must be a number; got {type(value).__name__} {value!r:.60}")
+    return float(value)
+
+
+def _pose(value: Any, where: str) -> np.ndarray:
+    """A pose ``[x, y, z, qw, qx, qy, qz]`` with a unit quaternion (within the world's tolerance,
+    renormalised); identity for None."""
+    if value is None:
+        return _IDENTITY.copy()
+    pose = _vector(value, 7, where)
+    norm = math.sqrt(float(pose[3:] @ pose[3:]))
+    if abs(norm - 1.0) > _QUAT_NORM_TOL:
+        raise ValueError(
+            f"{where} must be [x, y, z, qw, qx, qy, qz] with a unit quaternion; got {pose.tolist()} (norm {norm:.6g})"
+        )
+    pose[3:] /= norm
+    return pose
