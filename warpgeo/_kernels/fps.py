@@ -104,9 +104,16 @@ def fold(
     Returns the updated distance; ``cur`` itself becomes ``CHOSEN`` (so it is never picked again, even where
     duplicates of it remain), and chosen points stay ``CHOSEN``.
     """
-    d = mindist[b, i]
+    return fold_loaded(mindist[b, i], wp.vec3d(points[b, i]), p, i, cur, b, mindist)
+
+
+@wp.func
+def fold_loaded(
+    d: wp.float64, q: wp.vec3d, p: wp.vec3d, i: int, cur: int, b: int, mindist: wp.array2d(dtype=wp.float64)
+):
+    """:func:`fold` of point ``i`` at ``q`` whose distance ``d`` is loaded already (stored when it changes)."""
     if d > CHOSEN:
-        d = CHOSEN if i == cur else wp.min(d, distance_sq(wp.vec3d(points[b, i]) - p))
+        d = CHOSEN if i == cur else wp.min(d, distance_sq(q - p))
         mindist[b, i] = d
     return d
 

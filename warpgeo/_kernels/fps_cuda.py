@@ -8,7 +8,7 @@ import warp as wp
 
 from warpgeo._constants import FPS_BLOCK_DIM
 from warpgeo._kernels._table import KernelTable
-from warpgeo._kernels.fps import CHOSEN, NO_POINT, OPTIONS, TYPES, begin_row, cloud, distance_sq
+from warpgeo._kernels.fps import CHOSEN, NO_POINT, OPTIONS, TYPES, begin_row, cloud, fold_loaded
 
 
 @wp.func
@@ -26,10 +26,7 @@ def fold_valid(
     ``ok`` is False (a lane's slot past the cloud's end)."""
     if not ok:
         return CHOSEN
-    if d > CHOSEN:
-        d = CHOSEN if i == cur else wp.min(d, distance_sq(q - p))
-        mindist[b, i] = d
-    return d
+    return fold_loaded(d, q, p, i, cur, b, mindist)
 
 
 @wp.func
