@@ -108,6 +108,41 @@ def test_gather_element_kernels_and_segment_backward_equal_the_rows(grouped):
     torch.testing.assert_close(grad_atomic, grad_cpu, rtol=1e-12, atol=1e-12)  # atomics: any order
 
 
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_gather_element_kernels_read_either_index_dtype_and_refuse_out_of_range(index_dtype):
+    """The element kernels read int32 and int64 indices as they come (no int32 copy): with value checks off,
+    an index outside ``[0, N)`` (2**32 + 5 included: never point 5) gathers 0 and receives no gradient, as
+    on the rows path and as a -1."""
+    g = torch.Generator().manual_seed(3)
+    features = torch.randn(2, 3, 40, generator=g)
+    idx = torch.randint(0, 40, (2, 12), generator=g)
+    bad = [-1, 40, -7] + ([2**32 + 5, -(2**40)] if index_dtype == torch.int64 else [2**31 - 1, -(2**31)])
+    idx[0, : len(bad)] = torch.tensor(bad)
+    idx = idx.to(index_dtype)
+    upstream = torch.randn(2, 3, 12, generator=g)
+
+    def run():
+        f = features.clone().requires_grad_(True)
+        with warpgeo.value_checks(False):
+            out = warpgeo.gather_points(f, idx)
+            out.backward(upstream)
+        return out.detach(), f.grad
+
+    (out_cpu, grad_cpu), (out_cuda, grad_cuda) = _both(run)
+    assert torch.equal(out_cpu, out_cuda)
+    torch.testing.assert_close(grad_cuda, grad_cpu)
+    # independent reference: plain torch with the bad entries as "no point"
+    ok = (idx.long() >= 0) & (idx.long() < 40)
+    safe = torch.where(ok, idx.long(), 0)
+    want = torch.gather(features, 2, safe[:, None].expand(2, 3, 12)) * ok[:, None]
+    assert torch.equal(out_cuda, want)
+    assert (out_cuda[0, :, : len(bad)] == 0).all()
+    want_grad = torch.zeros_like(features).scatter_add_(
+        2, safe[:, None].expand(2, 3, 12), upstream * ok[:, None]
+    )
+    torch.testing.assert_close(grad_cuda, want_grad)
+
+
 def test_weighted_gather_element_kernels_equal_the_rows():
     g = torch.Generator().manual_seed(2)
     features = torch.randn(2, 4, 25, generator=g, dtype=torch.float64)

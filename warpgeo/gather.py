@@ -133,12 +133,11 @@ def _gather(features: torch.Tensor, flat_idx: torch.Tensor, out: torch.Tensor, m
         if dense is not out:
             out.copy_(dense)
     elif method == "elements":
-        idx = _int32_index(flat_idx, features.shape[2])
         _interop.launch_blocks(
-            kernels.ELEMENTS[precision].gather_elements,
+            kernels.ELEMENTS[_INDEX[flat_idx.dtype], precision].gather_elements,
             (batch, channels, length),
             device=features.device,
-            sliced={"idx": idx[:, None].expand(batch, channels, length), "out": out.view(bits)},
+            sliced={"idx": flat_idx[:, None].expand(batch, channels, length), "out": out.view(bits)},
             per_batch={"features": features.view(bits)},
             what="features",
             grid_launch=True,
@@ -228,23 +227,22 @@ def _scatter_add(
             what="grad_out",
         )
         return out
-    idx = _int32_index(flat_idx, num_points)
     if method == "atomic":
         out = torch.zeros(batch, channels, num_points, dtype=grad.dtype, device=device)
         _interop.launch_blocks(
-            kernels.ELEMENTS[precision].scatter_add_atomic,
+            kernels.ELEMENTS[_INDEX[flat_idx.dtype], precision].scatter_add_atomic,
             (batch, channels, length),
             device=device,
-            sliced={"grad_out": grad, "idx": idx[:, None].expand(batch, channels, length)},
+            sliced={"grad_out": grad, "idx": flat_idx[:, None].expand(batch, channels, length)},
             per_batch={"grad_features": out},
             what="grad_out",
             grid_launch=True,
         )
     elif method == "segments":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
-        order, starts, ends = _segments(idx, num_points, channels)
+        order, starts, ends = _segments(_int32_index(flat_idx, num_points), num_points, channels)
         _interop.launch_blocks(
-            kernels.ELEMENTS[precision].scatter_add_segments,
+            kernels.ELEMENTS["int32", precision].scatter_add_segments,
             (batch, channels, num_points),
             device=device,
             sliced={"starts": starts, "ends": ends, "grad_features": out},

@@ -29,9 +29,10 @@ float64 tensors): exact for every float dtype, bfloat16 included. The backward a
 inputs, widened on the host) or float64. The weighted ops compute in float32 or float64.
 
 Tables (each key a Warp module of its own, created on first use): ``ROWS[(index, precision)]`` and
-``ELEMENTS[precision]`` with ``precision`` one of ``"half"``, ``"single"``, ``"double"`` (the forward's
-bits and the backward's accumulator of that features dtype: a first forward + backward compiles one module)
-and ``index`` ``"int32"`` / ``"int64"`` (the CPU row kernels read either as they come);
+``ELEMENTS[(index, precision)]`` with ``precision`` one of ``"half"``, ``"single"``, ``"double"`` (the
+forward's bits and the backward's accumulator of that features dtype: a first forward + backward compiles one
+module) and ``index`` ``"int32"`` / ``"int64"`` (the row and element kernels read either as it comes, compared
+at 64 bits: no int32 copy of the index per call);
 ``WEIGHTED_ROWS[precision]`` and ``WEIGHTED_ELEMENTS[precision]`` with ``"single"`` / ``"double"``.
 """
 
@@ -218,27 +219,28 @@ def scatter_add_rows(
 
 def gather_elements(
     features: wp.array3d(dtype=Any),
-    idx: wp.array3d(dtype=wp.int32),
+    idx: wp.array3d(dtype=Any),
     out: wp.array3d(dtype=Any),
 ):
-    """``idx``: the ``(B, L)`` index broadcast to ``(B, C, L)``."""
+    """``idx``: the ``(B, L)`` index (int32 or int64, read as it is) broadcast to ``(B, C, L)``."""
     b, c, l = wp.tid()
-    i = idx[b, c, l]
+    i = _point(idx[b, c, l], features.shape[2])
     v = out.dtype(0)
-    if _valid(i, features.shape[2]):
+    if i >= 0:
         v = features[b, c, i]
     out[b, c, l] = v
 
 
 def scatter_add_atomic(
     grad_out: wp.array3d(dtype=Any),
-    idx: wp.array3d(dtype=wp.int32),
+    idx: wp.array3d(dtype=Any),
     grad_features: wp.array3d(dtype=Any),
 ):
-    """``idx``: the ``(B, L)`` index broadcast to ``(B, C, L)``; ``grad_features`` must be zero on entry."""
+    """``idx``: the ``(B, L)`` index (int32 or int64) broadcast to ``(B, C, L)``; ``grad_features`` must be
+    zero on entry."""
     b, c, l = wp.tid()
-    i = idx[b, c, l]
-    if _valid(i, grad_features.shape[2]):
+    i = _point(idx[b, c, l], grad_features.shape[2])
+    if i >= 0:
         wp.atomic_add(grad_features, b, c, i, grad_out[b, c, l])
 
 
@@ -268,16 +270,14 @@ _PRECISIONS = {
 _INDICES = {"int32": wp.int32, "int64": wp.int64}
 
 
-def _types(bits, accumulator, index=None) -> dict:
-    types = {
+def _types(bits, accumulator, index, index_ndim: int = 2) -> dict:
+    return {
         "features": wp.array3d(dtype=bits),
         "out": wp.array3d(dtype=bits),
         "grad_out": wp.array3d(dtype=accumulator),
         "grad_features": wp.array3d(dtype=accumulator),
+        "idx": wp.array(dtype=index, ndim=index_ndim),
     }
-    if index is not None:
-        types["idx"] = wp.array2d(dtype=index)
-    return types
 
 
 #: The CPU kernels: ``ROWS[(index dtype, precision)].gather_rows`` / ``.scatter_add_rows``.
@@ -287,12 +287,12 @@ ROWS = KernelTable(
     {(i, p): _types(*_PRECISIONS[p], _INDICES[i]) for i in _INDICES for p in _PRECISIONS},
     options=OPTIONS,
 )
-#: The CUDA kernels: ``ELEMENTS[precision].gather_elements`` / ``.scatter_add_atomic`` /
-#: ``.scatter_add_segments`` (int32 indices).
+#: The CUDA kernels: ``ELEMENTS[(index dtype, precision)].gather_elements`` / ``.scatter_add_atomic`` (the
+#: index read as it is: no int32 copy per call) / ``.scatter_add_segments`` (takes no index: use "int32").
 ELEMENTS = KernelTable(
     f"{__name__}.elements",
     (gather_elements, scatter_add_atomic, scatter_add_segments),
-    {p: _types(*_PRECISIONS[p]) for p in _PRECISIONS},
+    {(i, p): _types(*_PRECISIONS[p], _INDICES[i], 3) for i in _INDICES for p in _PRECISIONS},
     options=OPTIONS,
     cuda_only=True,
 )
