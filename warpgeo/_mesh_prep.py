@@ -5,15 +5,22 @@ mesh, building its Warp mesh (a BVH), and the tables of the SDF kernels' exact s
 ``warpgeo._kernels.sdf``): the cuboid test (a closed form), the closed-mesh test (edges, slivers,
 self-intersections), angle-weighted pseudo-normals, plane trees of convex meshes and coarse distance grids.
 :func:`prepare` assembles them into the world's tensors (``warpgeo.world.WORLD_FIELDS``).
-"""
+
+What a query needs (the BVH, the box) is built at once; the tables of a large mesh on a CPU world are built
+on a background thread (:class:`Later`, :data:`BACKGROUND_FACES`), because they take longer than the BVH by
+far (at 1.3M faces: 0.5 s for the BVH, 7 s for the tables of a convex mesh, on one core), and the queries
+are exact without them. The world takes them in between ops (``MeshWorld.wait_tables``)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import math
 import os
 import sys
+import threading
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -50,11 +57,19 @@ class Prepared(NamedTuple):
     #: every entry is a closed-form primitive (a cuboid mesh, ``FLAG_BOX``, or an analytic primitive: a bit of
     #: ``FLAG_PRIMITIVE``): the world's queries may run the kernels made for that (no BVH query in them)
     all_cuboids: bool
+    #: the tables of the world's large meshes, being built on a background thread (None: none left to build)
+    later: Later | None
 
 
 def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *, single: bool) -> Prepared:
     """Load, validate and build every mesh of ``envs`` (one list per environment; ``methods`` nested alike)
     on ``device``; padding slots (``m >= len(envs[e])``) get mesh id ``NO_MESH`` and no tables.
+
+    What a query needs is built here: each mesh's Warp mesh (its BVH) and box. The tables of the kernels'
+    exact shortcuts (see :func:`_mesh_tables`) are built here too for a mesh of fewer than
+    :data:`BACKGROUND_FACES` faces, and on a background thread for a larger one on the CPU (:class:`Later`):
+    until they are in, its queries take the exact path without them (the same closest face, the mesh's own
+    sign method), only slower for points deep inside.
 
     An analytic primitive (:class:`~warpgeo.primitives.Primitive`) gets its box as ``bounds`` (from which the
     kernels read its sizes), its kind bit in ``grid_flags`` (with ``FLAG_CLOSED``), no grid nor other tables,
@@ -81,23 +96,12 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     ids = np.zeros((num_envs, max_meshes), dtype=np.uint64)
     signs = np.zeros((num_envs, max_meshes), dtype=np.int32)
     bounds = np.zeros((num_envs, max_meshes, 2, 3), dtype=np.float32)
-    flags = np.zeros((num_envs, max_meshes), dtype=np.int32)
-    grid_dims = np.zeros((num_envs, max_meshes, 4), dtype=np.int32)
-    grid_values: list[torch.Tensor] = []
-    grid_rows = 0
-    # closed meshes' pseudo-normal tables, and each mesh's first rows in them (-1: none; int32 offsets)
-    topo_offsets = np.full((num_envs, max_meshes, 2), -1, dtype=np.int32)
-    neighbor_tables: list[np.ndarray] = [np.zeros((0, 3), dtype=np.int32)]
-    normal_tables: list[np.ndarray] = [np.zeros((0, 3), dtype=np.float64)]
-    topo_rows = [0, 0]
-    # convex closed meshes' plane trees (see _plane_tree), and each mesh's first rows in them
-    cone_offsets = np.full((num_envs, max_meshes, 4), -1, dtype=np.int32)
-    cone_tables: list[list[np.ndarray]] = [[np.zeros((0, 4), np.float32)], [np.zeros((0, 3), np.int32)]]
-    cone_tables += [[np.zeros((0, 4), np.float32)], [np.zeros(0, np.int32)]]
-    cone_rows = [0, 0, 0, 0]
+    assembly = _Assembly(num_envs, max_meshes)
     loaded: dict[int, tuple[Any, tuple]] = {}  # id(item) -> (item, (vertices, faces, any sliver))
     built: dict[tuple, _Built] = {}
+    deferred: dict[tuple, tuple[_MeshSpec, list[tuple[int, int]]]] = {}  # key -> (what to build, its slots)
     wp_meshes: dict[tuple, Any] = {}
+    any_sliver: dict[int, bool] = {}  # Warp mesh id -> whether Warp's queries skip any of its faces
     for e, env in enumerate(envs):
         row = []
         for m, item in enumerate(env):
@@ -107,63 +111,58 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
                 ids[e, m] = mesh.id
                 signs[e, m] = _constants.SIGN_RAY  # any signed code: the kernels' closed forms are signed
                 bounds[e, m] = box
-                flags[e, m] = item._flag
-                grid_dims[e, m] = (0, 0, 0, grid_rows)
+                assembly.add(e, m, _Built(box, item._flag, (0, 0, 0), _empty(device), None, None))
                 continue
             where = f"meshes[{m}]" if single else f"envs[{e}][{m}]"
-            known = loaded.get(id(item))
-            if known is not None and known[0] is item:
-                vertices, faces, slivers = known[1]
-            else:
-                vertices, faces = load_mesh(item, where)
-                slivers = _check_queryable(vertices, faces, where)
-                loaded[id(item)] = (item, (vertices, faces, slivers))
             method = methods[e][m]
             winding = method == "winding"
             signs[e, m] = SIGN_METHODS[method]
-            content = _content_key(vertices, faces)
-            key = (content, method)
-            tables = built.get(key)
-            if tables is None:
-                box = np.stack([vertices.min(axis=0), vertices.max(axis=0)])
-                cuboid = _is_cuboid(vertices, faces, box)
-                # the tables of a watertight mesh, on the side while its BVH is built and checked here
-                job = None
-                if not (cuboid or slivers) and _may_be_watertight(faces, len(vertices)):
-                    job = _submit(_closed_tables, vertices, faces)
+            known = loaded.get(id(item))
+            if known is not None and known[0] is item:
+                vertices, faces, content = known[1]
+            else:
+                vertices, faces = load_mesh(item, where)
+                content = _content_key(vertices, faces)
+                loaded[id(item)] = (item, (vertices, faces, content))
             mesh = wp_meshes.get((content, winding))
             if mesh is None:
+                points = torch.from_numpy(vertices).to(device)
+                indices = torch.from_numpy(faces.reshape(-1)).to(device)
+                # a cuboid's faces are halves of its box's sides: none is a sliver (and its world launches no
+                # kernel to build)
+                cuboid = len(faces) == 12 and _is_cuboid(vertices, faces, _box_of(vertices))
+                slivers = 0 if cuboid else _count_slivers(points, indices, len(faces), device)
+                if slivers == len(faces):
+                    raise ValueError(
+                        f"{where}: every face has zero area (or is a sliver Warp's queries skip), so the mesh "
+                        f"has no surface to measure; got {len(faces)} degenerate faces"
+                    )
                 mesh = wp.Mesh(
-                    points=wp.array(vertices, dtype=wp.vec3, device=wdev),
-                    indices=wp.array(faces.reshape(-1), dtype=wp.int32, device=wdev),
+                    points=wp.from_torch(points, dtype=wp.vec3),
+                    indices=wp.from_torch(indices),
                     support_winding_number=winding,
                 )
                 if winding and not getattr(mesh, "support_winding_number", False):
                     raise RuntimeError(f"{where}: Warp did not build winding-number support for this mesh")
                 wp_meshes[(content, winding)] = mesh
+                any_sliver[mesh.id] = slivers > 0
             row.append(mesh)
             ids[e, m] = mesh.id
+            key = (content, method)
+            tables = built.get(key)
+            if tables is None and key in deferred:
+                bounds[e, m] = deferred[key][0].box
+                deferred[key][1].append((e, m))
+                continue
             if tables is None:
-                tables = built[key] = _Built(
-                    box, *_surface_tables(mesh, faces, cuboid, job, method, box, device)
-                )
+                spec = _MeshSpec(mesh, vertices, faces, any_sliver[mesh.id], method)
+                if len(faces) >= BACKGROUND_FACES and device.type == "cpu":
+                    bounds[e, m] = spec.box
+                    deferred[key] = (spec, [(e, m)])
+                    continue
+                tables = built[key] = _mesh_tables(spec, device, background=False)
             bounds[e, m] = tables.box
-            flags[e, m] = tables.flags
-            grid_dims[e, m] = (*tables.dims, grid_rows)
-            grid_values.append(tables.values)
-            grid_rows += tables.values.shape[0]
-            topology = tables.topology
-            if topology is not None and max(topo_rows) + max(map(len, topology)) < 2**31:
-                topo_offsets[e, m] = topo_rows
-                neighbor_tables.append(topology[0])
-                normal_tables.append(topology[1])
-                topo_rows = [topo_rows[0] + len(topology[0]), topo_rows[1] + len(topology[1])]
-                tree = tables.tree
-                if tree is not None and max(cone_rows) + max(map(len, tree)) < 2**31:
-                    cone_offsets[e, m] = (cone_rows[0], cone_rows[1], cone_rows[2], len(tree[1]))
-                    for tables_k, part in zip(cone_tables, tree, strict=True):
-                        tables_k.append(part)
-                    cone_rows = [rows + len(part) for rows, part in zip(cone_rows, tree, strict=True)]
+            assembly.add(e, m, tables)
         meshes.append(row)
     if device.type == "cuda":
         # BVHs are built on Warp's stream; kernels run on torch's. Wait once, here, not per query.
@@ -172,22 +171,180 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
         "mesh_ids": torch.from_numpy(ids.view(np.int64)).to(device),
         "bounds": torch.from_numpy(bounds).to(device),
         "sign": torch.from_numpy(signs).to(device),
-        "grid_dims": torch.from_numpy(grid_dims).to(device),
-        "grid_flags": torch.from_numpy(flags).to(device),
-        "grid_cells": _concat(grid_values, device),
-        "topo_offsets": torch.from_numpy(topo_offsets).to(device),
-        "face_neighbors": _dense(np.concatenate(neighbor_tables), device),
-        "vertex_normals": _dense(np.concatenate(normal_tables), device),
-        "cone_offsets": torch.from_numpy(cone_offsets).to(device),
-        "cone_nodes": _dense(np.concatenate(cone_tables[0]), device),
-        "cone_links": _dense(np.concatenate(cone_tables[1]), device),
-        "cone_planes": _dense(np.concatenate(cone_tables[2]), device),
-        "cone_faces": _dense(np.concatenate(cone_tables[3]), device),
+        **assembly.tensors(device),
     }
     closed_forms = all(
-        flags[e, m] & _constants.FLAG_PRIMITIVE for e, env in enumerate(envs) for m in range(len(env))
+        assembly.flags[e, m] & _constants.FLAG_PRIMITIVE
+        for e, env in enumerate(envs)
+        for m in range(len(env))
     )
-    return Prepared(meshes, tables, bool(closed_forms))
+    later = Later(assembly, list(deferred.values()), device) if deferred else None
+    return Prepared(meshes, tables, bool(closed_forms), later)
+
+
+def _empty(device: torch.device) -> torch.Tensor:
+    return torch.zeros(0, dtype=torch.float32, device=device)
+
+
+#: Meshes of at least this many faces get their tables on a background thread (CPU worlds): building them
+#: takes longer than the BVH (seconds at a million faces: the closed-mesh check, pseudo-normals, plane tree,
+#: grid), and a query is exact without them.
+BACKGROUND_FACES = 1 << 14
+
+#: The per-slot table fields (``(E, M, ...)``, written in place when a world's later tables go in) and the
+#: flat ones (rows of every mesh, concatenated: replaced by longer tensors then).
+SLOT_FIELDS = ("grid_dims", "grid_flags", "topo_offsets", "cone_offsets")
+FLAT_FIELDS = (
+    "grid_cells", "face_neighbors", "vertex_normals", "cone_nodes", "cone_links", "cone_planes", "cone_faces"
+)  # fmt: skip
+
+
+class _Assembly:
+    """A world's tables as they are put together: each slot's flags and first rows, and the flat tables'
+    parts (a mesh's rows are appended, so rows already handed out never move)."""
+
+    def __init__(self, num_envs: int, max_meshes: int) -> None:
+        self.flags = np.zeros((num_envs, max_meshes), dtype=np.int32)
+        self.grid_dims = np.zeros((num_envs, max_meshes, 4), dtype=np.int32)
+        # closed meshes' pseudo-normal tables, and each mesh's first rows in them (-1: none; int32 offsets)
+        self.topo_offsets = np.full((num_envs, max_meshes, 2), -1, dtype=np.int32)
+        # convex closed meshes' plane trees (see _plane_tree): first rows in each table, node count
+        self.cone_offsets = np.full((num_envs, max_meshes, 4), -1, dtype=np.int32)
+        self.grid_values: list[torch.Tensor] = []
+        self.grid_rows = 0
+        self.topo_parts: list[list[np.ndarray]] = [
+            [np.zeros((0, 3), np.int32)],
+            [np.zeros((0, 3), np.float64)],
+        ]
+        self.topo_rows = [0, 0]
+        self.cone_parts: list[list[np.ndarray]] = [
+            [np.zeros((0, 4), np.float32)],
+            [np.zeros((0, 3), np.int32)],
+        ]
+        self.cone_parts += [[np.zeros((0, 4), np.float32)], [np.zeros(0, np.int32)]]
+        self.cone_rows = [0, 0, 0, 0]
+
+    def add(self, e: int, m: int, tables: _Built) -> None:
+        """Give slot ``(e, m)`` the tables of its mesh (appending its rows)."""
+        self.flags[e, m] = tables.flags
+        self.grid_dims[e, m] = (*tables.dims, self.grid_rows)
+        self.grid_values.append(tables.values)
+        self.grid_rows += tables.values.shape[0]
+        topology = tables.topology
+        if topology is not None and max(self.topo_rows) + max(map(len, topology)) < 2**31:
+            self.topo_offsets[e, m] = self.topo_rows
+            for parts, part in zip(self.topo_parts, topology, strict=True):
+                parts.append(part)
+            self.topo_rows = [rows + len(part) for rows, part in zip(self.topo_rows, topology, strict=True)]
+            tree = tables.tree
+            if tree is not None and max(self.cone_rows) + max(map(len, tree)) < 2**31:
+                rows = self.cone_rows
+                self.cone_offsets[e, m] = (rows[0], rows[1], rows[2], len(tree[1]))
+                for parts, part in zip(self.cone_parts, tree, strict=True):
+                    parts.append(part)
+                self.cone_rows = [rows + len(part) for rows, part in zip(self.cone_rows, tree, strict=True)]
+
+    def tensors(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """The :data:`SLOT_FIELDS` and :data:`FLAT_FIELDS` tensors on ``device``."""
+        parts = [*self.topo_parts, *self.cone_parts]
+        names = ("face_neighbors", "vertex_normals", "cone_nodes", "cone_links", "cone_planes", "cone_faces")
+        return {
+            "grid_dims": torch.from_numpy(self.grid_dims).to(device),
+            "grid_flags": torch.from_numpy(self.flags).to(device),
+            "grid_cells": _concat(self.grid_values, device),
+            "topo_offsets": torch.from_numpy(self.topo_offsets).to(device),
+            "cone_offsets": torch.from_numpy(self.cone_offsets).to(device),
+            **{name: _dense(np.concatenate(part), device) for name, part in zip(names, parts, strict=True)},
+        }
+
+
+class _MeshSpec:
+    """What building one mesh's tables reads: its Warp mesh, its arrays and what was found loading it."""
+
+    __slots__ = ("box", "faces", "mesh", "method", "slivers", "vertices")
+
+    def __init__(
+        self, mesh: Any, vertices: np.ndarray, faces: np.ndarray, slivers: bool, method: str
+    ) -> None:
+        self.mesh, self.vertices, self.faces, self.slivers, self.method = (
+            mesh,
+            vertices,
+            faces,
+            slivers,
+            method,
+        )
+        self.box = _box_of(vertices)
+
+
+def _box_of(vertices: np.ndarray) -> np.ndarray:
+    """The mesh's box ``(lower, upper)`` (2, 3)."""
+    return np.stack([vertices.min(axis=0), vertices.max(axis=0)])
+
+
+class _Cancelled(Exception):
+    """The world whose tables were being built is gone."""
+
+
+class Later:
+    """The tables of a world's large meshes (:data:`BACKGROUND_FACES`), built on a background thread; the
+    world takes them in (:meth:`take`) on its caller's thread, between ops. If the world goes first, the build
+    stops at its next step."""
+
+    def __init__(
+        self, assembly: _Assembly, jobs: list[tuple[_MeshSpec, list[tuple[int, int]]]], device
+    ) -> None:
+        self.assembly = assembly
+        self.future: Future = Future()
+        token = _Token()
+        self._token = token  # only this object holds it: the thread sees it through a weak reference
+        alive = weakref.ref(token)
+        future = self.future
+
+        def run() -> None:
+            try:
+                results = []
+                for spec, slots in jobs:
+                    results.append((_mesh_tables(spec, device, background=True, alive=alive), slots))
+                future.set_result(results)
+            except BaseException as exc:  # handed to the world by take()
+                future.set_exception(exc)
+
+        self._run = run
+
+    def start(self) -> None:
+        """Start the build (once the world is set up: its own set-up does not share the CPU with it)."""
+        run, self._run = self._run, None
+        if run is not None:
+            _side_pool(os.getpid()).submit(run)
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def take(self, device: torch.device, timeout: float | None = None) -> dict[str, torch.Tensor]:
+        """The world's table tensors with the later meshes' tables in (``timeout``: seconds to wait; raises
+        ``concurrent.futures.TimeoutError`` past it, or what the build raised)."""
+        for tables, slots in self.future.result(timeout):
+            for e, m in slots:
+                self.assembly.add(e, m, tables)
+        return self.assembly.tensors(device)
+
+
+class _Token:
+    """A world's build token (weakly referenced by its background build)."""
+
+
+def _count_slivers(points: Any, indices: Any, num_faces: int, device: torch.device) -> int:
+    """How many faces Warp's queries skip as slivers (``sdf_build.sliver_faces_rows``); one host read."""
+    count = torch.zeros(1, dtype=torch.int32, device=device)
+    _interop.launch_rows(
+        _interop.kernels("sdf_build").BUILD["float32"].sliver_faces_rows,
+        num_faces,
+        device=device,
+        points=points,
+        indices=indices,
+        count=count,
+    )
+    return int(count.item())
 
 
 #: The 12 triangles of a box over its 8 corners (corner ``i`` at ``upper`` along axis ``k`` where bit ``k`` of
@@ -316,6 +473,11 @@ def load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
             f"{where}: vertices must lie within float32's range (|v| <= {_FLOAT32_MAX:.4g}: Warp meshes are "
             f"float32); got a coordinate of magnitude {largest:.4g}"
         )
+    if largest > _COORDINATE_LIMIT:
+        raise ValueError(
+            f"{where}: vertex coordinates must stay within 2**60 (~1.15e18) of the mesh origin, where Warp's "
+            f"float32 queries can square distances; got {largest:.3g} (scale the mesh, or pose it instead)"
+        )
     lo, hi = int(faces.min()), int(faces.max())
     if lo < 0 or hi >= len(vertices):
         raise IndexError(
@@ -335,8 +497,6 @@ def _to_numpy(x: Any, name: str) -> np.ndarray:
         raise ValueError(f"{name} could not be read as an array: {exc}") from exc
 
 
-#: Warp's mesh queries skip a face whose |e0 x e1| / (|e0|^2 + |e1|^2 + |e2|^2) is below this (a sliver).
-_SLIVER_RATIO = 1.0e-6
 #: Mesh coordinates (mesh units) up to which Warp's float32 squared distances cannot overflow.
 _COORDINATE_LIMIT = 2.0**60
 #: Cells of a mesh's distance grid (about; at most _GRID_MAX_AXIS along an axis).
@@ -344,69 +504,55 @@ _GRID_CELLS = 8192
 _GRID_MAX_AXIS = 64
 
 
-def _slivers(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
-    """Which faces Warp's queries skip as slivers (its own test, in float32)."""
-    tri = vertices[faces]
-    e0, e1, e2 = tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0], tri[:, 2] - tri[:, 1]
-    area2 = np.linalg.norm(np.cross(e0, e1), axis=1)
-    scale = (e0 * e0).sum(1) + (e1 * e1).sum(1) + (e2 * e2).sum(1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return ~(area2 / scale >= _SLIVER_RATIO)
+def _mesh_tables(spec: _MeshSpec, device: torch.device, *, background: bool, alive: Any = None) -> _Built:
+    """The tables of one mesh: the exact shortcuts of the SDF kernels (see ``warpgeo._kernels.sdf``).
 
+    A cuboid (exactly the surface of its box, see :func:`_is_cuboid`) gets none: the kernels compute its
+    distance in closed form. A closed mesh (see :func:`_edge_pairs`) gets a signed grid and its pseudo-normal
+    tables (``topology = (face_neighbors (F, 3) int32, vertex_normals (V, 3) float64)``), and a convex one its
+    plane tree (see :func:`_plane_tree`); an ``"unsigned"`` one an unsigned grid, any other none (its sign may
+    change away from its surface). ``background``: built on the background thread (:class:`Later`), its
+    kernels launched on that thread alone, stopping with :class:`_Cancelled` once ``alive()`` is None."""
 
-def _check_queryable(vertices: np.ndarray, faces: np.ndarray, where: str) -> bool:
-    """Refuse a mesh the float32 queries cannot answer: only zero-area (sliver) faces, which every Warp
-    query skips (the mesh would read as absent), or coordinates whose squares overflow float32. Returns
-    whether any face is a sliver (such a mesh is not closed)."""
-    largest = float(np.abs(vertices).max())
-    if largest > _COORDINATE_LIMIT:
-        raise ValueError(
-            f"{where}: vertex coordinates must stay within 2**60 (~1.15e18) of the mesh origin, where Warp's "
-            f"float32 queries can square distances; got {largest:.3g} (scale the mesh, or pose it instead)"
+    def check() -> None:
+        if alive is not None and alive() is None:
+            raise _Cancelled
+
+    vertices, faces, box, method = spec.vertices, spec.faces, spec.box, spec.method
+    if _is_cuboid(vertices, faces, box):
+        return _Built(
+            box, _constants.FLAG_CLOSED | _constants.FLAG_BOX, (0, 0, 0), _empty(device), None, None
         )
-    slivers = _slivers(vertices, faces)
-    if slivers.all():
-        raise ValueError(
-            f"{where}: every face has zero area (or is a sliver Warp's queries skip), so the mesh has no "
-            f"surface to measure; got {len(faces)} degenerate faces"
-        )
-    return bool(slivers.any())
-
-
-def _surface_tables(mesh: Any, faces: np.ndarray, cuboid: bool, job: Future | None, method: str, box, device):
-    """``(flags, (nx, ny, nz), cell-centre distances (nx * ny * nz,) float32 on device, topology, tree)`` of
-    one mesh: the exact shortcuts of the SDF kernels (see ``warpgeo._kernels.sdf``). A closed mesh gets a
-    signed grid and its pseudo-normal tables (``topology = (face_neighbors (F, 3) int32, vertex_normals (V, 3)
-    float64)``, else None), and a convex one its plane tree (see :func:`_plane_tree`, else None); an
-    ``"unsigned"`` one an unsigned grid, any other none (its sign may change away from its surface). A cuboid
-    (exactly the surface of its box, see :func:`_is_cuboid`) gets neither: the kernels compute its distance in
-    closed form, and building it launches no kernel. ``job``: :func:`_closed_tables` of a watertight mesh
-    (None for any other)."""
-    empty = torch.zeros(0, dtype=torch.float32, device=device)
-    if cuboid:
-        return _constants.FLAG_CLOSED | _constants.FLAG_BOX, (0, 0, 0), empty, None, None
     closed = False
     topology = tree = None
-    if job is not None:
-        closed = job.watertight.result() and _no_faces_meet(mesh, len(faces), device)
-        topology, tree = job.result()
-        if not closed:
-            topology = tree = None
+    if not spec.slivers and _may_be_watertight(faces, len(vertices)):
+        check()
+        pairs = _edge_pairs(faces, len(vertices))
+        check()
+        if pairs is not None and _no_faces_meet(spec.mesh, len(faces), device, background):
+            closed = True
+            check()
+            geometry = _Geometry(vertices, faces)
+            topology = _pseudo_normal_tables(geometry, pairs)
+            check()
+            tree = _plane_tree(geometry, topology[0], check)
     extent = (box[1] - box[0]).astype(np.float64)
     if not (closed or method == "unsigned") or not (extent > 0).all():
-        return (_constants.FLAG_CLOSED if closed else 0), (0, 0, 0), empty, topology, tree
+        return _Built(box, _constants.FLAG_CLOSED if closed else 0, (0, 0, 0), _empty(device), topology, tree)
+    check()
     cell = float(np.prod(extent) / _GRID_CELLS) ** (1.0 / 3.0)
     dims = np.clip(np.round(extent / cell), 1, _GRID_MAX_AXIS).astype(int)
     size = (extent / dims).astype(np.float32)
     wp = _interop.warp()
     values = torch.empty(int(dims.prod()), dtype=torch.float32, device=device)
-    _interop.launch_rows(
+    _launch_rows(
         _interop.kernels("sdf_build").BUILD["float32"].grid_centres,
         values.shape[0],
         device=device,
+        background=background,
         # a cell costs two BVH queries (closest point, then the ray vote): split it across the cores
         work_per_row=_GRID_QUERY_WORK * max(1, len(faces).bit_length()),
-        mesh=mesh.id,
+        mesh=spec.mesh.id,
         lower=wp.vec3(*box[0].tolist()),
         size=wp.vec3(*size.tolist()),
         ny=int(dims[1]),
@@ -414,7 +560,18 @@ def _surface_tables(mesh: Any, faces: np.ndarray, cuboid: bool, job: Future | No
         with_sign=int(closed and method != "unsigned"),
         out=values,
     )
-    return (_constants.FLAG_CLOSED if closed else 0), tuple(int(n) for n in dims), values, topology, tree
+    dims = tuple(int(n) for n in dims)
+    return _Built(box, _constants.FLAG_CLOSED if closed else 0, dims, values, topology, tree)
+
+
+def _launch_rows(kernel: Any, rows: int, *, device: torch.device, background: bool, **args: Any) -> None:
+    """:func:`warpgeo._interop.launch_rows`, or on the background thread one launch on that thread (its
+    module was loaded by the world's build, on the caller's thread)."""
+    if background:
+        args.pop("work_per_row", None)
+        _interop.launch(kernel, rows, device=device, row_start=0, **args)
+    else:
+        _interop.launch_rows(kernel, rows, device=device, **args)
 
 
 class _Geometry:
@@ -470,7 +627,7 @@ def _edge_pairs(faces: np.ndarray, num_vertices: int) -> np.ndarray | None:
     """For a watertight, consistently wound mesh, its edges as pairs of directed edges (``(3F / 2, 2)``:
     directed edge ``i`` is face ``i % F``'s edge ``i // F``, edges ab, bc, ca); None for any other mesh.
 
-    Closed (see :func:`_surface_tables`): every edge in exactly two faces, with opposite orientations, no
+    Closed (see :func:`_mesh_tables`): every edge in exactly two faces, with opposite orientations, no
     sliver face (the caller has ruled them out), and no two faces without a shared vertex intersecting
     (:func:`_no_faces_meet`). Inside is then well defined, and the ray vote, the winding number and the
     pseudo-normal all compute it."""
@@ -492,13 +649,14 @@ def _edge_pairs(faces: np.ndarray, num_vertices: int) -> np.ndarray | None:
     return pairs
 
 
-def _no_faces_meet(mesh: Any, num_faces: int, device: torch.device) -> bool:
+def _no_faces_meet(mesh: Any, num_faces: int, device: torch.device, background: bool) -> bool:
     """Whether no two faces that share no vertex intersect (or touch, or come too near to tell)."""
     found = torch.zeros(1, dtype=torch.int32, device=device)
-    _interop.launch_rows(
+    _launch_rows(
         _interop.kernels("sdf_build").BUILD["float32"].face_intersections_rows,
         num_faces,
         device=device,
+        background=background,
         # a face costs a box query of the BVH (a few dozen nodes and faces)
         work_per_row=_GRID_QUERY_WORK * max(1, num_faces.bit_length()),
         mesh=mesh.id,
@@ -533,56 +691,17 @@ def _vertex_hashes(count: int) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-class _TablesJob(Future):
-    """The future of :func:`_closed_tables`; ``watertight`` resolves first (whether the edges pair up)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.watertight: Future = Future()
-
-
-def _closed_tables(vertices: np.ndarray, faces: np.ndarray, watertight: Future) -> tuple:
-    """``(topology, plane tree)`` of a watertight mesh (see :func:`_surface_tables`; ``(None, None)`` for
-    another, after resolving ``watertight`` False), NumPy only: built on the side (:func:`_submit`) while
-    the BVH is built and checked for intersecting faces."""
-    pairs = _edge_pairs(faces, len(vertices))
-    watertight.set_result(pairs is not None)
-    if pairs is None:
-        return None, None
-    geometry = _Geometry(vertices, faces)
-    topology = _pseudo_normal_tables(geometry, pairs)
-    return topology, _plane_tree(geometry, topology[0])
-
-
-#: Meshes of at least this many faces build their NumPy tables on a thread of their own.
-_SIDE_FACES = 1 << 14
-
-
-def _submit(fn: Any, vertices: np.ndarray, faces: np.ndarray) -> _TablesJob:
-    """``fn(vertices, faces, job.watertight)`` as a :class:`_TablesJob`: on a worker thread for a large mesh
-    (NumPy releases the GIL in its loops, Warp in its BVH build and launches: they overlap), at once for a
-    small one."""
-    job = _TablesJob()
-
-    def run() -> None:
-        try:
-            job.set_result(fn(vertices, faces, job.watertight))
-        except BaseException as exc:  # handed to the caller by job.result()
-            if not job.watertight.done():
-                job.watertight.set_exception(exc)
-            job.set_exception(exc)
-
-    if len(faces) >= _SIDE_FACES and (os.cpu_count() or 1) > 1:
-        _side_pool(os.getpid()).submit(run)
-    else:
-        run()
-    return job
-
-
 @functools.cache
 def _side_pool(pid: int) -> ThreadPoolExecutor:
     # by process id: a forked child inherits the pool object but not its thread
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="warpgeo-mesh-prep")
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="warpgeo-mesh-prep", initializer=_yield_cores)
+
+
+def _yield_cores() -> None:
+    """Run the background builds at the lowest CPU priority (Linux: a thread's own nice value), so that they
+    take the cores the caller's queries leave idle rather than slowing those queries down."""
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or not allowed: the default priority
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
 def _dense(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -673,9 +792,10 @@ def _connected(neighbors: np.ndarray) -> bool:
             parent = jumped
 
 
-def _plane_tree(geometry: _Geometry, neighbors: np.ndarray) -> tuple | None:
+def _plane_tree(geometry: _Geometry, neighbors: np.ndarray, check: Any = None) -> tuple | None:
     """The plane tree of a convex closed mesh (None for any other): ``(nodes (1 + 2K, 4) float32, links
-    (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``.
+    (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``. ``check()`` is called between levels (it may
+    raise to stop the build).
 
     Each face's plane ``(n, b)`` (unit normal, ``b = n . (a - o)`` for a corner ``a`` and the origin ``o``, the
     box centre) in leaf order, with the face's index. The K nodes in depth-first order split the faces by
@@ -695,6 +815,8 @@ def _plane_tree(geometry: _Geometry, neighbors: np.ndarray) -> tuple | None:
     faces, points, tri, normal = geometry.faces, geometry.points, geometry.tri, geometry.normal
     if len(faces) < 2 * _PLANE_LEAF or not _is_convex(geometry, neighbors):
         return None
+    if check is not None:
+        check()
     origin = ((points.min(axis=0) + points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
     offset = (normal * (tri[:, 0] - origin)).sum(axis=1)
     num_faces = len(faces)
@@ -722,6 +844,8 @@ def _plane_tree(geometry: _Geometry, neighbors: np.ndarray) -> tuple | None:
     # the nodes of the current level: first row in `order`, face count, depth-first index
     starts, counts, index = np.zeros(1, np.int64), np.full(1, num_faces, np.int64), np.zeros(1, np.int64)
     while len(starts):
+        if check is not None:
+            check()
         next_levels = []
         moves = []  # (rows, the rows they take) of every inner node of the level, applied after it
         for n in np.unique(counts).tolist():

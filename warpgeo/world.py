@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -378,11 +379,17 @@ class MeshWorld:
             for dtype, inv in ((torch.float32, self._inv_poses32), (torch.float64, self._inv_poses))
         }
         _mark_static(self._op_world)
+        #: the tables of large meshes, still being built on a background thread (None: all in)
+        self._later = prepared.later
+        #: table tensors replaced when later tables went in, kept alive for CUDA graphs captured before
+        self._retired: list[torch.Tensor] = []
         if scenes or any(isinstance(p, Mapping) for p in ([poses] if not single else poses or ())):
             # per-entry poses (or names) -> per-slot poses, each scene's node transforms composed in
             self.set_poses(_slot_poses(poses, layouts, single))
         elif poses is not None:
             self.set_poses(poses if not single else poses[0])
+        if self._later is not None:
+            self._later.start()
 
     # ----------------------------------------------------------------------------------------------------
     # public state
@@ -625,12 +632,61 @@ class MeshWorld:
 
         Raises:
             TypeError: ``dtype`` is not one of the floating dtypes the ops take."""
+        if self._later is not None and not torch.compiler.is_compiling() and self._later.done():
+            self._take_tables()
         world = self._op_world.get(dtype)
         if world is None:
             if dtype not in _interop.FLOAT_DTYPES:
                 raise TypeError(f"dtype must be one of {_interop.FLOAT_DTYPES}; got {dtype!r}")
             world = self._op_world[torch.float32]
         return MeshWorldArgs(world, self._all_cuboids)
+
+    def wait_tables(self, timeout: float | None = None) -> bool:
+        """Wait until the query tables of the world's large meshes are built, and put them in.
+
+        Building a world on the CPU builds what a query needs (each mesh's BVH) and leaves the tables of its
+        exact shortcuts (closed-mesh pseudo-normals, distance grid, a convex mesh's plane tree) for meshes of
+        16,384 faces or more to a background thread; each op call takes them in once they are done. Queries
+        give the same distances without them (only slower, for points deep inside a mesh). Call this for
+        steady timings, or to have every query take the same path.
+
+        Returns whether the tables are in (False only when ``timeout`` seconds passed first). Not during
+        CUDA graph capture."""
+        if self._later is None:
+            return True
+        try:
+            self._later.future.result(timeout)
+        except TimeoutError:
+            return False
+        except Exception:  # reported by _take_tables, below
+            pass
+        self._take_tables()
+        return True
+
+    def _take_tables(self) -> None:
+        """Put the finished background tables in: the per-slot tensors written in place, the flat ones
+        replaced by longer ones (rows already in keep their place; the old tensors stay alive, as a CUDA graph
+        captured before may read them). A build that failed leaves the world without them (exact, slower)."""
+        later, self._later = self._later, None
+        try:
+            tables = later.take(self._device)
+        except Exception as exc:
+            warnings.warn(
+                f"MeshWorld: building the query tables of its large meshes failed ({exc!r}); queries stay exact "
+                "without them, only slower",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return
+        for name in _mesh_prep.SLOT_FIELDS:
+            self._tables[name].copy_(tables[name])
+        index = {name: i for i, name in enumerate(WORLD_FIELDS)}
+        for name in _mesh_prep.FLAT_FIELDS:
+            self._retired.append(self._tables[name])
+            self._tables[name] = tables[name]
+            for world in self._op_world.values():
+                world[index[name]] = tables[name]
+        _mark_static({torch.float32: [tables[name] for name in _mesh_prep.FLAT_FIELDS]})
 
     def __repr__(self) -> str:
         return (

@@ -1,9 +1,10 @@
 """The kernels a :class:`~warpgeo.world.MeshWorld` runs once per mesh when it is built (see ``sdf.py``).
 
 Apart from the query kernels: building a world compiles only this small module (:data:`BUILD`:
-``grid_centres`` and ``face_intersections_rows``, the coarse distance grid and the closed-mesh check, both
-launched by rows: on the CPU, side by side on every core), never the query kernels, and a query compiles
-only its own kernel. ``winding_probe`` (:data:`WINDING_PROBE`, run once per process and device, for worlds
+``grid_centres``, ``face_intersections_rows`` and ``sliver_faces_rows``: the coarse distance grid, the
+closed-mesh check and the count of the faces Warp's queries skip, all launched by rows: on the CPU, side by
+side on every core), never the query kernels, and a query compiles only its own kernel. A world of cuboids
+launches none of them. ``winding_probe`` (:data:`WINDING_PROBE`, run once per process and device, for worlds
 with winding-number meshes) is a Warp module of its own: most worlds never compile it. Both tables have one
 key, ``"float32"`` (Warp meshes are float32).
 """
@@ -251,17 +252,49 @@ def face_intersections_rows(mesh: wp.uint64, num_faces: int, found: wp.array(dty
         wp.atomic_add(found, 0, count)
 
 
+#: Warp's mesh queries skip a face whose ``|e0 x e1| / (|e0|^2 + |e1|^2 + |e2|^2)`` is below this (a sliver).
+SLIVER_RATIO = wp.constant(1.0e-6)
+
+
+def sliver_faces_rows(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    count: wp.array(dtype=wp.int32),
+    row_start: int,
+):
+    """Count the faces ``row_start + tid`` that Warp's mesh queries skip as slivers (their own float32 test;
+    a face whose ratio is NaN, all three corners at one point, counts too) into ``count[0]``. The face indices
+    were checked on the host (``_mesh_prep.load_mesh``); launched by rows (``_interop.launch_rows``)."""
+    f = wp.tid() + row_start
+    if 3 * f + 2 >= indices.shape[0]:
+        return
+    i = indices[3 * f]
+    j = indices[3 * f + 1]
+    k = indices[3 * f + 2]
+    n = points.shape[0]
+    if i < 0 or j < 0 or k < 0 or i >= n or j >= n or k >= n:
+        wp.atomic_add(count, 0, 1)  # cannot happen (checked on the host); counted as unusable
+        return
+    p = points[i]
+    e0 = points[j] - p
+    e1 = points[k] - p
+    e2 = points[k] - points[j]
+    ratio = wp.length(wp.cross(e0, e1)) / (wp.dot(e0, e0) + wp.dot(e1, e1) + wp.dot(e2, e2))
+    if not (ratio >= SLIVER_RATIO):
+        wp.atomic_add(count, 0, 1)
+
+
 def winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float)):
     """The winding-number sign of ``p``; used once to check that winding support really took."""
     q = wp.mesh_query_point_sign_winding_number(mesh, p, UNBOUNDED)
     out_sign[0] = q.sign
 
 
-#: ``BUILD["float32"].grid_centres`` / ``.face_intersections_rows``: what building a world launches
-#: (``face_intersections``: the same test as one launch that counts every pair).
+#: ``BUILD["float32"].grid_centres`` / ``.face_intersections_rows`` / ``.sliver_faces_rows``: what building a
+#: world launches (``face_intersections``: the same test as one launch that counts every pair).
 BUILD = KernelTable(
     f"{__name__}.build",
-    (grid_centres, face_intersections, face_intersections_rows),
+    (grid_centres, face_intersections, face_intersections_rows, sliver_faces_rows),
     {"float32": {}},
     options=OPTIONS,
 )

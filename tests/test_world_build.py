@@ -1,0 +1,196 @@
+"""Building a MeshWorld: what a query needs now, the large meshes' tables on a background thread.
+
+A CPU world builds each mesh's BVH at once and leaves the tables of the kernels' exact shortcuts (closed-mesh
+pseudo-normals, distance grid, plane tree) of meshes of ``BACKGROUND_FACES`` faces or more to a background
+thread; an op call takes them in once they are done, ``wait_tables`` waits for them. These tests lower the
+threshold so that small meshes take that path, and hold the background build where they need to.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import trimesh
+
+import warpgeo
+from warpgeo import MeshWorld, _mesh_prep, signed_distance
+from warpgeo.world import WORLD_FIELDS
+
+
+def _sphere() -> trimesh.Trimesh:
+    return trimesh.creation.icosphere(subdivisions=2, radius=0.5)  # closed and convex: every table
+
+
+def _points(n: int = 400, seed: int = 0) -> torch.Tensor:
+    gen = np.random.default_rng(seed)
+    return torch.from_numpy(gen.uniform(-0.6, 0.6, (n, 3)))
+
+
+def _sphere_distance(points: torch.Tensor) -> torch.Tensor:
+    """The icosphere's signed distance by brute force (trimesh's closest point, sign by containment)."""
+    mesh = _sphere()
+    p = points.numpy()
+    _, dist, _ = trimesh.proximity.closest_point(mesh, p)
+    inside = mesh.contains(p)
+    return torch.from_numpy(np.where(inside, -dist, dist))
+
+
+@pytest.fixture
+def background(monkeypatch):
+    """Every mesh's tables on the background thread; ``hold.set()`` lets the build run."""
+    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1)
+    hold = threading.Event()
+    built = _mesh_prep._mesh_tables
+
+    def held(spec, device, *, background, alive=None):
+        if background:
+            assert hold.wait(60), "the test never released the background build"
+        return built(spec, device, background=background, alive=alive)
+
+    monkeypatch.setattr(_mesh_prep, "_mesh_tables", held)
+    yield hold
+    hold.set()
+
+
+def test_queries_before_the_tables_are_exact_and_equal_after(background, monkeypatch):
+    points = _points().requires_grad_(True)
+    world = MeshWorld([_sphere()])
+    assert world.wait_tables(timeout=0) is False
+    assert world._tables["grid_flags"].item() == 0  # not known to be closed yet: no shortcut
+    assert (world._tables["cone_offsets"] == -1).all()
+    before = signed_distance(points, world)
+    (grad_before,) = torch.autograd.grad(before.sum(), points)
+    background.set()
+    assert world.wait_tables(timeout=60) is True
+    assert world._tables["grid_flags"].item() == 1  # closed
+    assert (world._tables["cone_offsets"][..., 3] > 0).all()  # convex: its plane tree
+    assert world._tables["grid_dims"][0, 0, 0] > 0  # and its grid
+    after = signed_distance(points, world)
+    (grad_after,) = torch.autograd.grad(after.sum(), points)
+    reference = _sphere_distance(points.detach())
+    torch.testing.assert_close(before.detach(), reference, atol=1e-6, rtol=0)
+    assert torch.equal(before, after)  # the same closest face either way
+    torch.testing.assert_close(grad_before, grad_after, atol=1e-9, rtol=0)
+    # and the tables are those of building the mesh at once
+    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1 << 30)
+    inline = MeshWorld([_sphere()])
+    assert inline._later is None
+    for name in (*_mesh_prep.SLOT_FIELDS, *_mesh_prep.FLAT_FIELDS):
+        assert torch.equal(world._tables[name], inline._tables[name]), name
+
+
+def test_tables_go_in_at_the_next_op_call_in_place(background):
+    world = MeshWorld.from_envs([[_sphere(), warpgeo.Cuboid([0.2, 0.2, 0.2])], [_sphere()]])
+    args = world.kernel_args(torch.float64).world
+    slots = {name: args[list(WORLD_FIELDS).index(name)] for name in _mesh_prep.SLOT_FIELDS}
+    background.set()
+    world._later.future.result(60)
+    signed_distance(_points(10), world, env_index=torch.tensor([0] * 10))  # takes them in
+    assert world._later is None
+    after = world.kernel_args(torch.float64).world
+    assert after is args  # the same list, updated
+    for name, tensor in slots.items():
+        assert after[list(WORLD_FIELDS).index(name)] is tensor, name  # written in place
+    assert world._tables["grid_flags"].tolist() == [[1, _mesh_prep._constants.FLAG_BOX | 1], [1, 0]]
+    # both slots of the recurring sphere got rows of their own, equal (built once, copied)
+    first, second = world._tables["topo_offsets"][:, 0, 0].tolist()
+    neighbors = world._tables["face_neighbors"]
+    assert first != second and torch.equal(neighbors[first : first + 320], neighbors[second : second + 320])
+    assert len(world._retired) == len(_mesh_prep.FLAT_FIELDS)  # the old tables kept for captured graphs
+
+
+def test_world_gone_stops_its_background_build(background, monkeypatch):
+    steps = []
+    edge_pairs = _mesh_prep._edge_pairs
+    monkeypatch.setattr(_mesh_prep, "_edge_pairs", lambda *a: steps.append(1) or edge_pairs(*a))
+    world = MeshWorld([_sphere()])
+    future = world._later.future
+    del world
+    gc.collect()
+    background.set()
+    with pytest.raises(_mesh_prep._Cancelled):
+        future.result(60)
+    assert not steps  # stopped before its first step
+    # the background thread is free for the next world
+    fresh = MeshWorld([_sphere()])
+    assert fresh.wait_tables(timeout=60) and fresh._tables["grid_flags"].item() == 1
+
+
+def test_failed_background_build_warns_and_stays_exact(monkeypatch):
+    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(_mesh_prep, "_plane_tree", broken)
+    world = MeshWorld([_sphere()])
+    world._later.future.exception(60)
+    points = _points(50)
+    with pytest.warns(RuntimeWarning, match="boom"):
+        got = signed_distance(points, world)
+    torch.testing.assert_close(got, _sphere_distance(points), atol=1e-6, rtol=0)
+    assert world._later is None and world._tables["grid_flags"].item() == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert world.wait_tables() is True  # nothing left: no second warning
+
+
+def test_compiled_query_before_and_after_the_tables(background):
+    world = MeshWorld([_sphere()])
+    points = _points(64)
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def query(p):
+        return signed_distance(p, world) * 2.0
+
+    before = query(points)
+    background.set()
+    assert world.wait_tables(timeout=60)
+    after = query(points)
+    assert torch.equal(before, after)
+    torch.testing.assert_close(after, 2.0 * _sphere_distance(points), atol=2e-6, rtol=0)
+
+
+def test_small_and_large_meshes_build_where_documented():
+    small = MeshWorld([_sphere()])  # 320 faces: tables at once
+    assert small._later is None and small._tables["grid_flags"].item() == 1
+    big = trimesh.creation.icosphere(subdivisions=6, radius=0.5)  # 81,920 faces: on the background thread
+    assert len(big.faces) >= _mesh_prep.BACKGROUND_FACES
+    world = MeshWorld([big])
+    points = _points(200)
+    got = signed_distance(points, world)
+    assert world.wait_tables(timeout=120)
+    assert world._tables["grid_flags"].item() == 1 and (world._tables["cone_offsets"][..., 3] > 0).all()
+    assert torch.equal(signed_distance(points, world), got)
+    # the analytic sphere of the same radius, to the meshing error (an 81,920-face icosphere: < 1e-4)
+    exact = points.norm(dim=1) - 0.5
+    torch.testing.assert_close(got, exact, atol=2e-4, rtol=0)
+
+
+def _numpy_slivers(vertices: np.ndarray, faces: np.ndarray) -> int:
+    """Warp's sliver test in float32 NumPy: |e0 x e1| / (|e0|^2 + |e1|^2 + |e2|^2) not >= 1e-6."""
+    tri = vertices.astype(np.float32)[faces]
+    e0, e1, e2 = tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0], tri[:, 2] - tri[:, 1]
+    area2 = np.linalg.norm(np.cross(e0, e1), axis=1)
+    scale = (e0 * e0).sum(1) + (e1 * e1).sum(1) + (e2 * e2).sum(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return int((~(area2 / scale >= 1.0e-6)).sum())
+
+
+def test_sliver_count_matches_warps_test():
+    gen = np.random.default_rng(3)
+    vertices = gen.uniform(-1.0, 1.0, (200, 3)).astype(np.float32)
+    faces = gen.integers(0, 200, (500, 3)).astype(np.int32)
+    faces[:40, 2] = faces[:40, 1]  # two corners at one vertex: zero area
+    faces[40:50] = faces[40:50, :1]  # all three at one vertex: a NaN ratio, counted
+    vertices[199] = vertices[198] + np.float32(1e-7) * (vertices[197] - vertices[198])  # near-collinear
+    faces[50:60] = [197, 198, 199]
+    expected = _numpy_slivers(vertices, faces)
+    assert expected >= 60
+    points, indices = torch.from_numpy(vertices), torch.from_numpy(faces.reshape(-1))
+    assert _mesh_prep._count_slivers(points, indices, len(faces), torch.device("cpu")) == expected
