@@ -782,6 +782,7 @@ def test_build_tables_bit_for_bit_against_the_node_by_node_build():
     copies = [(v.copy(), f.copy()) for v, f in items[:4]]
     envs = [items, items[::-1] + copies, [items[0], items[0]]]
     world = MeshWorld.from_envs(envs)
+    assert world.wait_tables()  # the 20,480-face icosphere's tables are built in the background
     tables = {name: t.numpy() for name, t in world._tables.items()}
     by_item = {id(item): name for name, item in cases.items()}
     by_item.update({id(c): names[i] for i, c in enumerate(copies)})
