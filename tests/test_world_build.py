@@ -9,6 +9,8 @@ threshold so that small meshes take that path, and hold the background build whe
 from __future__ import annotations
 
 import gc
+import multiprocessing
+import os
 import threading
 import warnings
 
@@ -84,24 +86,54 @@ def test_queries_before_the_tables_are_exact_and_equal_after(background, monkeyp
         assert torch.equal(world._tables[name], inline._tables[name]), name
 
 
-def test_tables_go_in_at_the_next_op_call_in_place(background):
+def test_tables_go_in_at_the_next_op_call_as_new_tensors(background):
     world = MeshWorld.from_envs([[_sphere(), warpgeo.Cuboid([0.2, 0.2, 0.2])], [_sphere()]])
     args = world.kernel_args(torch.float64).world
-    slots = {name: args[list(WORLD_FIELDS).index(name)] for name in _mesh_prep.SLOT_FIELDS}
+    fields = list(WORLD_FIELDS)
+    old = {
+        name: args[fields.index(name)].clone() for name in (*_mesh_prep.SLOT_FIELDS, *_mesh_prep.FLAT_FIELDS)
+    }
+    held = {name: args[fields.index(name)] for name in old}
     background.set()
     world._later.future.result(60)
     signed_distance(_points(10), world, env_index=torch.tensor([0] * 10))  # takes them in
     assert world._later is None
     after = world.kernel_args(torch.float64).world
     assert after is args  # the same list, updated
-    for name, tensor in slots.items():
-        assert after[list(WORLD_FIELDS).index(name)] is tensor, name  # written in place
+    for name, tensor in held.items():
+        # a new tensor; the one an op on another thread may hold is left as it was
+        assert after[fields.index(name)] is not tensor and torch.equal(tensor, old[name]), name
     assert world._tables["grid_flags"].tolist() == [[1, _mesh_prep._constants.FLAG_BOX | 1], [1, 0]]
     # both slots of the recurring sphere got rows of their own, equal (built once, copied)
     first, second = world._tables["topo_offsets"][:, 0, 0].tolist()
     neighbors = world._tables["face_neighbors"]
     assert first != second and torch.equal(neighbors[first : first + 320], neighbors[second : second + 320])
-    assert len(world._retired) == len(_mesh_prep.FLAT_FIELDS)  # the old tables kept for captured graphs
+
+
+def test_any_mix_of_old_and_new_tables_is_exact(monkeypatch):
+    """An op on another thread may hold some fields from before the tables went in and some from after: every
+    mix gives the same distances (the kernels bound each row by the tables they got)."""
+    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 200)
+    small = trimesh.creation.icosphere(subdivisions=1, radius=0.3)  # 80 faces: its tables at once
+    poses = [[0.6, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]]
+    world = MeshWorld([small, _sphere()], poses=poses)  # the 320-face sphere's tables come later
+    fields = list(WORLD_FIELDS)
+    names = [*_mesh_prep.SLOT_FIELDS, *_mesh_prep.FLAT_FIELDS]
+    before = {name: world._tables[name] for name in names}
+    assert before["grid_cells"].numel() > 0  # the small mesh's grid is there already
+    assert world.wait_tables(timeout=60)
+    after = {name: world._tables[name] for name in names}
+    live = world.kernel_args(torch.float64).world
+    points = _points(300, seed=5) * 1.5
+    expected = signed_distance(points, world)
+    gen = np.random.default_rng(0)
+    for _ in range(24):
+        mix = gen.random(len(names)) < 0.5
+        for name, new in zip(names, mix, strict=True):
+            live[fields.index(name)] = after[name] if new else before[name]
+        assert torch.equal(signed_distance(points, world), expected), mix
+    for name in names:
+        live[fields.index(name)] = after[name]
 
 
 def test_world_gone_stops_its_background_build(background, monkeypatch):
@@ -194,3 +226,38 @@ def test_sliver_count_matches_warps_test():
     assert expected >= 60
     points, indices = torch.from_numpy(vertices), torch.from_numpy(faces.reshape(-1))
     assert _mesh_prep._count_slivers(points, indices, len(faces), torch.device("cpu")) == expected
+
+
+def test_forked_child_builds_the_tables_itself(monkeypatch):
+    """A DataLoader worker forked while the tables were being built has the world but not the thread."""
+    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1)
+    parent = os.getpid()
+    hold = threading.Event()
+    built = _mesh_prep._mesh_tables
+
+    def held(spec, device, *, background, alive=None):
+        if background and os.getpid() == parent:
+            assert hold.wait(60)
+        return built(spec, device, background=background, alive=alive)
+
+    monkeypatch.setattr(_mesh_prep, "_mesh_tables", held)
+    world = MeshWorld([_sphere()])
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+
+    def child() -> None:
+        ready = world.wait_tables(timeout=60)
+        results.put((ready, world._tables["grid_flags"].item(), signed_distance(_points(20), world).tolist()))
+
+    process = context.Process(target=child)
+    process.start()
+    try:
+        ready, flags, distances = results.get(timeout=120)
+    finally:
+        hold.set()
+        process.join(60)
+    assert ready and flags == 1
+    torch.testing.assert_close(
+        torch.tensor(distances, dtype=torch.float64), _sphere_distance(_points(20)), atol=1e-6, rtol=0
+    )
+    assert world.wait_tables(timeout=60) and world._tables["grid_flags"].item() == 1

@@ -249,11 +249,12 @@ class _Assembly:
         parts = [*self.topo_parts, *self.cone_parts]
         names = ("face_neighbors", "vertex_normals", "cone_nodes", "cone_links", "cone_planes", "cone_faces")
         return {
-            "grid_dims": torch.from_numpy(self.grid_dims).to(device),
-            "grid_flags": torch.from_numpy(self.flags).to(device),
+            # copies (also on the CPU): the arrays change as later tables are added, the tensors never do
+            "grid_dims": _dense(self.grid_dims, device),
+            "grid_flags": _dense(self.flags, device),
             "grid_cells": _concat(self.grid_values, device),
-            "topo_offsets": torch.from_numpy(self.topo_offsets).to(device),
-            "cone_offsets": torch.from_numpy(self.cone_offsets).to(device),
+            "topo_offsets": _dense(self.topo_offsets, device),
+            "cone_offsets": _dense(self.cone_offsets, device),
             **{name: _dense(np.concatenate(part), device) for name, part in zip(names, parts, strict=True)},
         }
 
@@ -288,42 +289,61 @@ class _Cancelled(Exception):
 class Later:
     """The tables of a world's large meshes (:data:`BACKGROUND_FACES`), built on a background thread; the
     world takes them in (:meth:`take`) on its caller's thread, between ops. If the world goes first, the build
-    stops at its next step."""
+    stops at its next step. CPU worlds only: on CUDA a thread of its own launching kernels could break the
+    caller's graph captures, and the tables' tensors are state that captured graphs read in place."""
 
     def __init__(
         self, assembly: _Assembly, jobs: list[tuple[_MeshSpec, list[tuple[int, int]]]], device
     ) -> None:
-        self.assembly = assembly
+        self.assembly, self._jobs, self._device = assembly, jobs, device
+        self._token = _Token()  # only this object holds it: the thread sees it through a weak reference
         self.future: Future = Future()
-        token = _Token()
-        self._token = token  # only this object holds it: the thread sees it through a weak reference
-        alive = weakref.ref(token)
-        future = self.future
+        self._pid: int | None = None
+
+    def start(self) -> None:
+        """Start the build (once the world is set up: its own set-up does not share the CPU with it)."""
+        if self._pid is not None:
+            return
+        self._pid = os.getpid()
+        jobs, device, future, alive = self._jobs, self._device, self.future, weakref.ref(self._token)
 
         def run() -> None:
             try:
-                results = []
-                for spec, slots in jobs:
-                    results.append((_mesh_tables(spec, device, background=True, alive=alive), slots))
+                results = [
+                    (_mesh_tables(spec, device, background=True, alive=alive), slots) for spec, slots in jobs
+                ]
                 future.set_result(results)
             except BaseException as exc:  # handed to the world by take()
                 future.set_exception(exc)
 
-        self._run = run
+        _side_pool(self._pid).submit(run)
 
-    def start(self) -> None:
-        """Start the build (once the world is set up: its own set-up does not share the CPU with it)."""
-        run, self._run = self._run, None
-        if run is not None:
-            _side_pool(os.getpid()).submit(run)
+    def _forked(self) -> None:
+        # a forked child (a DataLoader worker) has the parent's world but not its building thread: build again
+        if self._pid is not None and self._pid != os.getpid() and not self.future.done():
+            self.future, self._pid = Future(), None
+            self.start()
 
     def done(self) -> bool:
-        return self.future.done()
+        if self.future.done():
+            return True
+        self._forked()
+        return False
 
-    def take(self, device: torch.device, timeout: float | None = None) -> dict[str, torch.Tensor]:
-        """The world's table tensors with the later meshes' tables in (``timeout``: seconds to wait; raises
-        ``concurrent.futures.TimeoutError`` past it, or what the build raised)."""
-        for tables, slots in self.future.result(timeout):
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the build finished (or failed) within ``timeout`` seconds."""
+        self._forked()
+        self.start()  # a world whose set-up failed never started it
+        try:
+            self.future.exception(timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def take(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """The world's table tensors (:data:`SLOT_FIELDS` and :data:`FLAT_FIELDS`) with the later meshes'
+        tables in; raises what the build raised."""
+        for tables, slots in self.future.result():
             for e, m in slots:
                 self.assembly.add(e, m, tables)
         return self.assembly.tensors(device)

@@ -379,10 +379,9 @@ class MeshWorld:
             for dtype, inv in ((torch.float32, self._inv_poses32), (torch.float64, self._inv_poses))
         }
         _mark_static(self._op_world)
-        #: the tables of large meshes, still being built on a background thread (None: all in)
+        #: the tables of large meshes, still being built on a background thread (None: all in; CPU only)
         self._later = prepared.later
-        #: table tensors replaced when later tables went in, kept alive for CUDA graphs captured before
-        self._retired: list[torch.Tensor] = []
+        self._take_lock = threading.Lock()
         if scenes or any(isinstance(p, Mapping) for p in ([poses] if not single else poses or ())):
             # per-entry poses (or names) -> per-slot poses, each scene's node transforms composed in
             self.set_poses(_slot_poses(poses, layouts, single))
@@ -650,24 +649,25 @@ class MeshWorld:
         give the same distances without them (only slower, for points deep inside a mesh). Call this for
         steady timings, or to have every query take the same path.
 
-        Returns whether the tables are in (False only when ``timeout`` seconds passed first). Not during
-        CUDA graph capture."""
-        if self._later is None:
+        Returns whether the tables are in (False only when ``timeout`` seconds passed first)."""
+        later = self._later
+        if later is None:
             return True
-        try:
-            self._later.future.result(timeout)
-        except TimeoutError:
+        if not later.wait(timeout):
             return False
-        except Exception:  # reported by _take_tables, below
-            pass
         self._take_tables()
         return True
 
     def _take_tables(self) -> None:
-        """Put the finished background tables in: the per-slot tensors written in place, the flat ones
-        replaced by longer ones (rows already in keep their place; the old tensors stay alive, as a CUDA graph
-        captured before may read them). A build that failed leaves the world without them (exact, slower)."""
-        later, self._later = self._later, None
+        """Put the finished background tables in. Every table field gets a new tensor (the flat tables longer,
+        with the rows already there in their place), never a write into one an op may be reading from another
+        thread: an op holds the old tensors or the new ones, field by field, and any mix of them is safe (the
+        kernels bound every row they read by the tables they got) and exact. A build that failed leaves the
+        world without them (exact, slower), with a warning."""
+        with self._take_lock:
+            later, self._later = self._later, None
+        if later is None:  # another thread took them
+            return
         try:
             tables = later.take(self._device)
         except Exception as exc:
@@ -678,15 +678,14 @@ class MeshWorld:
                 stacklevel=3,
             )
             return
-        for name in _mesh_prep.SLOT_FIELDS:
-            self._tables[name].copy_(tables[name])
         index = {name: i for i, name in enumerate(WORLD_FIELDS)}
-        for name in _mesh_prep.FLAT_FIELDS:
-            self._retired.append(self._tables[name])
+        for name in (
+            *_mesh_prep.FLAT_FIELDS,
+            *_mesh_prep.SLOT_FIELDS,
+        ):  # rows first, then what points at them
             self._tables[name] = tables[name]
             for world in self._op_world.values():
                 world[index[name]] = tables[name]
-        _mark_static({torch.float32: [tables[name] for name in _mesh_prep.FLAT_FIELDS]})
 
     def __repr__(self) -> str:
         return (
