@@ -63,7 +63,7 @@ def test_queries_before_the_tables_are_exact_and_equal_after(background, monkeyp
     points = _points().requires_grad_(True)
     world = MeshWorld([_sphere()])
     assert world.wait_tables(timeout=0) is False
-    assert world._tables["grid_flags"].item() == 0  # not known to be closed yet: no shortcut
+    assert world._tables["grid_flags"].item() == _mesh_prep._constants.FLAG_PENDING  # no shortcut yet
     assert (world._tables["cone_offsets"] == -1).all()
     before = signed_distance(points, world)
     (grad_before,) = torch.autograd.grad(before.sum(), points)
@@ -166,7 +166,8 @@ def test_failed_background_build_warns_and_stays_exact(monkeypatch):
     with pytest.warns(RuntimeWarning, match="boom"):
         got = signed_distance(points, world)
     torch.testing.assert_close(got, _sphere_distance(points), atol=1e-6, rtol=0)
-    assert world._later is None and world._tables["grid_flags"].item() == 0
+    # no tables, and the side stays that of the rays of no symmetry (as before the failure)
+    assert world._later is None and world._tables["grid_flags"].item() == _mesh_prep._constants.FLAG_PENDING
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert world.wait_tables() is True  # nothing left: no second warning
@@ -261,3 +262,52 @@ def test_forked_child_builds_the_tables_itself(monkeypatch):
         torch.tensor(distances, dtype=torch.float64), _sphere_distance(_points(20)), atol=1e-6, rtol=0
     )
     assert world.wait_tables(timeout=60) and world._tables["grid_flags"].item() == 1
+
+
+def _winding_numbers(mesh: trimesh.Trimesh, points: np.ndarray) -> np.ndarray:
+    """Generalised winding number of each point by brute force: the solid angles of every face
+    (Van Oosterom and Strackee), summed, over 4 pi."""
+    tri = mesh.vertices[mesh.faces]  # (F, 3, 3)
+    out = np.empty(len(points))
+    for start in range(0, len(points), 256):
+        p = points[start : start + 256, None, None, :]
+        a, b, c = (tri[None, :, k, :] - p[:, :, 0, :] for k in range(3))
+        la, lb, lc = (np.linalg.norm(x, axis=-1) for x in (a, b, c))
+        det = np.einsum("...i,...i", a, np.cross(b, c))
+        dots = la * lb * lc + np.einsum("...i,...i", a, b) * lc
+        dots += np.einsum("...i,...i", a, c) * lb + np.einsum("...i,...i", b, c) * la
+        out[start : start + 256] = 2.0 * np.arctan2(det, dots).sum(axis=1) / (4.0 * np.pi)
+    return out
+
+
+@pytest.mark.parametrize("sign_method", ["ray", "normal"])
+def test_signs_before_the_tables_on_a_symmetric_mesh(monkeypatch, sign_method):
+    """Before its tables, a mesh whose edges pair up takes its side from rays of no symmetry: Warp's axis rays
+    graze the vertices of an icosphere from points such as (-0.5, -0.5, 0) and call them inside."""
+    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1)
+    monkeypatch.setattr(_mesh_prep.Later, "start", lambda self: None)  # never built: the path before
+    mesh = trimesh.creation.icosphere(subdivisions=3, radius=0.5)
+    world = MeshWorld([mesh], sign_method=sign_method)
+    assert world._tables["grid_flags"].item() == _mesh_prep._constants.FLAG_PENDING
+    axis = np.linspace(-0.6, 0.6, 25)
+    points = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3)
+    got = signed_distance(torch.from_numpy(points), world).numpy()
+    inside = _winding_numbers(mesh, points) > 0.5
+    _, unsigned, _ = trimesh.proximity.closest_point(mesh, points)
+    clear = unsigned > 1e-9  # off the surface, where a side exists
+    assert (np.sign(got[clear]) == np.where(inside[clear], -1.0, 1.0)).all()
+    np.testing.assert_allclose(np.abs(got), unsigned, atol=1e-6, rtol=0)
+
+
+def test_open_mesh_answers_do_not_change_when_its_tables_come(background):
+    """An open mesh is not pending (its edges do not pair up): its own sign method before and after."""
+    sphere = _sphere()
+    opened = trimesh.Trimesh(sphere.vertices, sphere.faces[10:], process=False)  # a hole
+    world = MeshWorld([opened])
+    assert world._tables["grid_flags"].item() == 0
+    points = _points(400, seed=2)
+    before = signed_distance(points, world)
+    background.set()
+    assert world.wait_tables(timeout=60)
+    assert world._tables["grid_flags"].item() == 0  # not closed
+    assert torch.equal(signed_distance(points, world), before)

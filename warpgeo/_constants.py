@@ -57,6 +57,11 @@ FLAG_CAPSULE = 8
 FLAG_CYLINDER = 16
 #: Any of these: the slot's distance is a closed form (no BVH query).
 FLAG_PRIMITIVE = FLAG_BOX | FLAG_SPHERE | FLAG_CAPSULE | FLAG_CYLINDER
+#: ``grid_flags`` bit: the mesh's tables are being built (``warpgeo._mesh_prep.Later``) and its edges pair up
+#: (it is probably closed): until they are in, a ray or normal mesh takes its side from three rays in
+#: directions of no symmetry a mesh is likely to share (exact on closed meshes; Warp's axis rays are not, where
+#: they graze a vertex or an edge, as on a symmetric mesh), so its answers do not change when the tables come.
+FLAG_PENDING = 32
 
 # ---- gather (warpgeo/gather.py, _kernels/gather.py)
 #: Rows ``(b, c)`` one CPU gather thread copies together (the host launches ``ceil(B * C / this)`` threads):

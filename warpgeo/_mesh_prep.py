@@ -153,12 +153,14 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
             if tables is None and key in deferred:
                 bounds[e, m] = deferred[key][0].box
                 deferred[key][1].append((e, m))
+                assembly.flags[e, m] = deferred[key][0].pending_flags
                 continue
             if tables is None:
                 spec = _MeshSpec(mesh, vertices, faces, any_sliver[mesh.id], method)
-                if len(faces) >= BACKGROUND_FACES and device.type == "cpu":
+                if len(faces) >= BACKGROUND_FACES and device.type == "cpu" and not spec.cuboid:
                     bounds[e, m] = spec.box
                     deferred[key] = (spec, [(e, m)])
+                    assembly.flags[e, m] = spec.pending_flags
                     continue
                 tables = built[key] = _mesh_tables(spec, device, background=False)
             bounds[e, m] = tables.box
@@ -260,21 +262,24 @@ class _Assembly:
 
 
 class _MeshSpec:
-    """What building one mesh's tables reads: its Warp mesh, its arrays and what was found loading it."""
+    """What building one mesh's tables reads: its Warp mesh, its arrays and what was found loading it: its box,
+    whether it is a cuboid, and whether it may be closed (no sliver, and its directed edges pair up by the hash
+    test of :func:`_may_be_watertight`)."""
 
-    __slots__ = ("box", "faces", "mesh", "method", "slivers", "vertices")
+    __slots__ = ("box", "cuboid", "faces", "may_be_closed", "mesh", "method", "vertices")
 
     def __init__(
         self, mesh: Any, vertices: np.ndarray, faces: np.ndarray, slivers: bool, method: str
     ) -> None:
-        self.mesh, self.vertices, self.faces, self.slivers, self.method = (
-            mesh,
-            vertices,
-            faces,
-            slivers,
-            method,
-        )
+        self.mesh, self.vertices, self.faces, self.method = mesh, vertices, faces, method
         self.box = _box_of(vertices)
+        self.cuboid = _is_cuboid(vertices, faces, self.box)
+        self.may_be_closed = not (self.cuboid or slivers) and _may_be_watertight(faces, len(vertices))
+
+    @property
+    def pending_flags(self) -> int:
+        """``grid_flags`` of its slots while its tables are built on the background thread."""
+        return _constants.FLAG_PENDING if self.may_be_closed else 0
 
 
 def _box_of(vertices: np.ndarray) -> np.ndarray:
@@ -541,13 +546,13 @@ def _mesh_tables(spec: _MeshSpec, device: torch.device, *, background: bool, ali
             raise _Cancelled
 
     vertices, faces, box, method = spec.vertices, spec.faces, spec.box, spec.method
-    if _is_cuboid(vertices, faces, box):
+    if spec.cuboid:
         return _Built(
             box, _constants.FLAG_CLOSED | _constants.FLAG_BOX, (0, 0, 0), _empty(device), None, None
         )
     closed = False
     topology = tree = None
-    if not spec.slivers and _may_be_watertight(faces, len(vertices)):
+    if spec.may_be_closed:
         check()
         pairs = _edge_pairs(faces, len(vertices))
         check()

@@ -62,6 +62,13 @@ no sign test. The others are prepared by ``MeshWorld`` when it builds a mesh (``
   rounding margin) exceeds the nearest plane so far is skipped. Used for points in an inside cell of the
   grid; where the foot falls outside its face (a tie, rounding), the bounded query runs as before.
 
+Tables on their way. A CPU world builds a large mesh's tables on a background thread (``warpgeo._mesh_prep``);
+until they are in, its slots have none of them, and ``FLAG_PENDING`` where its edges pair up (it is probably
+closed). A ray or normal mesh so flagged takes its side from three rays of no symmetry
+(:func:`ray_vote_inside`), exact on closed meshes as the pseudo-normal is: Warp's axis rays graze vertices and
+edges of symmetric meshes (an icosphere seen from (-0.5, -0.5, 0)) and its normal test has a tie band, which
+the tables' pseudo-normal path never meets. So a mesh's answers do not change when its tables come.
+
 Far points. A point farther from a mesh's box than ``FAR_RATIO`` (2048) times the box's diagonal (or than
 ``FAR_ABS``, where Warp's float32 squared distances would overflow) is outside, and its distance is the
 distance to the nearest vertex of the mesh, scanned in ``T`` with scaled lengths (no overflow). Why this is
@@ -121,6 +128,7 @@ FLAG_BOX = wp.constant(_constants.FLAG_BOX)
 FLAG_SPHERE = wp.constant(_constants.FLAG_SPHERE)
 FLAG_CAPSULE = wp.constant(_constants.FLAG_CAPSULE)
 FLAG_CYLINDER = wp.constant(_constants.FLAG_CYLINDER)
+FLAG_PENDING = wp.constant(_constants.FLAG_PENDING)
 FLAG_PRIMITIVE = wp.constant(_constants.FLAG_PRIMITIVE)
 #: A point farther from a mesh's box than this many box diagonals takes the far path (nearest vertex): from
 #: here on the nearest vertex (relative error <= 2**-23, falling as 1/D^2) beats the float32 face choice.
@@ -231,6 +239,24 @@ def query_point(mesh: wp.uint64, p: wp.vec3, max_dist: float, sign: int):
     if sign == SIGN_UNSIGNED:
         return wp.mesh_query_point_no_sign(mesh, p, max_dist)
     return wp.mesh_query_point(mesh, p, max_dist)
+
+
+@wp.func
+def ray_vote_inside(mesh: wp.uint64, p: wp.vec3):
+    """Whether ``p`` is inside a closed mesh by a vote of three rays (the side of the first face each hits), in
+    directions of no symmetry a mesh is likely to share (``FLAG_PENDING``): none runs along an axis, a
+    diagonal or a coordinate plane, where Warp's axis rays graze the vertices and edges of symmetric meshes."""
+    votes = int(0)
+    q = wp.mesh_query_ray(mesh, p, wp.normalize(wp.vec3(0.5773503, 0.6947465, 0.4292036)), UNBOUNDED)
+    if q.result and q.sign < 0.0:
+        votes += 1
+    q = wp.mesh_query_ray(mesh, p, wp.normalize(wp.vec3(-0.7236068, 0.2763932, -0.6324555)), UNBOUNDED)
+    if q.result and q.sign < 0.0:
+        votes += 1
+    q = wp.mesh_query_ray(mesh, p, wp.normalize(wp.vec3(0.1896427, -0.8506508, -0.4905174)), UNBOUNDED)
+    if q.result and q.sign < 0.0:
+        votes += 1
+    return votes >= 2
 
 
 @wp.func
@@ -721,6 +747,21 @@ def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: 
             if not known:
                 face = -1
                 by_face = False
+    if face < 0 and (flags & FLAG_PENDING) != 0 and sign != SIGN_WINDING and sign != SIGN_UNSIGNED:
+        # probably closed, its tables not in yet: the side from rays of no symmetry (see ray_vote_inside)
+        inside = ray_vote_inside(mesh, p32)
+        q = wp.mesh_query_point_no_sign(mesh, p32, padded(search32))
+        if not q.result:
+            if not inside:  # outside, and nothing within reach
+                return False, zero, type(p)()
+            q = wp.mesh_query_point_no_sign(mesh, p32, UNBOUNDED)
+        if not q.result:
+            return False, zero, type(p)()
+        face = q.face
+        a = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 0))
+        b = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 1))
+        c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
+        closest, feature = closest_point_on_triangle(pd, a, b, c)
     if face < 0:
         q = query_point(mesh, p32, padded(search32), method)
         if q.result:
