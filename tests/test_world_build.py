@@ -226,7 +226,36 @@ def test_sliver_count_matches_warps_test():
     expected = _numpy_slivers(vertices, faces)
     assert expected >= 60
     points, indices = torch.from_numpy(vertices), torch.from_numpy(faces.reshape(-1))
-    assert _mesh_prep._count_slivers(points, indices, len(faces), torch.device("cpu")) == expected
+    assert _mesh_prep._face_checks(points, indices, len(faces), torch.device("cpu"))[0] == expected
+
+
+def _edges_pair_up(faces: np.ndarray) -> bool:
+    """Reference: every directed edge a -> b of the faces has a reverse b -> a (as multisets)."""
+    directed = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
+    forward = sorted(map(tuple, directed.tolist()))
+    backward = sorted(map(tuple, directed[:, ::-1].tolist()))
+    return forward == backward
+
+
+def test_edge_pairing_hash_tells_open_meshes():
+    sphere = trimesh.creation.icosphere(subdivisions=3)
+    vertices = np.asarray(sphere.vertices, dtype=np.float32)
+    closed = np.asarray(sphere.faces, dtype=np.int32)
+    flipped = closed.copy()
+    flipped[7] = flipped[7, ::-1]  # one face wound the other way: its edges no longer pair up
+    doubled = np.concatenate([closed, closed[:1, ::-1]])  # a face and its reverse: still pairs up
+    cases = {"closed": closed, "open": closed[1:], "flipped": flipped, "doubled": doubled}
+    torus = trimesh.creation.torus(1.0, 0.3)
+    for name, faces in cases.items():
+        points, indices = torch.from_numpy(vertices), torch.from_numpy(faces.reshape(-1).copy())
+        got = _mesh_prep._face_checks(points, indices, len(faces), torch.device("cpu"))[1]
+        assert got == _edges_pair_up(faces), name
+    faces = np.asarray(torus.faces, dtype=np.int32)
+    points = torch.from_numpy(np.asarray(torus.vertices, dtype=np.float32))
+    assert _mesh_prep._face_checks(
+        points, torch.from_numpy(faces.reshape(-1)), len(faces), torch.device("cpu")
+    )[1]
+    assert _edges_pair_up(faces)
 
 
 def test_forked_child_builds_the_tables_itself(monkeypatch):

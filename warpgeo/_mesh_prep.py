@@ -101,7 +101,7 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     built: dict[tuple, _Built] = {}
     deferred: dict[tuple, tuple[_MeshSpec, list[tuple[int, int]]]] = {}  # key -> (what to build, its slots)
     wp_meshes: dict[tuple, Any] = {}
-    any_sliver: dict[int, bool] = {}  # Warp mesh id -> whether Warp's queries skip any of its faces
+    may_close: dict[int, bool] = {}  # Warp mesh id -> no sliver, and its edges may pair up
     for e, env in enumerate(envs):
         row = []
         for m, item in enumerate(env):
@@ -131,7 +131,7 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
                 # a cuboid's faces are halves of its box's sides: none is a sliver (and its world launches no
                 # kernel to build)
                 cuboid = len(faces) == 12 and _is_cuboid(vertices, faces, _box_of(vertices))
-                slivers = 0 if cuboid else _count_slivers(points, indices, len(faces), device)
+                slivers, pairs_up = (0, True) if cuboid else _face_checks(points, indices, len(faces), device)
                 if slivers == len(faces):
                     raise ValueError(
                         f"{where}: every face has zero area (or is a sliver Warp's queries skip), so the mesh "
@@ -145,7 +145,7 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
                 if winding and not getattr(mesh, "support_winding_number", False):
                     raise RuntimeError(f"{where}: Warp did not build winding-number support for this mesh")
                 wp_meshes[(content, winding)] = mesh
-                any_sliver[mesh.id] = slivers > 0
+                may_close[mesh.id] = slivers == 0 and pairs_up
             row.append(mesh)
             ids[e, m] = mesh.id
             key = (content, method)
@@ -156,7 +156,7 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
                 assembly.flags[e, m] = deferred[key][0].pending_flags
                 continue
             if tables is None:
-                spec = _MeshSpec(mesh, vertices, faces, any_sliver[mesh.id], method)
+                spec = _MeshSpec(mesh, vertices, faces, may_close[mesh.id], method)
                 if len(faces) >= BACKGROUND_FACES and device.type == "cpu" and not spec.cuboid:
                     bounds[e, m] = spec.box
                     deferred[key] = (spec, [(e, m)])
@@ -263,18 +263,16 @@ class _Assembly:
 
 class _MeshSpec:
     """What building one mesh's tables reads: its Warp mesh, its arrays and what was found loading it: its box,
-    whether it is a cuboid, and whether it may be closed (no sliver, and its directed edges pair up by the hash
-    test of :func:`_may_be_watertight`)."""
+    whether it is a cuboid, and whether it may be closed (no sliver, and its directed edges may pair up:
+    :func:`_face_checks`)."""
 
     __slots__ = ("box", "cuboid", "faces", "may_be_closed", "mesh", "method", "vertices")
 
-    def __init__(
-        self, mesh: Any, vertices: np.ndarray, faces: np.ndarray, slivers: bool, method: str
-    ) -> None:
+    def __init__(self, mesh: Any, vertices: np.ndarray, faces: np.ndarray, may_close: bool, method: str) -> None:
         self.mesh, self.vertices, self.faces, self.method = mesh, vertices, faces, method
         self.box = _box_of(vertices)
         self.cuboid = _is_cuboid(vertices, faces, self.box)
-        self.may_be_closed = not (self.cuboid or slivers) and _may_be_watertight(faces, len(vertices))
+        self.may_be_closed = may_close and not self.cuboid
 
     @property
     def pending_flags(self) -> int:
@@ -360,18 +358,25 @@ class _Token:
     """A world's build token (weakly referenced by its background build)."""
 
 
-def _count_slivers(points: Any, indices: Any, num_faces: int, device: torch.device) -> int:
-    """How many faces Warp's queries skip as slivers (``sdf_build.sliver_faces_rows``); one host read."""
-    count = torch.zeros(1, dtype=torch.int32, device=device)
+def _face_checks(points: Any, indices: Any, num_faces: int, device: torch.device) -> tuple[int, bool]:
+    """``(slivers, pairs_up)`` of a mesh (``sdf_build.face_checks_rows``): how many faces Warp's queries skip
+    as slivers, and whether its directed edges may pair up with reversed ones (False for an open mesh: a
+    boundary edge has no reverse), from one O(F) hash sum: equal multisets of directed and reversed edges have
+    equal sums of a hash ``h(a) g(b)`` of each edge ``a -> b`` (wrapping uint64 arithmetic). True for a
+    closed mesh; then :func:`_edge_pairs` decides, exactly. One host read."""
+    slivers = torch.zeros(1, dtype=torch.int32, device=device)
+    edge_hash = torch.empty(num_faces, dtype=torch.int64, device=device)
     _interop.launch_rows(
-        _interop.kernels("sdf_build").BUILD["float32"].sliver_faces_rows,
+        _interop.kernels("sdf_build").BUILD["float32"].face_checks_rows,
         num_faces,
         device=device,
         points=points,
         indices=indices,
-        count=count,
+        slivers=slivers,
+        edge_hash=edge_hash,
     )
-    return int(count.item())
+    rest = edge_hash.cpu().numpy().view(np.uint64).sum(dtype=np.uint64)
+    return int(slivers.item()), bool(rest == 0)
 
 
 #: The 12 triangles of a box over its 8 corners (corner ``i`` at ``upper`` along axis ``k`` where bit ``k`` of
@@ -691,31 +696,6 @@ def _no_faces_meet(mesh: Any, num_faces: int, device: torch.device, background: 
         found=found,
     )
     return int(found.item()) == 0
-
-
-def _may_be_watertight(faces: np.ndarray, num_vertices: int) -> bool:
-    """False where the directed edges cannot pair up with reversed ones (an open mesh: a boundary edge has no
-    reverse), from one O(F) hash sum: equal multisets of directed and reversed edges have equal sums of a
-    hash ``h(a) * g(b)`` of each edge ``a -> b`` (wrapping uint64 arithmetic). True otherwise (then
-    :func:`_edge_pairs` decides, exactly)."""
-    first, second = _vertex_hashes(num_vertices)
-    start, end = faces, np.roll(faces, -1, axis=1)
-    with np.errstate(over="ignore"):
-        forward = (first[start] * second[end]).sum(dtype=np.uint64)
-        backward = (first[end] * second[start]).sum(dtype=np.uint64)
-    return bool(forward == backward)
-
-
-def _vertex_hashes(count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Two 64-bit hashes of each vertex index (splitmix64's finaliser, two seeds), odd."""
-    out = []
-    with np.errstate(over="ignore"):
-        for seed in (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03):
-            x = np.arange(count, dtype=np.uint64) * np.uint64(seed) + np.uint64(seed)
-            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-            out.append((x ^ (x >> np.uint64(31))) | np.uint64(1))
-    return out[0], out[1]
 
 
 @functools.cache

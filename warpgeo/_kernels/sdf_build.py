@@ -1,9 +1,9 @@
 """The kernels a :class:`~warpgeo.world.MeshWorld` runs once per mesh when it is built (see ``sdf.py``).
 
 Apart from the query kernels: building a world compiles only this small module (:data:`BUILD`:
-``grid_centres``, ``face_intersections_rows`` and ``sliver_faces_rows``: the coarse distance grid, the
-closed-mesh check and the count of the faces Warp's queries skip, all launched by rows: on the CPU, side by
-side on every core), never the query kernels, and a query compiles only its own kernel. A world of cuboids
+``grid_centres``, ``face_intersections_rows`` and ``face_checks_rows``: the coarse distance grid, the
+closed-mesh check and the per-face checks of a new mesh (slivers, edge pairing hash), all launched by rows: on
+the CPU, side by side on every core), never the query kernels, and a query compiles only its own kernel. A world of cuboids
 launches none of them. ``winding_probe`` (:data:`WINDING_PROBE`, run once per process and device, for worlds
 with winding-number meshes) is a Warp module of its own: most worlds never compile it. Both tables have one
 key, ``"float32"`` (Warp meshes are float32).
@@ -256,32 +256,56 @@ def face_intersections_rows(mesh: wp.uint64, num_faces: int, found: wp.array(dty
 SLIVER_RATIO = wp.constant(1.0e-6)
 
 
-def sliver_faces_rows(
+@wp.func
+def vertex_hash(i: int, seed: wp.uint64):
+    """A 64-bit hash of vertex index ``i``: splitmix64's finaliser of ``i * seed + seed``, made odd."""
+    x = wp.uint64(i) * seed + seed
+    x = (x ^ (x >> wp.uint64(30))) * wp.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> wp.uint64(27))) * wp.uint64(0x94D049BB133111EB)
+    return (x ^ (x >> wp.uint64(31))) | wp.uint64(1)
+
+
+@wp.func
+def edge_term(a: int, b: int):
+    """The directed edge ``a -> b``'s term of the edge-pairing hash less its reverse's (wrapping uint64)."""
+    first = wp.uint64(0x9E3779B97F4A7C15)
+    second = wp.uint64(0xD1B54A32D192ED03)
+    return vertex_hash(a, first) * vertex_hash(b, second) - vertex_hash(b, first) * vertex_hash(a, second)
+
+
+def face_checks_rows(
     points: wp.array(dtype=wp.vec3),
     indices: wp.array(dtype=wp.int32),
-    count: wp.array(dtype=wp.int32),
+    slivers: wp.array(dtype=wp.int32),
+    edge_hash: wp.array(dtype=wp.int64),
     row_start: int,
 ):
-    """Count the faces ``row_start + tid`` that Warp's mesh queries skip as slivers (their own float32 test;
-    a face whose ratio is NaN, all three corners at one point, counts too) into ``count[0]``. The face indices
-    were checked on the host (``_mesh_prep.load_mesh``); launched by rows (``_interop.launch_rows``)."""
+    """Per face ``row_start + tid``: count it into ``slivers[0]`` if Warp's mesh queries skip it as a sliver
+    (their own float32 test; a NaN ratio, all three corners at one point, counts too), and write
+    ``edge_hash[f]``, the sum over its directed edges ``a -> b`` of ``h(a) g(b) - h(b) g(a)`` (wrapping 64-bit
+    integers, as int64). Where every directed edge of a mesh has its reverse, the hashes of all faces sum to 0
+    (mod 2**64); an open mesh's boundary edges almost surely leave a rest (``_mesh_prep``: whether a mesh may
+    be closed, before the exact edge pairing). The face indices were checked on the host
+    (``_mesh_prep.load_mesh``); launched by rows (``_interop.launch_rows``)."""
     f = wp.tid() + row_start
-    if 3 * f + 2 >= indices.shape[0]:
+    if f >= edge_hash.shape[0] or 3 * f + 2 >= indices.shape[0]:
         return
     i = indices[3 * f]
     j = indices[3 * f + 1]
     k = indices[3 * f + 2]
     n = points.shape[0]
     if i < 0 or j < 0 or k < 0 or i >= n or j >= n or k >= n:
-        wp.atomic_add(count, 0, 1)  # cannot happen (checked on the host); counted as unusable
+        wp.atomic_add(slivers, 0, 1)  # cannot happen (checked on the host); counted as unusable
+        edge_hash[f] = wp.int64(1)
         return
+    edge_hash[f] = wp.int64(edge_term(i, j) + edge_term(j, k) + edge_term(k, i))
     p = points[i]
     e0 = points[j] - p
     e1 = points[k] - p
     e2 = points[k] - points[j]
     ratio = wp.length(wp.cross(e0, e1)) / (wp.dot(e0, e0) + wp.dot(e1, e1) + wp.dot(e2, e2))
     if not (ratio >= SLIVER_RATIO):
-        wp.atomic_add(count, 0, 1)
+        wp.atomic_add(slivers, 0, 1)
 
 
 def winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float)):
@@ -290,11 +314,11 @@ def winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float)):
     out_sign[0] = q.sign
 
 
-#: ``BUILD["float32"].grid_centres`` / ``.face_intersections_rows`` / ``.sliver_faces_rows``: what building a
+#: ``BUILD["float32"].grid_centres`` / ``.face_intersections_rows`` / ``.face_checks_rows``: what building a
 #: world launches (``face_intersections``: the same test as one launch that counts every pair).
 BUILD = KernelTable(
     f"{__name__}.build",
-    (grid_centres, face_intersections, face_intersections_rows, sliver_faces_rows),
+    (grid_centres, face_intersections, face_intersections_rows, face_checks_rows),
     {"float32": {}},
     options=OPTIONS,
 )
