@@ -268,7 +268,9 @@ class _MeshSpec:
 
     __slots__ = ("box", "cuboid", "faces", "may_be_closed", "mesh", "method", "vertices")
 
-    def __init__(self, mesh: Any, vertices: np.ndarray, faces: np.ndarray, may_close: bool, method: str) -> None:
+    def __init__(
+        self, mesh: Any, vertices: np.ndarray, faces: np.ndarray, may_close: bool, method: str
+    ) -> None:
         self.mesh, self.vertices, self.faces, self.method = mesh, vertices, faces, method
         self.box = _box_of(vertices)
         self.cuboid = _is_cuboid(vertices, faces, self.box)

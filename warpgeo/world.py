@@ -214,6 +214,14 @@ class MeshWorld:
     world-from-scene, composed with each node's transform; afterwards (``world.poses``, :meth:`set_poses`,
     :meth:`set_enabled`, ``num_meshes``) there is one per slot.
 
+    Building: each mesh's BVH is built at once. On the CPU, a mesh of 16,384 faces or more gets the tables of
+    the queries' exact shortcuts (closed-mesh check and pseudo-normals, distance grid, a convex mesh's plane
+    tree: seconds at a million faces) on a background thread at the lowest priority, and the next op call
+    after they are done takes them in (:meth:`wait_tables` waits for them). Queries before give the same
+    distances (the same closest face up to float32 ties, the same side), only slower for points deep inside;
+    the build stops if the world is dropped first. Smaller meshes, and every mesh of a CUDA world, get their
+    tables at once.
+
     Args:
         meshes: the entries of a one-environment world, a list or a dict ``{name: entry}``; each a
             ``trimesh.Trimesh``, a ``trimesh.Scene`` (its geometries, see Scenes), a file path (obj, stl,
