@@ -340,3 +340,42 @@ def test_open_mesh_answers_do_not_change_when_its_tables_come(background):
     assert world.wait_tables(timeout=60)
     assert world._tables["grid_flags"].item() == 0  # not closed
     assert torch.equal(signed_distance(points, world), before)
+
+
+def test_background_launches_cover_every_row_and_stop_between_chunks(monkeypatch):
+    from warpgeo import _interop
+
+    mesh = trimesh.creation.icosphere(subdivisions=2)
+    vertices = torch.from_numpy(np.asarray(mesh.vertices, dtype=np.float32))
+    indices = torch.from_numpy(np.asarray(mesh.faces, dtype=np.int32).reshape(-1))
+    kernel = _interop.kernels("sdf_build").BUILD["float32"].face_checks_rows
+    cpu = torch.device("cpu")
+
+    def run(check):
+        slivers = torch.zeros(1, dtype=torch.int32)
+        hashes = torch.zeros(len(mesh.faces), dtype=torch.int64)
+        _mesh_prep._launch_rows(
+            kernel, len(mesh.faces), device=cpu, check=check, points=vertices, indices=indices,
+            slivers=slivers, edge_hash=hashes,
+        )  # fmt: skip
+        return hashes
+
+    monkeypatch.setattr(_mesh_prep, "_BACKGROUND_ROWS", 64)
+    starts = []
+    launch = _interop.launch
+    monkeypatch.setattr(
+        _interop, "launch", lambda *a, **kw: starts.append(kw["row_start"]) or launch(*a, **kw)
+    )
+    whole = run(None)  # the caller's launch_rows, at once
+    assert (whole != 0).all()
+    assert torch.equal(run(lambda: None), whole)  # in chunks: every row, the same values
+    assert starts == [0, 64, 128, 192, 256]
+
+    def stop_after_two():
+        if len(starts) >= 2:
+            raise _mesh_prep._Cancelled
+
+    starts.clear()
+    with pytest.raises(_mesh_prep._Cancelled):
+        run(stop_after_two)
+    assert starts == [0, 64]

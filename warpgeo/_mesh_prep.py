@@ -553,6 +553,7 @@ def _mesh_tables(spec: _MeshSpec, device: torch.device, *, background: bool, ali
             raise _Cancelled
 
     vertices, faces, box, method = spec.vertices, spec.faces, spec.box, spec.method
+    launches = check if background else None  # the background thread's launches check between chunks
     if spec.cuboid:
         return _Built(
             box, _constants.FLAG_CLOSED | _constants.FLAG_BOX, (0, 0, 0), _empty(device), None, None
@@ -563,7 +564,7 @@ def _mesh_tables(spec: _MeshSpec, device: torch.device, *, background: bool, ali
         check()
         pairs = _edge_pairs(faces, len(vertices))
         check()
-        if pairs is not None and _no_faces_meet(spec.mesh, len(faces), device, background):
+        if pairs is not None and _no_faces_meet(spec.mesh, len(faces), device, launches):
             closed = True
             check()
             geometry = _Geometry(vertices, faces)
@@ -583,7 +584,7 @@ def _mesh_tables(spec: _MeshSpec, device: torch.device, *, background: bool, ali
         _interop.kernels("sdf_build").BUILD["float32"].grid_centres,
         values.shape[0],
         device=device,
-        background=background,
+        check=launches,
         # a cell costs two BVH queries (closest point, then the ray vote): split it across the cores
         work_per_row=_GRID_QUERY_WORK * max(1, len(faces).bit_length()),
         mesh=spec.mesh.id,
@@ -598,14 +599,21 @@ def _mesh_tables(spec: _MeshSpec, device: torch.device, *, background: bool, ali
     return _Built(box, _constants.FLAG_CLOSED if closed else 0, dims, values, topology, tree)
 
 
-def _launch_rows(kernel: Any, rows: int, *, device: torch.device, background: bool, **args: Any) -> None:
-    """:func:`warpgeo._interop.launch_rows`, or on the background thread one launch on that thread (its
-    module was loaded by the world's build, on the caller's thread)."""
-    if background:
-        args.pop("work_per_row", None)
-        _interop.launch(kernel, rows, device=device, row_start=0, **args)
-    else:
+#: Rows per launch of a kernel on the background thread, between which it checks that its world still lives.
+_BACKGROUND_ROWS = 1 << 16
+
+
+def _launch_rows(kernel: Any, rows: int, *, device: torch.device, check: Any, **args: Any) -> None:
+    """:func:`warpgeo._interop.launch_rows` (``check`` None), or on the background thread launches of
+    :data:`_BACKGROUND_ROWS` rows on that thread alone, ``check()`` between them (its module was loaded by the
+    world's build, on the caller's thread)."""
+    if check is None:
         _interop.launch_rows(kernel, rows, device=device, **args)
+        return
+    args.pop("work_per_row", None)
+    for start in range(0, rows, _BACKGROUND_ROWS):
+        check()
+        _interop.launch(kernel, min(_BACKGROUND_ROWS, rows - start), device=device, row_start=start, **args)
 
 
 class _Geometry:
@@ -683,14 +691,15 @@ def _edge_pairs(faces: np.ndarray, num_vertices: int) -> np.ndarray | None:
     return pairs
 
 
-def _no_faces_meet(mesh: Any, num_faces: int, device: torch.device, background: bool) -> bool:
-    """Whether no two faces that share no vertex intersect (or touch, or come too near to tell)."""
+def _no_faces_meet(mesh: Any, num_faces: int, device: torch.device, check: Any = None) -> bool:
+    """Whether no two faces that share no vertex intersect (or touch, or come too near to tell); ``check``:
+    see :func:`_launch_rows`."""
     found = torch.zeros(1, dtype=torch.int32, device=device)
     _launch_rows(
         _interop.kernels("sdf_build").BUILD["float32"].face_intersections_rows,
         num_faces,
         device=device,
-        background=background,
+        check=check,
         # a face costs a box query of the BVH (a few dozen nodes and faces)
         work_per_row=_GRID_QUERY_WORK * max(1, num_faces.bit_length()),
         mesh=mesh.id,
