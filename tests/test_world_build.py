@@ -379,3 +379,25 @@ def test_background_launches_cover_every_row_and_stop_between_chunks(monkeypatch
     with pytest.raises(_mesh_prep._Cancelled):
         run(stop_after_two)
     assert starts == [0, 64]
+
+
+@pytest.mark.parametrize("later", [False, True], ids=["tables at once", "tables later"])
+def test_writing_into_the_callers_arrays_after_the_build_changes_nothing(background, later):
+    """float32 / int32 arrays are the kind a mesh could keep as views: the world keeps copies of its own (its
+    BVH and the background tables read them after the build returns)."""
+    sphere = _sphere()
+    vertices = np.asarray(sphere.vertices, dtype=np.float32).copy()
+    faces = np.asarray(sphere.faces, dtype=np.int32).copy()
+    if not later:
+        background.set()
+    world = MeshWorld([(vertices, torch.from_numpy(faces))])
+    if not later:
+        assert world.wait_tables(timeout=60)
+    vertices *= 3.0  # the caller reuses its buffers
+    faces[:, [1, 2]] = faces[:, [2, 1]]
+    background.set()
+    assert (
+        world.wait_tables(timeout=60) and world._tables["grid_flags"].item() == 1
+    )  # built from the mesh as given
+    points = _points(200, seed=4)
+    torch.testing.assert_close(signed_distance(points, world), _sphere_distance(points), atol=1e-6, rtol=0)

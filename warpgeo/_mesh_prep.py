@@ -193,8 +193,8 @@ def _empty(device: torch.device) -> torch.Tensor:
 #: grid), and a query is exact without them.
 BACKGROUND_FACES = 1 << 14
 
-#: The per-slot table fields (``(E, M, ...)``, written in place when a world's later tables go in) and the
-#: flat ones (rows of every mesh, concatenated: replaced by longer tensors then).
+#: The per-slot table fields (``(E, M, ...)``) and the flat ones (rows of every mesh, concatenated); when a
+#: world's later tables go in, each gets a new tensor (``MeshWorld._take_tables``).
 SLOT_FIELDS = ("grid_dims", "grid_flags", "topo_offsets", "cone_offsets")
 FLAT_FIELDS = (
     "grid_cells", "face_neighbors", "vertex_normals", "cone_nodes", "cone_links", "cone_planes", "cone_faces"
@@ -340,7 +340,7 @@ class Later:
     def wait(self, timeout: float | None = None) -> bool:
         """Whether the build finished (or failed) within ``timeout`` seconds."""
         self._forked()
-        self.start()  # a world whose set-up failed never started it
+        self.start()  # a no-op once started (the world starts it at the end of its set-up)
         try:
             self.future.exception(timeout)
         except TimeoutError:
@@ -452,7 +452,8 @@ def is_vf_pair(item: Any) -> bool:
 
 
 def load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(vertices (V, 3) float32, faces (F, 3) int32)`` of one mesh argument, validated."""
+    """``(vertices (V, 3) float32, faces (F, 3) int32)`` of one mesh argument, validated: arrays of their own
+    (never views of the caller's)."""
     # trimesh is imported only to load a file (its import costs most of a second): an object can only be a
     # trimesh.Trimesh if the caller has imported trimesh already
     trimesh = sys.modules.get("trimesh")
@@ -517,7 +518,10 @@ def load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
         raise IndexError(
             f"{where}: face indices must lie in [0, {len(vertices)}); got values in [{lo}, {hi}]"
         )
-    return np.ascontiguousarray(vertices, dtype=np.float32), np.ascontiguousarray(faces, dtype=np.int32)
+    # copies of our own, also where the input is float32 / int32 already: the Warp mesh points into them and
+    # the background tables read them after the build returns, so a caller writing into its arrays later
+    # must not reach either
+    return np.array(vertices, dtype=np.float32, order="C"), np.array(faces, dtype=np.int32, order="C")
 
 
 def _to_numpy(x: Any, name: str) -> np.ndarray:

@@ -687,10 +687,8 @@ class MeshWorld:
             )
             return
         index = {name: i for i, name in enumerate(WORLD_FIELDS)}
-        for name in (
-            *_mesh_prep.FLAT_FIELDS,
-            *_mesh_prep.SLOT_FIELDS,
-        ):  # rows first, then what points at them
+        rows_first = (*_mesh_prep.FLAT_FIELDS, *_mesh_prep.SLOT_FIELDS)  # then the offsets that point at them
+        for name in rows_first:
             self._tables[name] = tables[name]
             for world in self._op_world.values():
                 world[index[name]] = tables[name]
