@@ -12,7 +12,7 @@ key, ``"float32"`` (Warp meshes are float32).
 import warp as wp
 
 from warpgeo._kernels._table import KernelTable
-from warpgeo._kernels.sdf import UNBOUNDED
+from warpgeo._kernels.sdf import UNBOUNDED, ray_vote_inside
 
 # warpgeo writes every backward itself: no adjoints (they would double the build time)
 wp.set_module_options({"enable_backward": False})
@@ -32,7 +32,8 @@ def grid_centres(
 ):
     """Distance of the centre of grid cell ``row_start + tid`` (row-major ``(nx, ny, nz)`` cells of ``size``
     from ``lower``), for a MeshWorld's grid. ``with_sign``: negative inside, and NaN (a cell of unknown side)
-    where the pseudo-normal and the ray vote disagree. Launched by rows (``_interop.launch_rows``)."""
+    where Warp's pseudo-normal and a vote of three rays (``sdf.ray_vote_inside``: no second closest-point
+    search) disagree. Launched by rows (``_interop.launch_rows``)."""
     i = wp.tid() + row_start
     if i >= out.shape[0]:
         return
@@ -45,8 +46,7 @@ def grid_centres(
     if q.result:
         d = wp.length(p - wp.mesh_eval_position(mesh, q.face, q.u, q.v))
         if with_sign != 0:
-            ray = wp.mesh_query_point(mesh, p, UNBOUNDED)
-            if (not ray.result) or ray.sign != q.sign:
+            if ray_vote_inside(mesh, p) != (q.sign < 0.0):
                 d = wp.nan
             elif q.sign < 0.0:
                 d = -d
