@@ -97,10 +97,11 @@ def _floor_case(device: torch.device) -> Callable[[], object]:
     """The floor of a gather's forward + backward from Python: a bare autograd Function launching the same
     two Warp kernels through warpgeo's launcher, with no checks, no template, no dispatch (CPU only: the
     row kernels). What the op template adds is the gather row minus this one."""
-    from warpgeo import _interop
+    from warpgeo import _launch
     from warpgeo._constants import GATHER_CHANNELS_PER_ROW as block
+    from warpgeo._kernels import gather as gather_kernels
 
-    rows = _interop.kernels("gather").ROWS["int64", "single"]  # int64 indices, float32 features
+    rows = gather_kernels.ROWS["int64", "single"]  # int64 indices, float32 features
     gather_kernel, scatter_kernel = rows.gather_rows, rows.scatter_add_rows
 
     class Bare(torch.autograd.Function):
@@ -109,7 +110,7 @@ def _floor_case(device: torch.device) -> Callable[[], object]:
             b, c, n = features.shape
             out = torch.empty(b, c, idx.shape[1])
             args = {"features": features.view(torch.int32), "idx": idx, "out": out.view(torch.int32)}
-            _interop._run(gather_kernel, (b * -(-c // block),), device, None, {**args, "row_start": 0})
+            _launch.run(gather_kernel, (b * -(-c // block),), device, None, {**args, "row_start": 0})
             ctx.save_for_backward(idx)
             ctx.num_points = n
             return out
@@ -120,7 +121,7 @@ def _floor_case(device: torch.device) -> Callable[[], object]:
             b, c, _ = grad.shape
             out = torch.empty(b, c, ctx.num_points)
             args = {"grad_out": grad.contiguous(), "idx": idx, "grad_features": out, "row_start": 0}
-            _interop._run(scatter_kernel, (b * c,), device, None, args)
+            _launch.run(scatter_kernel, (b * c,), device, None, args)
             return out, None
 
     gen = torch.Generator().manual_seed(0)
@@ -161,14 +162,14 @@ _FIRST_CALL = {
 #: A one-line Warp kernel, compiled and launched through warpgeo's Warp (the floor of a first call: Warp's
 #: import and the build of a process's first module).
 _FLOOR = """
-from warpgeo import _interop
-wp = _interop.warp()
+from warpgeo import _launch, _warp
+wp = _warp.warp()
 
 @wp.kernel
 def one(a: wp.array(dtype=float)):
     a[wp.tid()] = 1.0
 
-_interop.launch(one, 1, device=d, a=torch.zeros(1, device=d))
+_launch.launch(one, 1, device=d, a=torch.zeros(1, device=d))
 """
 
 

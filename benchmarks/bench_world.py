@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_size_arguments, import_peer, print_header, report, sync, timeit
 
 import warpgeo
-from warpgeo import _interop
+from warpgeo import _warp
 
 #: The icosphere subdivisions of each size (20 * 4**s faces); the other meshes are made to about as many.
 _SUBDIVISIONS = (3, 4, 5, 6, 7, 8)
@@ -107,8 +107,8 @@ def open3d_build_and_query(o3d, vertices32, faces32, points32) -> float:
 
 
 def bare_warp_mesh(vertices32, faces32, device) -> None:
-    wp = _interop.warp()
-    wdev = _interop.warp_device(device)
+    wp = _warp.warp()
+    wdev = _warp.warp_device(device)
     mesh = wp.Mesh(
         points=wp.array(vertices32, dtype=wp.vec3, device=wdev),
         indices=wp.array(faces32.reshape(-1), dtype=wp.int32, device=wdev),

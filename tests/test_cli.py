@@ -450,7 +450,7 @@ def test_warmup_compiles_every_cpu_module_into_warps_cache(capsys):
     assert main(["warmup", "--device", "cpu"]) == 0
     err = capsys.readouterr().err
     assert f"warpgeo: {len(cpu_modules)} kernel modules ready for cpu" in err
-    wp = warpgeo._interop.warp()
+    wp = warpgeo._warp.warp()
     for name in cpu_modules:  # loaded for the block size CPU launches run (one thread per block)
         assert wp.get_module(name).load(wp.get_device("cpu"), 1) is not None
 

@@ -34,7 +34,19 @@ ARCHS = (80, 90)
 #: Warp's launch size when a launch names no block_dim (``Module.options["block_dim"]``'s default).
 _WARP_DEFAULT_BLOCK_DIM = 256
 #: warpgeo modules that are not ops (they launch nothing of their own).
-_NOT_OPS = {"_kernels", "_interop", "_warmup", "_op", "_constants", "cli", "demos", "compat", "__main__"}
+_NOT_OPS = {
+    "_kernels",
+    "_warp",
+    "_launch",
+    "checks",
+    "_warmup",
+    "_op",
+    "_constants",
+    "cli",
+    "demos",
+    "compat",
+    "__main__",
+}
 
 
 def kernel_modules() -> dict[str, tuple[str, int]]:

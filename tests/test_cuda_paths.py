@@ -1,5 +1,5 @@
 """CUDA's algorithms, run on CPU tensors: every choice an op makes by device, taken here the CUDA way
-(``warpgeo._interop.PATHS.cuda_on_cpu``: block and element kernels, torch sorts, one launch of one row per
+(``warpgeo._warp.PATHS.cuda_on_cpu``: block and element kernels, torch sorts, one launch of one row per
 thread) and compared with the CPU path, bit for bit where the contract says so.
 
 What cannot run without a GPU (streams, ``cuda:N``, graph capture, sync-debug mode, pinned-memory
@@ -14,20 +14,20 @@ import torch
 import trimesh
 
 import warpgeo
-from warpgeo import _interop
+from warpgeo import _launch, _warp
 
 
 def _both(fn):
     """``fn()`` on the CPU's algorithms, then on CUDA's (the tile kernels with real lanes: Warp's CPU blocks)."""
-    wp = _interop.warp()
+    wp = _warp.warp()
     expected = fn()
     previous = wp.config.enable_cpu_blocks
-    _interop.PATHS.cuda_on_cpu = True
+    _warp.PATHS.cuda_on_cpu = True
     wp.config.enable_cpu_blocks = True
     try:
         got = fn()
     finally:
-        _interop.PATHS.cuda_on_cpu = False
+        _warp.PATHS.cuda_on_cpu = False
         wp.config.enable_cpu_blocks = previous
     return expected, got
 
@@ -41,8 +41,8 @@ def _ties(b, n, *, dtype=torch.float32):
 def test_the_switch_reaches_the_kernels(monkeypatch):
     """With the switch on, CPU tensors run CUDA's kernels (the comparisons below compare two paths)."""
     launched = []
-    real_run = _interop._run
-    monkeypatch.setattr(_interop, "_run", lambda *a: (launched.append(a[0].key), real_run(*a)))
+    real_run = _launch.run
+    monkeypatch.setattr(_launch, "run", lambda *a: (launched.append(a[0].key), real_run(*a)))
 
     def run():
         launched.clear()
@@ -60,16 +60,16 @@ def test_the_switch_reaches_the_kernels(monkeypatch):
 
 def test_the_switch_reaches_the_choices():
     cpu = torch.device("cpu")
-    assert not _interop.cuda_algorithms(cpu)
-    _interop.PATHS.cuda_on_cpu = True
+    assert not _warp.cuda_algorithms(cpu)
+    _warp.PATHS.cuda_on_cpu = True
     try:
-        assert _interop.cuda_algorithms(cpu)
+        assert _warp.cuda_algorithms(cpu)
         from warpgeo import gather, neighbors
 
         assert gather._scatter_method(cpu, True) == "segments"
         assert neighbors._method(torch.zeros(1, 1000, 3), None) in ("sort", "brute")
     finally:
-        _interop.PATHS.cuda_on_cpu = False
+        _warp.PATHS.cuda_on_cpu = False
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

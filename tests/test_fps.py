@@ -360,10 +360,10 @@ def test_cuda_block_kernel_agrees_on_the_cpu(block_dim):
     """The one-block-per-cloud kernel CUDA runs, run here with Warp's CPU blocks (real lanes when
     ``enable_cpu_blocks`` is on), on a cloud full of exact ties: the cross-lane arg-max must pick the same
     (lowest) index as the serial CPU kernel."""
-    from warpgeo import _interop
+    from warpgeo import _launch, _warp
     from warpgeo._kernels import fps_cuda as kernels
 
-    wp = _interop.warp()
+    wp = _warp.warp()
     points = torch.randint(0, 4, (3, 300, 3)).float()
     batch, n, k = 3, 300, 300
     lengths = torch.tensor([300, 123, 7], dtype=torch.int32)
@@ -383,7 +383,7 @@ def test_cuda_block_kernel_agrees_on_the_cpu(block_dim):
     try:
         assert kernels.FPS_BLOCK.cuda_only and kernels.FPS_BLOCK.block_dim >= 32  # a CPU warmup skips it
         kernel = kernels.FPS_BLOCK["float32"].fps_block
-        _interop.launch(kernel, [batch], device=torch.device("cpu"), tiled=True, block_dim=block_dim, **args)
+        _launch.launch(kernel, [batch], device=torch.device("cpu"), tiled=True, block_dim=block_dim, **args)
     finally:
         wp.config.enable_cpu_blocks = previous
     expected, expected_dist = farthest_point_sampling(
@@ -412,10 +412,10 @@ def test_shape_checks_run_once_per_call(monkeypatch, grad):
     """The op's check runs exactly once per call, from every entry point: the public function (every form
     of num_samples / start_index, with and without a gradient), the public Function, the registered op.
     Counted where the op's check ends, the device check."""
-    from warpgeo import _interop
+    from warpgeo import checks
 
     calls = []
-    real = _interop.check_device
+    real = checks.check_device
 
     def counted(reference, **tensors):
         calls.append(reference)
@@ -423,7 +423,7 @@ def test_shape_checks_run_once_per_call(monkeypatch, grad):
 
     points = _cloud(2, 60).requires_grad_(grad)
     lengths = torch.tensor([60, 30])
-    monkeypatch.setattr(_interop, "check_device", counted)
+    monkeypatch.setattr(checks, "check_device", counted)
     for run in (
         lambda: farthest_point_sampling(points, 8),
         lambda: farthest_point_sampling(points[0], 8),

@@ -10,7 +10,7 @@ import torch
 from reference import gather_backward_reference, gather_reference
 
 import warpgeo
-from warpgeo import _interop
+from warpgeo import _launch
 from warpgeo import gather as gather_module
 from warpgeo.gather import GatherPoints, gather_points
 
@@ -297,7 +297,7 @@ def test_every_weighted_kernel_matches_loops(dtype):
 
 @pytest.mark.parametrize("max_rows", [4, 7, 30])
 def test_every_kernel_split_into_blocks_equals_one_launch(monkeypatch, max_rows):
-    """``_interop.launch_blocks`` cuts a launch of more than ``MAX_LAUNCH_ROWS`` rows (lowered here) into ranges
+    """``_launch.launch_blocks`` cuts a launch of more than ``MAX_LAUNCH_ROWS`` rows (lowered here) into ranges
     of B, or one b at a time in chunks of the grid's last dimension; every gather kernel, row kernels and
     element grids alike, gives what one launch gives."""
     gen = torch.Generator().manual_seed(max_rows)
@@ -326,9 +326,9 @@ def test_every_kernel_split_into_blocks_equals_one_launch(monkeypatch, max_rows)
 
     expected = run_all()
     launches = []
-    real_run = _interop._run
-    monkeypatch.setattr(_interop, "_run", lambda *args: (launches.append(args[1]), real_run(*args)))
-    monkeypatch.setattr(_interop, "MAX_LAUNCH_ROWS", max_rows)
+    real_run = _launch.run
+    monkeypatch.setattr(_launch, "run", lambda *args: (launches.append(args[1]), real_run(*args)))
+    monkeypatch.setattr(_launch, "MAX_LAUNCH_ROWS", max_rows)
     for want, got in zip(expected, run_all(), strict=True):
         assert torch.equal(want, got)
     # a launch has at most max_rows rows, or one (b, :, l) column of an element grid: C = 5 is never split
@@ -367,10 +367,8 @@ def test_large_fresh_outputs_ask_for_huge_pages_inside_their_own_memory(monkeypa
 def test_forward_and_backward_run_kernels_of_one_warp_module(monkeypatch, dtype, weighted):
     """A first gather + backward compiles one Warp module (per index dtype and precision), not every kernel."""
     modules = set()
-    real_run = _interop._run
-    monkeypatch.setattr(
-        _interop, "_run", lambda *args: (modules.add(args[0].module.name), real_run(*args))[1]
-    )
+    real_run = _launch.run
+    monkeypatch.setattr(_launch, "run", lambda *args: (modules.add(args[0].module.name), real_run(*args))[1])
     features = torch.randn(2, 6, 50, dtype=dtype, requires_grad=True)
     idx = torch.randint(-1, 50, (2, 30, 3))
     weight = torch.rand(2, 30, 3, requires_grad=True) if weighted else None
@@ -385,7 +383,7 @@ def test_cpu_rows_are_split_among_threads_consistently(monkeypatch):
     grad = torch.randn(3, 5, 40)
     serial = []
     for threshold in (1 << 60, 1):  # one launch, then one launch per torch thread
-        monkeypatch.setattr(_interop, "_MIN_SPLIT_WORK", threshold)
+        monkeypatch.setattr(_launch, "_MIN_SPLIT_WORK", threshold)
         f = features.clone().requires_grad_()
         out = gather_points(f, idx)
         out.backward(grad)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import warpgeo
-from warpgeo import _interop
+from warpgeo import _launch, _warp, checks
 
 
 def test_import_does_no_work():
@@ -38,28 +38,28 @@ def test_public_names_resolve():
 
 
 def test_cpu_device():
-    assert str(_interop.warp_device(torch.device("cpu"))) == "cpu"
-    assert _interop.warp_stream(torch.device("cpu")) is None
+    assert str(_warp.warp_device(torch.device("cpu"))) == "cpu"
+    assert _warp.warp_stream(torch.device("cpu")) is None
 
 
 @pytest.mark.parametrize("device", ["meta", "mps"])
 def test_unsupported_device_raises(device):
     with pytest.raises(ValueError, match=device):
-        _interop.warp_device(torch.device(device))
+        _warp.warp_device(torch.device(device))
 
 
 def test_cuda_device_and_current_stream():
-    assert str(_interop.warp_device(torch.device("cuda:0"))) == "cuda:0"
+    assert str(_warp.warp_device(torch.device("cuda:0"))) == "cuda:0"
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        stream = _interop.warp_stream(torch.device("cuda:0"))
+        stream = _warp.warp_stream(torch.device("cuda:0"))
         assert stream.cuda_stream == side.cuda_stream
 
 
 def test_cuda_index_is_kept():
-    assert str(_interop.warp_device(torch.device("cuda:1"))) == "cuda:1"
+    assert str(_warp.warp_device(torch.device("cuda:1"))) == "cuda:1"
     with torch.cuda.device(1):
-        assert str(_interop.warp_device(torch.device("cuda"))) == "cuda:1"
+        assert str(_warp.warp_device(torch.device("cuda"))) == "cuda:1"
 
 
 # dtypes ------------------------------------------------------------------------------------------------
@@ -76,37 +76,37 @@ def test_cuda_index_is_kept():
 )
 def test_dtype_table(dtype, compute):
     t = torch.zeros(2, 3, dtype=dtype)
-    _interop.check_float(t, "x")
-    assert _interop.compute_dtype(dtype) == compute
-    assert _interop.to_compute(t).dtype == compute
+    checks.check_float(t, "x")
+    assert _warp.compute_dtype(dtype) == compute
+    assert _warp.to_compute(t).dtype == compute
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.complex64, torch.uint8])
 def test_unsupported_float_dtype_raises(dtype):
     with pytest.raises(TypeError, match=r"spheres must have dtype .*got torch\."):
-        _interop.check_float(torch.zeros(2, dtype=dtype), "spheres")
+        checks.check_float(torch.zeros(2, dtype=dtype), "spheres")
 
 
 def test_index_dtypes():
-    _interop.check_index(torch.zeros(2, dtype=torch.int32), "idx")
-    _interop.check_index(torch.zeros(2, dtype=torch.int64), "idx")
+    checks.check_index(torch.zeros(2, dtype=torch.int32), "idx")
+    checks.check_index(torch.zeros(2, dtype=torch.int64), "idx")
     with pytest.raises(TypeError, match="idx"):
-        _interop.check_index(torch.zeros(2, dtype=torch.float32), "idx")
+        checks.check_index(torch.zeros(2, dtype=torch.float32), "idx")
     with pytest.raises(TypeError, match=r"idx must be a torch\.Tensor"):
-        _interop.check_index([1, 2], "idx")
+        checks.check_index([1, 2], "idx")
 
 
 def test_same_device_check():
     a = torch.zeros(2)
-    assert _interop.check_device("a", a=a, b=torch.zeros(1), c=None) == a.device
+    assert checks.check_device("a", a=a, b=torch.zeros(1), c=None) == a.device
     with pytest.raises(ValueError, match="b must be on the same device as a"):
-        _interop.check_device("a", a=a, b=torch.zeros(1, device="meta"))
+        checks.check_device("a", a=a, b=torch.zeros(1, device="meta"))
     with pytest.raises(ValueError, match="warpgeo runs on 'cpu' and 'cuda'"):
-        _interop.check_device("a", a=torch.zeros(1, device="meta"))
+        checks.check_device("a", a=torch.zeros(1, device="meta"))
 
 
 def test_kernel_table_builds_a_module_per_key_on_first_lookup():
-    wp = _interop.warp()
+    wp = _warp.warp()
     from warpgeo._kernels._table import TABLES, KernelTable
 
     def fill(out: wp.array(dtype=Any), value: float):
@@ -124,7 +124,7 @@ def test_kernel_table_builds_a_module_per_key_on_first_lookup():
         kernel = table["float64"].fill
         assert table["float64"].fill is kernel and set(table._built) == {"float64"}
         out = torch.zeros(3, dtype=torch.float64)
-        _interop.launch(kernel, 3, device=torch.device("cpu"), out=out, value=2.5)
+        _launch.launch(kernel, 3, device=torch.device("cpu"), out=out, value=2.5)
         assert out.tolist() == [2.5] * 3
         with pytest.raises(KeyError, match="has no 'float16'"):
             table["float16"]
@@ -141,16 +141,16 @@ def test_kernel_table_builds_a_module_per_key_on_first_lookup():
 
 def test_value_check_switch():
     cpu = torch.device("cpu")
-    assert _interop.checking_values(cpu)
+    assert checks.checking_values(cpu)
     with warpgeo.value_checks(False):
-        assert not _interop.checking_values(cpu)
+        assert not checks.checking_values(cpu)
         with warpgeo.value_checks(True):
-            assert _interop.checking_values(cpu)
-        assert not _interop.checking_values(cpu)
-    assert _interop.checking_values(cpu)
+            assert checks.checking_values(cpu)
+        assert not checks.checking_values(cpu)
+    assert checks.checking_values(cpu)
     warpgeo.set_value_checks(False)
     try:
-        assert not _interop.checking_values(cpu)
+        assert not checks.checking_values(cpu)
     finally:
         warpgeo.set_value_checks(True)
     with pytest.raises(TypeError, match="enabled must be a bool"):
@@ -161,7 +161,7 @@ def test_value_check_switch():
 
 
 def _scale_kernel():
-    wp = _interop.warp()
+    wp = _warp.warp()
 
     @wp.kernel(module="unique")
     def scale_rows(
@@ -183,10 +183,10 @@ def test_launch_binds_by_name_zero_copy_and_strided():
     base = torch.arange(2 * 5 * 3, dtype=torch.float32).reshape(5, 2, 3)
     points = base.transpose(0, 1)  # (2, 5, 3), not contiguous: passed with its strides, no copy
     out = torch.zeros(2, 5, 3)
-    _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out)
+    _launch.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out)
     torch.testing.assert_close(out, points * 2.0)
     out.zero_()
-    _interop.launch(kernel, 2, device=cpu, points=points, factor=3.0, out=out, row_start=0)
+    _launch.launch(kernel, 2, device=cpu, points=points, factor=3.0, out=out, row_start=0)
     torch.testing.assert_close(out, points * 3.0)
 
 
@@ -200,10 +200,10 @@ def test_split_launch_builds_only_what_cpu_launches_run(monkeypatch):
     points = torch.rand(4, 3, 3)
     out = torch.zeros(4, 3, 3)
     launches = []
-    real_run = _interop._run
-    monkeypatch.setattr(_interop, "_run", lambda *a: (launches.append(a[1]), real_run(*a)))
-    _interop.launch_rows(
-        kernel, 4, device=cpu, work_per_row=_interop._MIN_SPLIT_WORK, points=points, factor=2.0, out=out
+    real_run = _launch.run
+    monkeypatch.setattr(_launch, "run", lambda *a: (launches.append(a[1]), real_run(*a)))
+    _launch.launch_rows(
+        kernel, 4, device=cpu, work_per_row=_launch._MIN_SPLIT_WORK, points=points, factor=2.0, out=out
     )
     assert len(launches) > 1  # it did split
     torch.testing.assert_close(out, points * 2.0)
@@ -215,30 +215,30 @@ def test_launch_refuses_missing_unexpected_and_mistyped_arguments():
     cpu = torch.device("cpu")
     points, out = torch.zeros(2, 5, 3), torch.zeros(2, 5, 3)
     with pytest.raises(TypeError, match=r"missing arguments \['factor'\]"):
-        _interop.launch_rows(kernel, 2, device=cpu, points=points, out=out)
+        _launch.launch_rows(kernel, 2, device=cpu, points=points, out=out)
     with pytest.raises(TypeError, match=r"unexpected \['scale'\]"):
-        _interop.launch_rows(kernel, 2, device=cpu, points=points, scale=2.0, factor=2.0, out=out)
+        _launch.launch_rows(kernel, 2, device=cpu, points=points, scale=2.0, factor=2.0, out=out)
     # Warp itself refuses a wrong element type or rank (the first tensor of its kind per parameter)
     with pytest.raises(
         TypeError, match=r"out=\.\.\.\): a tensor of shape \(2, 5, 3\) and dtype torch.float64"
     ):
-        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out.double())
+        _launch.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out.double())
     with pytest.raises(TypeError, match=r"factor=\.\.\.\): a tensor"):
-        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=torch.ones(1), out=out)
+        _launch.launch_rows(kernel, 2, device=cpu, points=points, factor=torch.ones(1), out=out)
     with pytest.raises(TypeError, match=r"points=\.\.\.\): a tensor of shape \(2, 5, 4\)"):
-        _interop.launch_rows(kernel, 2, device=cpu, points=torch.zeros(2, 5, 4), factor=2.0, out=out)
+        _launch.launch_rows(kernel, 2, device=cpu, points=torch.zeros(2, 5, 4), factor=2.0, out=out)
     with pytest.raises(TypeError, match=r"points=\.\.\.\): a tensor of shape \(2, 5\)"):
-        _interop.launch_rows(kernel, 2, device=cpu, points=torch.zeros(2, 5), factor=2.0, out=out)
+        _launch.launch_rows(kernel, 2, device=cpu, points=torch.zeros(2, 5), factor=2.0, out=out)
     # after a good call, a tensor of a new kind is checked again
-    _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out)
+    _launch.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out)
     with pytest.raises(
         TypeError, match=r"out=\.\.\.\): a tensor of shape \(2, 5, 3\) and dtype torch.float64"
     ):
-        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out.double())
+        _launch.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out.double())
     with pytest.raises(TypeError, match=r"out=\.\.\.\): a tensor of shape \(2, 5, 3, 1\)"):
-        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out[..., None])
+        _launch.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out[..., None])
     # an empty grid launches nothing
-    _interop.launch(kernel, [0], device=cpu, points=points, factor=2.0, out=out, row_start=0)
+    _launch.launch(kernel, [0], device=cpu, points=points, factor=2.0, out=out, row_start=0)
 
 
 def test_launch_rewrites_what_changed_between_calls():
@@ -250,17 +250,17 @@ def test_launch_rewrites_what_changed_between_calls():
     points = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)
     out = torch.zeros(2, 4, 3)
     for factor in (2.0, 2.0, 3.0, 3, -1.5):
-        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=factor, out=out)
+        _launch.launch_rows(kernel, 2, device=cpu, points=points, factor=factor, out=out)
         torch.testing.assert_close(out, points * factor)
     first = out.clone()
     out.set_(torch.zeros(2, 4, 3).untyped_storage(), 0, (2, 4, 3), (12, 3, 1))  # same object, new memory
-    _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=-1.5, out=out)
+    _launch.launch_rows(kernel, 2, device=cpu, points=points, factor=-1.5, out=out)
     torch.testing.assert_close(out, first)
     out.resize_(1, 4, 3)  # same memory, fewer rows: the kernel must see the new shape
-    _interop.launch_rows(kernel, 1, device=cpu, points=points[:1], factor=5.0, out=out)
+    _launch.launch_rows(kernel, 1, device=cpu, points=points[:1], factor=5.0, out=out)
     torch.testing.assert_close(out, points[:1] * 5.0)
     points.mul_(2.0)  # new values in the same memory
-    _interop.launch_rows(kernel, 1, device=cpu, points=points[:1], factor=5.0, out=out)
+    _launch.launch_rows(kernel, 1, device=cpu, points=points[:1], factor=5.0, out=out)
     torch.testing.assert_close(out, points[:1] * 5.0)
 
 
@@ -268,26 +268,26 @@ def test_launches_are_warps_recorded_launch_objects(monkeypatch):
     """Every launch, CPU and CUDA, replays a ``wp.Launch`` recorded by ``wp.launch(..., record_cmd=True)``
     (Warp's public API), one per kernel, device, block size and thread; changes between calls reach the
     kernel and earlier outputs are left alone."""
-    wp = _interop.warp()
-    monkeypatch.setattr(_interop, "_THREAD", threading.local())  # fresh records
+    wp = _warp.warp()
+    monkeypatch.setattr(_launch, "_THREAD", threading.local())  # fresh records
     kernel = _scale_kernel()
     cpu = torch.device("cpu")
     points = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)
     out = torch.zeros(2, 4, 3)
     for factor in (2.0, 3.0, 3):
-        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=factor, out=out)
+        _launch.launch_rows(kernel, 2, device=cpu, points=points, factor=factor, out=out)
         torch.testing.assert_close(out, points * factor)
-    (record,) = _interop._THREAD.recorded.values()
+    (record,) = _launch._THREAD.recorded.values()
     assert isinstance(record.cmd, wp.Launch)
     other = torch.zeros(2, 4, 3)
-    _interop.launch_rows(kernel, 2, device=cpu, points=points + 1, factor=0.5, out=other)
+    _launch.launch_rows(kernel, 2, device=cpu, points=points + 1, factor=0.5, out=other)
     torch.testing.assert_close(other, (points + 1) * 0.5)
     torch.testing.assert_close(out, points * 3.0)  # the previous output is left alone
-    assert len(_interop._THREAD.recorded) == 1
+    assert len(_launch._THREAD.recorded) == 1
 
 
 def _world_struct():
-    wp = _interop.warp()
+    wp = _warp.warp()
     globals()["wp"] = wp  # the struct's annotations are evaluated in this module's namespace
 
     @wp.struct
@@ -310,35 +310,35 @@ def test_struct_arguments_built_from_tensors_and_cached():
     cpu = torch.device("cpu")
     offsets = torch.rand(4, 3)
     points = torch.rand(4, 3)
-    world = _interop.struct(Shift, offsets=offsets, scale=2.0)
-    assert _interop.struct(Shift, offsets=offsets, scale=2.0) is world  # same tensors: same instance
-    assert _interop.struct(Shift, offsets=offsets, scale=3.0) is not world
+    world = _launch.struct(Shift, offsets=offsets, scale=2.0)
+    assert _launch.struct(Shift, offsets=offsets, scale=2.0) is world  # same tensors: same instance
+    assert _launch.struct(Shift, offsets=offsets, scale=3.0) is not world
     out = torch.zeros(4, 3)
-    _interop.launch(shift, 4, device=cpu, shifts=world, points=points, out=out)
+    _launch.launch(shift, 4, device=cpu, shifts=world, points=points, out=out)
     torch.testing.assert_close(out, points * 2.0 + offsets)
     offsets.add_(1.0)  # in place: the struct sees the new values (a world's set_poses)
-    _interop.launch(shift, 4, device=cpu, shifts=world, points=points, out=out)
+    _launch.launch(shift, 4, device=cpu, shifts=world, points=points, out=out)
     torch.testing.assert_close(out, points * 2.0 + offsets)
-    _interop.launch(
+    _launch.launch(
         shift,
         4,
         device=cpu,
-        shifts=_interop.struct(Shift, offsets=offsets, scale=0.5),
+        shifts=_launch.struct(Shift, offsets=offsets, scale=0.5),
         points=points,
         out=out,
     )
     torch.testing.assert_close(out, points * 0.5 + offsets)
     with pytest.raises(TypeError, match=r"Shift.offsets: a tensor of shape \(4, 3\) and dtype torch.float64"):
-        _interop.struct(Shift, offsets=offsets.double(), scale=1.0)
+        _launch.struct(Shift, offsets=offsets.double(), scale=1.0)
     with pytest.raises(TypeError, match=r"Shift.offsets: a tensor of shape \(2, 4, 3\)"):
-        _interop.struct(Shift, offsets=offsets.expand(2, 4, 3), scale=1.0)
+        _launch.struct(Shift, offsets=offsets.expand(2, 4, 3), scale=1.0)
 
 
 def test_launch_blocks_splits_along_batch_then_last_dimension(monkeypatch):
     """The one splitter: with a tiny launch limit the same rows run in several launches (ranges of B, then
     one B entry at a time in chunks of L) and give what one launch gives; a middle dimension too large
     to split is refused naming the input."""
-    wp = _interop.warp()
+    wp = _warp.warp()
 
     @wp.kernel(module="unique")
     def double_rows(
@@ -357,13 +357,13 @@ def test_launch_blocks_splits_along_batch_then_last_dimension(monkeypatch):
     env = torch.arange(5, dtype=torch.float32)
     expected = 2.0 * x + env[:, None, None]
     launches = []
-    real_run = _interop._run
-    monkeypatch.setattr(_interop, "_run", lambda *a: (launches.append(a[1]), real_run(*a)))
+    real_run = _launch.run
+    monkeypatch.setattr(_launch, "run", lambda *a: (launches.append(a[1]), real_run(*a)))
     for limit, count in ((10**6, 1), (2 * 21, 3), (8, 5 * 4)):  # 8 rows: L=7 in chunks of 2 steps
-        monkeypatch.setattr(_interop, "MAX_LAUNCH_ROWS", limit)
+        monkeypatch.setattr(_launch, "MAX_LAUNCH_ROWS", limit)
         launches.clear()
         out = torch.zeros_like(x)
-        _interop.launch_blocks(
+        _launch.launch_blocks(
             double_rows, (5, 3, 7), device=cpu, sliced={"x": x, "out": out}, per_batch={"env": env}
         )
         torch.testing.assert_close(out, expected)
@@ -374,7 +374,7 @@ def test_launch_rows_fills_row_start_itself():
     kernel = _scale_kernel()
     points = torch.zeros(2, 4, 3)
     with pytest.raises(TypeError, match="fills row_start itself"):
-        _interop.launch_rows(
+        _launch.launch_rows(
             kernel, 2, device=torch.device("cpu"), points=points, factor=1.0, out=points.clone(), row_start=1
         )
 
@@ -386,17 +386,17 @@ def test_launch_refuses_strides_warp_cannot_address():
     storage = torch.empty(2**29 + 8, dtype=torch.float32)
     points = storage.as_strided((2, 1, 3), (2**29, 3, 1))  # 2 GiB between the two rows
     with pytest.raises(ValueError, match=r"points: .*2\*\*31 bytes"):
-        _interop.launch_rows(
+        _launch.launch_rows(
             kernel, 2, device=torch.device("cpu"), points=points, factor=2.0, out=torch.zeros(2, 1, 3)
         )
 
 
 def test_to_compute_gives_a_dense_last_dimension():
     t = torch.rand(4, 3, 5).transpose(1, 2)  # (4, 5, 3) with a strided last dimension
-    out = _interop.to_compute(t)
+    out = _warp.to_compute(t)
     assert out.stride(-1) == 1 and torch.equal(out, t)
     dense = torch.rand(4, 5, 3)[:, ::2]  # strided rows, dense last dimension: no copy
-    assert _interop.to_compute(dense).data_ptr() == dense.data_ptr()
+    assert _warp.to_compute(dense).data_ptr() == dense.data_ptr()
 
 
 def test_ops_take_points_whose_coordinates_are_not_adjacent():
@@ -418,7 +418,7 @@ def test_sum64_equals_torchs_float64_sum(dtype):
     gen = torch.Generator().manual_seed(0)
     x = (torch.rand(300, 7, generator=gen, dtype=torch.float64) * 100 - 50).to(dtype)
     for t in (x, x.t(), x[::3, 1:5], x.requires_grad_(True) if dtype != torch.float16 else x, x[:0]):
-        got = _interop.sum64(t)
+        got = _warp.sum64(t)
         assert got.dtype == torch.float64 and got.shape == ()
         expected = t.detach().sum(dtype=torch.float64)
         assert torch.allclose(got, expected, rtol=1e-12, atol=1e-9), (got, expected)
@@ -429,8 +429,8 @@ def test_sum64_equals_torchs_float64_sum(dtype):
 def test_sum64_propagates_nan_and_inf(dtype, bad):
     x = torch.zeros(1000, 4, dtype=dtype)
     x[517, 2] = bad
-    assert not math.isfinite(_interop.sum64(x).item())
-    assert not math.isfinite(_interop.sum64(x[503:600:7]).item())  # a strided view holding it
+    assert not math.isfinite(_warp.sum64(x).item())
+    assert not math.isfinite(_warp.sum64(x[503:600:7]).item())  # a strided view holding it
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
@@ -441,7 +441,7 @@ def test_scale_rows_equals_torchs_product(dtype):
     # dense; grad_output of a sum (expanded: zero strides); strided views
     cases = [(weights, rows), (torch.ones(()).to(dtype).expand(5, 40), rows), (weights[:, ::2], rows[:, ::2])]
     for w, r in cases:
-        got = _interop.scale_rows(w, r)
+        got = _warp.scale_rows(w, r)
         assert got.dtype == dtype and got.shape == r.shape
         assert torch.equal(got, w[..., None] * r)
 
@@ -450,12 +450,12 @@ def test_scale_rows_records_a_graph_when_asked():
     """Under create_graph (grad mode on in the backward) the product stays a torch op: differentiable."""
     w = torch.rand(3, 7, dtype=torch.float64, requires_grad=True)
     r = torch.rand(3, 7, 4, dtype=torch.float64)
-    out = _interop.scale_rows(w, r)
+    out = _warp.scale_rows(w, r)
     assert out.requires_grad
     (g,) = torch.autograd.grad(out.sum(), w)
     assert torch.allclose(g, r.sum(-1))
     with torch.no_grad():
-        assert not _interop.scale_rows(w, r).requires_grad
+        assert not _warp.scale_rows(w, r).requires_grad
 
 
 def test_sphere_cost_double_backward_through_grad_output():
@@ -495,8 +495,8 @@ def test_numpy_paths_step_aside_for_dispatch_modes():
 
     x = torch.rand(50, 4)
     with Seen() as seen, torch.no_grad():
-        _interop.sum64(x)
-        _interop.scale_rows(x[:, 0], x)
+        _warp.sum64(x)
+        _warp.scale_rows(x[:, 0], x)
     assert "sum" in seen.ops and "mul" in seen.ops, seen.ops
 
 
@@ -508,7 +508,7 @@ def test_fast_launch_is_checked_and_gated(monkeypatch):
 
     check = _fast_launch.enabled.__wrapped__  # the decision itself, not the process's cached one
     assert check() is _fast_launch.enabled()
-    wp = _interop.warp()
+    wp = _warp.warp()
     if str(wp.config.version).startswith(_fast_launch.TESTED):
         assert check()  # this Warp: on
     monkeypatch.setenv("WARPGEO_FAST_LAUNCH", "0")
@@ -529,14 +529,14 @@ def test_moved_tensors_reach_the_kernel_on_both_paths(monkeypatch, fast):
     from warpgeo import _fast_launch
 
     monkeypatch.setattr(_fast_launch, "enabled", lambda: fast)
-    monkeypatch.setattr(_interop, "_THREAD", threading.local())
+    monkeypatch.setattr(_launch, "_THREAD", threading.local())
     kernel = _scale_kernel()
     cpu = torch.device("cpu")
     points = torch.rand(3, 4, 3)
     outs = []
     for factor in (1.0, 2.0, 3.0, 4.0):
         out = torch.empty(3, 4, 3)
-        _interop.launch_rows(kernel, 3, device=cpu, points=points, factor=factor, out=out)
+        _launch.launch_rows(kernel, 3, device=cpu, points=points, factor=factor, out=out)
         outs.append(out)
         points = points + 1.0  # a new tensor of the same kind
     base = outs[0]
@@ -570,13 +570,13 @@ def test_a_launch_keeps_no_tensor_alive(monkeypatch, fast):
     from warpgeo import _fast_launch
 
     monkeypatch.setattr(_fast_launch, "enabled", lambda: fast)
-    monkeypatch.setattr(_interop, "_THREAD", threading.local())
+    monkeypatch.setattr(_launch, "_THREAD", threading.local())
     kernel = _scale_kernel()
     cpu = torch.device("cpu")
     refs = []
     for _ in range(3):
         points, out = torch.rand(2, 4, 3), torch.empty(2, 4, 3)
-        _interop.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out)
+        _launch.launch_rows(kernel, 2, device=cpu, points=points, factor=2.0, out=out)
         refs += [weakref.ref(points), weakref.ref(out)]
         del points, out
     assert all(r() is None for r in refs)

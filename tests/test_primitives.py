@@ -18,7 +18,7 @@ from warpgeo import (
     Cylinder,
     MeshWorld,
     Sphere,
-    _interop,
+    _launch,
     signed_distance,
     sphere_mesh_cost,
     swept_sphere_mesh_cost,
@@ -394,13 +394,13 @@ def test_swept_cost_gradient_of_a_primitive_world():
 
 def test_world_of_primitives_takes_the_closed_form_kernels(monkeypatch):
     launched = []
-    run = _interop._run
+    run = _launch.run
 
     def watch(kernel, *args):
         launched.append(kernel.module.name)  # warpgeo._kernels.sdf.<kernel>_<precision>_<meshes|cuboids>
         return run(kernel, *args)
 
-    monkeypatch.setattr(_interop, "_run", watch)
+    monkeypatch.setattr(_launch, "run", watch)
     only = MeshWorld.from_envs([[SPHERE, CAPSULE], [CYLINDER, CUBOID, trimesh.creation.box((1, 2, 3))]])
     assert only.kernel_args().all_cuboids
     points = torch.rand(2, 50, 3, dtype=torch.float64)

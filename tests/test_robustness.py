@@ -40,7 +40,7 @@ import torch
 import trimesh
 
 import warpgeo
-from warpgeo import _interop
+from warpgeo import _launch, _warp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -1078,19 +1078,19 @@ _BLOCKED = {
 @pytest.fixture
 def small_launch_limits(monkeypatch):
     """Lower the launch limits (byte strides and dimensions, rows per launch) so that small tensors take
-    the split paths: those of the one splitter, ``_interop.launch_blocks`` (which also makes every launch
+    the split paths: those of the one splitter, ``_launch.launch_blocks`` (which also makes every launch
     refuse a tensor beyond the lowered limit), and of any op that still has limits of its own. Every launch
     is then checked to fit the lowered limit, as real ones must fit 2**31."""
     from warpgeo import sdf
 
     launches: list[str] = []
-    real_run = _interop._run  # where every launch ends
-    real_dense_below = _interop.dense_below
+    real_run = _launch.run  # where every launch ends
+    real_dense_below = _warp.dense_below
 
     def lower(limit: int, rows: int) -> list[str]:
-        monkeypatch.setattr(_interop, "INT32_LIMIT", limit)
-        monkeypatch.setattr(_interop, "MAX_LAUNCH_ROWS", rows)
-        monkeypatch.setattr(_interop, "dense_below", lambda tensors, _=None: real_dense_below(tensors, limit))
+        monkeypatch.setattr(_launch, "INT32_LIMIT", limit)
+        monkeypatch.setattr(_launch, "MAX_LAUNCH_ROWS", rows)
+        monkeypatch.setattr(_launch, "dense_below", lambda tensors, _=None: real_dense_below(tensors, limit))
         for module in (sdf,):
             for name, value in (("_STRIDE_LIMIT", limit), ("_MAX_LAUNCH_ROWS", rows)):
                 if hasattr(module, name):
@@ -1105,7 +1105,7 @@ def small_launch_limits(monkeypatch):
             launches.append(kernel.key)
             return real_run(kernel, dims, device, block_dim, args)
 
-        monkeypatch.setattr(_interop, "_run", checked_run)
+        monkeypatch.setattr(_launch, "run", checked_run)
         return launches
 
     return lower

@@ -13,7 +13,7 @@ import trimesh
 from reference import box_sdf_reference, collision_cost_reference, triangle_distance_reference
 
 import warpgeo
-from warpgeo import MeshWorld, _interop, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
+from warpgeo import MeshWorld, _launch, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
 from warpgeo import sdf as sdf_module
 
 # --------------------------------------------------------------------------------------------------------
@@ -654,7 +654,7 @@ def test_cpu_launch_split_among_threads_gives_the_same_answer(monkeypatch):
     results = []
     cases = [(1 << 60, 1), (1, 1), (1 << 60, 3), (1, 3), (1 << 60, 32), (1, 32), (1, 5000)]
     for threshold, per in cases:  # one launch, then one launch per torch thread
-        monkeypatch.setattr(_interop, "_MIN_SPLIT_WORK", threshold)
+        monkeypatch.setattr(_launch, "_MIN_SPLIT_WORK", threshold)
         monkeypatch.setattr(sdf_module, "_ROWS_PER_CPU_THREAD", per)
         s = spheres.clone().requires_grad_()
         p = points.clone().requires_grad_()

@@ -10,7 +10,7 @@ import torch
 import trimesh
 from reference import box_sdf_reference
 
-from warpgeo import MeshWorld, _interop, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
+from warpgeo import MeshWorld, _launch, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
 from warpgeo import sdf as sdf_module
 
 POSES = [[0.3, -0.2, 0.1, 0.9238795, 0.0, 0.3826834, 0.0], [-0.4, 0.5, 0.0, 1.0, 0.0, 0.0, 0.0]]
@@ -60,13 +60,13 @@ def test_world_of_cuboids_is_told_apart():
 
 def test_cuboid_world_uses_the_cuboid_kernels(monkeypatch):
     launched = []
-    run = _interop._run
+    run = _launch.run
 
     def watch(kernel, *args):
         launched.append(kernel.module.name)  # warpgeo._kernels.sdf.<kernel>_<precision>_<meshes|cuboids>
         return run(kernel, *args)
 
-    monkeypatch.setattr(_interop, "_run", watch)
+    monkeypatch.setattr(_launch, "run", watch)
     run_all(cuboid_world(), spheres(64))
     assert launched and all("_cuboids" in key for key in launched), launched
     launched.clear()

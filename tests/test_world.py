@@ -486,17 +486,18 @@ def _exact_intersecting_pairs(vertices: np.ndarray, faces: np.ndarray) -> int:
 
 
 def _kernel_intersecting_pairs(vertices: np.ndarray, faces: np.ndarray, device) -> int:
-    from warpgeo import _interop
+    from warpgeo import _launch, _warp
+    from warpgeo._kernels import sdf_build as build_kernels
 
-    wp = _interop.warp()
-    wdev = _interop.warp_device(torch.device(device))
+    wp = _warp.warp()
+    wdev = _warp.warp_device(torch.device(device))
     mesh = wp.Mesh(
         points=wp.array(np.asarray(vertices, dtype=np.float32), dtype=wp.vec3, device=wdev),
         indices=wp.array(np.asarray(faces, dtype=np.int32).reshape(-1), dtype=wp.int32, device=wdev),
     )
     found = torch.zeros(1, dtype=torch.int32, device=device)
-    _interop.launch(
-        _interop.kernels("sdf_build").BUILD["float32"].face_intersections,
+    _launch.launch(
+        build_kernels.BUILD["float32"].face_intersections,
         len(faces),
         device=torch.device(device),
         mesh=mesh.id,
@@ -574,10 +575,9 @@ def test_closed_mesh_check_against_exact_intersections(device, name, mesh, inter
 def test_world_fields_are_the_kernels_struct_fields():
     """The ops' world list and the kernels' world struct name the same fields in the same order (the struct
     is built from the list by name)."""
-    from warpgeo import _interop
+    from warpgeo._kernels import sdf as kernels
     from warpgeo.world import WORLD_FIELDS
 
-    kernels = _interop.kernels("sdf")
     assert tuple(WORLD_FIELDS) == kernels.WORLD_FIELDS
     for struct in kernels.WORLD.values():
         assert tuple(struct.vars) == tuple(WORLD_FIELDS)
@@ -774,7 +774,8 @@ def test_build_tables_bit_for_bit_against_the_node_by_node_build():
     as the same object and as equal copies) are bit for bit those of the node-by-node reference build, at the
     offsets of each slot; its grid is that of one launch of the grid kernel; and meshes that are not closed,
     or not convex, get none."""
-    from warpgeo import _interop
+    from warpgeo import _launch, _warp
+    from warpgeo._kernels import sdf_build as build_kernels
 
     cases = _build_cases()
     names = list(cases)
@@ -810,11 +811,11 @@ def test_build_tables_bit_for_bit_against_the_node_by_node_build():
             nx, ny, nz, first = tables["grid_dims"][e, m]
             lower, upper = tables["bounds"][e, m]
             size = ((upper - lower).astype(np.float64) / np.array([nx, ny, nz])).astype(np.float32)
-            wp = _interop.warp()
+            wp = _warp.warp()
             mesh = world._wp_meshes[e][m]
             values = torch.empty(nx * ny * nz, dtype=torch.float32)
-            _interop.launch(
-                _interop.kernels("sdf_build").BUILD["float32"].grid_centres,
+            _launch.launch(
+                build_kernels.BUILD["float32"].grid_centres,
                 values.shape[0],
                 device=torch.device("cpu"),
                 mesh=mesh.id,

@@ -343,12 +343,13 @@ def test_open_mesh_answers_do_not_change_when_its_tables_come(background):
 
 
 def test_background_launches_cover_every_row_and_stop_between_chunks(monkeypatch):
-    from warpgeo import _interop
+    from warpgeo import _launch
+    from warpgeo._kernels import sdf_build as build_kernels
 
     mesh = trimesh.creation.icosphere(subdivisions=2)
     vertices = torch.from_numpy(np.asarray(mesh.vertices, dtype=np.float32))
     indices = torch.from_numpy(np.asarray(mesh.faces, dtype=np.int32).reshape(-1))
-    kernel = _interop.kernels("sdf_build").BUILD["float32"].face_checks_rows
+    kernel = build_kernels.BUILD["float32"].face_checks_rows
     cpu = torch.device("cpu")
 
     def run(check):
@@ -362,9 +363,9 @@ def test_background_launches_cover_every_row_and_stop_between_chunks(monkeypatch
 
     monkeypatch.setattr(_mesh_prep, "_BACKGROUND_ROWS", 64)
     starts = []
-    launch = _interop.launch
+    launch = _launch.launch
     monkeypatch.setattr(
-        _interop, "launch", lambda *a, **kw: starts.append(kw["row_start"]) or launch(*a, **kw)
+        _launch, "launch", lambda *a, **kw: starts.append(kw["row_start"]) or launch(*a, **kw)
     )
     whole = run(None)  # the caller's launch_rows, at once
     assert (whole != 0).all()

@@ -59,13 +59,13 @@ _HOME = {
     "signed_distance": "sdf",
     "sphere_mesh_cost": "sdf",
     "swept_sphere_mesh_cost": "sdf",
-    "value_checks": "_interop",
-    "set_value_checks": "_interop",
+    "value_checks": "checks",
+    "set_value_checks": "checks",
 }
 
 if TYPE_CHECKING:
-    from ._interop import set_value_checks, value_checks
     from .chamfer import ChamferResult, chamfer_distance
+    from .checks import set_value_checks, value_checks
     from .fps import FarthestPointSampling, farthest_point_sampling
     from .gather import GatherPoints, gather_points
     from .neighbors import KNN, ball_query, knn
@@ -89,7 +89,8 @@ def __dir__() -> list[str]:
 
 def load_ops() -> None:
     """Register every ``torch.ops.warpgeo.*`` custom op now (e.g. before ``torch.export.load`` of a program
-    that calls them). Imports warpgeo's op modules (torch only: no Warp, nothing compiled; about 0.05 s).
+    that calls them). Imports warpgeo's op modules and their kernel modules (Warp is imported, not
+    initialised; nothing is compiled; about 0.4 s).
 
     A public function registers its own op on first use; code that reaches ``torch.ops.warpgeo.<op>``
     first (a ``torch.export`` program loaded in a fresh process, a direct ``torch.ops`` call) calls this
@@ -100,5 +101,5 @@ def load_ops() -> None:
         >>> torch.ops.warpgeo.knn(torch.rand(1, 5, 3), torch.rand(1, 9, 3), None, None, 2)[1].shape
         torch.Size([1, 5, 2])
     """
-    for home in sorted(set(_HOME.values()) - {"_interop"}):
+    for home in sorted(set(_HOME.values()) - {"checks"}):
         importlib.import_module(f".{home}", __name__)

@@ -32,7 +32,7 @@ def enabled() -> bool:
         return False
     import torch
 
-    from warpgeo._interop import warp
+    from warpgeo._warp import warp
 
     wp = warp()
     if not str(wp.config.version).startswith(TESTED):

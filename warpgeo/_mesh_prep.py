@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from . import _constants, _interop
+from . import _constants, _launch, _warp
+from ._kernels import sdf_build as build_kernels
 from .primitives import PRIMITIVES
 
 #: A world entry: a ``trimesh.Trimesh``, a path trimesh can load, a ``(vertices (V, 3), faces (F, 3))`` pair, or
@@ -83,8 +84,8 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
 
     Raises what :class:`~warpgeo.world.MeshWorld` documents for bad meshes (``single``: name them
     ``meshes[m]``, else ``envs[e][m]``)."""
-    wp = _interop.warp()
-    wdev = _interop.warp_device(device)
+    wp = _warp.warp()
+    wdev = _warp.warp_device(device)
     num_envs, max_meshes = len(envs), max(len(env) for env in envs)
     if any(
         method == "winding" and not isinstance(item, PRIMITIVES)
@@ -368,8 +369,8 @@ def _face_checks(points: Any, indices: Any, num_faces: int, device: torch.device
     closed mesh; then :func:`_edge_pairs` decides, exactly. One host read."""
     slivers = torch.zeros(1, dtype=torch.int32, device=device)
     edge_hash = torch.empty(num_faces, dtype=torch.int64, device=device)
-    _interop.launch_rows(
-        _interop.kernels("sdf_build").BUILD["float32"].face_checks_rows,
+    _launch.launch_rows(
+        build_kernels.BUILD["float32"].face_checks_rows,
         num_faces,
         device=device,
         points=points,
@@ -582,10 +583,10 @@ def _mesh_tables(spec: _MeshSpec, device: torch.device, *, background: bool, ali
     cell = float(np.prod(extent) / _GRID_CELLS) ** (1.0 / 3.0)
     dims = np.clip(np.round(extent / cell), 1, _GRID_MAX_AXIS).astype(int)
     size = (extent / dims).astype(np.float32)
-    wp = _interop.warp()
+    wp = _warp.warp()
     values = torch.empty(int(dims.prod()), dtype=torch.float32, device=device)
     _launch_rows(
-        _interop.kernels("sdf_build").BUILD["float32"].grid_centres,
+        build_kernels.BUILD["float32"].grid_centres,
         values.shape[0],
         device=device,
         check=launches,
@@ -608,16 +609,16 @@ _BACKGROUND_ROWS = 1 << 16
 
 
 def _launch_rows(kernel: Any, rows: int, *, device: torch.device, check: Any, **args: Any) -> None:
-    """:func:`warpgeo._interop.launch_rows` (``check`` None), or on the background thread launches of
+    """:func:`warpgeo._launch.launch_rows` (``check`` None), or on the background thread launches of
     :data:`_BACKGROUND_ROWS` rows on that thread alone, ``check()`` between them (its module was loaded by the
     world's build, on the caller's thread)."""
     if check is None:
-        _interop.launch_rows(kernel, rows, device=device, **args)
+        _launch.launch_rows(kernel, rows, device=device, **args)
         return
     args.pop("work_per_row", None)
     for start in range(0, rows, _BACKGROUND_ROWS):
         check()
-        _interop.launch(kernel, min(_BACKGROUND_ROWS, rows - start), device=device, row_start=start, **args)
+        _launch.launch(kernel, min(_BACKGROUND_ROWS, rows - start), device=device, row_start=start, **args)
 
 
 class _Geometry:
@@ -700,7 +701,7 @@ def _no_faces_meet(mesh: Any, num_faces: int, device: torch.device, check: Any =
     see :func:`_launch_rows`."""
     found = torch.zeros(1, dtype=torch.int32, device=device)
     _launch_rows(
-        _interop.kernels("sdf_build").BUILD["float32"].face_intersections_rows,
+        build_kernels.BUILD["float32"].face_intersections_rows,
         num_faces,
         device=device,
         check=check,
@@ -961,9 +962,9 @@ _PROBE_FACES = np.array(
 
 @functools.cache
 def _winding_probe_result(device: torch.device) -> float:
-    wp = _interop.warp()
-    kernel = _interop.kernels("sdf_build").WINDING_PROBE["float32"].winding_probe
-    wdev = _interop.warp_device(device)
+    wp = _warp.warp()
+    kernel = build_kernels.WINDING_PROBE["float32"].winding_probe
+    wdev = _warp.warp_device(device)
     probe = wp.Mesh(
         points=wp.array(_PROBE_VERTICES, dtype=wp.vec3, device=wdev),
         indices=wp.array(_PROBE_FACES.reshape(-1), dtype=wp.int32, device=wdev),
@@ -972,7 +973,7 @@ def _winding_probe_result(device: torch.device) -> float:
     if device.type == "cuda":
         wp.synchronize_device(wdev)
     out = torch.zeros(1, dtype=torch.float32, device=device)
-    _interop.launch(kernel, 1, device=device, mesh=probe.id, p=wp.vec3(0.5, 0.5, 0.5), out_sign=out)
+    _launch.launch(kernel, 1, device=device, mesh=probe.id, p=wp.vec3(0.5, 0.5, 0.5), out_sign=out)
     return float(out.item())
 
 

@@ -41,7 +41,7 @@ class Op:
         name: ``"warpgeo::<op>"``.
         check: ``check(*inputs)``: the shape checks (ValueError / TypeError naming the argument); reads no
             tensor values.
-        impl: ``impl(*inputs)``: value checks under ``_interop.checking_values``, then the launches. Its
+        impl: ``impl(*inputs)``: value checks under ``checks.checking_values``, then the launches. Its
             parameters (names, order, annotations) are the op's inputs and schema.
         fake: ``fake(*inputs)``: outputs of the right shape, dtype and device, computing nothing.
         setup: ``setup(ctx, inputs, output)`` for autograd (``save_for_backward``,

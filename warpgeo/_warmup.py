@@ -14,13 +14,13 @@ import sys
 import time
 from typing import Any
 
-from warpgeo import _interop
+from warpgeo import _warp
 
 
 def kernel_modules() -> list[tuple[Any, Any, str]]:
     """``(table, key, Warp module name)`` for every module of every kernel table of ``warpgeo._kernels``
     (the kernel files found with pkgutil and imported; each table's kernels created now)."""
-    _interop.warp()
+    _warp.warp()
     import warpgeo._kernels
     from warpgeo._kernels._table import TABLES
 
@@ -36,9 +36,9 @@ def warmup(device: str = "cpu", *, quiet: bool = False) -> int:
     import torch
 
     torch_device = torch.device(device)
-    wdev = _interop.warp_device(torch_device)  # ValueError for a device warpgeo does not run on
+    wdev = _warp.warp_device(torch_device)  # ValueError for a device warpgeo does not run on
     modules = [(t, k, n) for t, k, n in kernel_modules() if wdev.is_cuda or not t.cuda_only]
-    wp = _interop.warp()
+    wp = _warp.warp()
     from tqdm import tqdm
 
     start = time.perf_counter()

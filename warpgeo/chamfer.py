@@ -14,8 +14,9 @@ from typing import NamedTuple
 
 import torch
 
-from . import _interop, neighbors
+from . import _launch, _warp, checks, neighbors
 from ._constants import INT32_LIMIT, MAX_POINTS
+from ._kernels import chamfer as kernels
 from ._op import Op
 
 __all__ = ["ChamferResult", "chamfer_distance"]
@@ -49,8 +50,8 @@ class ChamferResult(NamedTuple):
 
 def _check_chamfer(x, y, x_lengths, y_lengths, norm, squared, reduction, single_directional) -> None:
     """The checks of every entry point that read no tensor values: types, shapes, devices, options."""
-    _interop.check_float(x, "x")
-    _interop.check_float(y, "y")
+    checks.check_float(x, "x")
+    checks.check_float(y, "y")
     if x.dim() != 3 or x.shape[-1] != 3:
         raise ValueError(f"x must have shape (B, N, 3); got {tuple(x.shape)}")
     if y.dim() != 3 or y.shape[-1] != 3:
@@ -59,7 +60,7 @@ def _check_chamfer(x, y, x_lengths, y_lengths, norm, squared, reduction, single_
         raise ValueError(f"y must have the batch size of x ({x.shape[0]}); got y of shape {tuple(y.shape)}")
     if y.dtype != x.dtype:
         raise TypeError(f"y must have the dtype of x ({x.dtype}); got {y.dtype}")
-    item = _interop.compute_dtype(x.dtype).itemsize
+    item = _warp.compute_dtype(x.dtype).itemsize
     for name, t in (("x", x), ("y", y)):
         n = t.shape[1]
         if n > MAX_POINTS or 3 * item * n >= INT32_LIMIT or t.shape[0] * n >= INT32_LIMIT:
@@ -70,8 +71,8 @@ def _check_chamfer(x, y, x_lengths, y_lengths, norm, squared, reduction, single_
     batch = x.shape[0]
     for name, t in (("x_lengths", x_lengths), ("y_lengths", y_lengths)):
         if t is not None:
-            _interop.check_index(t, name)
-            _interop.check_shape(t, name, (batch,))
+            checks.check_index(t, name)
+            checks.check_shape(t, name, (batch,))
     if isinstance(norm, bool) or norm not in (1, 2):
         raise ValueError(f"norm must be 1 (L1) or 2 (L2); got {norm!r}")
     if not isinstance(squared, bool):
@@ -80,7 +81,7 @@ def _check_chamfer(x, y, x_lengths, y_lengths, norm, squared, reduction, single_
         raise ValueError(f'reduction must be "mean", "sum" or None; got {reduction!r}')
     if not isinstance(single_directional, bool):
         raise TypeError(f"single_directional must be a bool; got {type(single_directional).__name__}")
-    _interop.check_device("x", x=x, y=y, x_lengths=x_lengths, y_lengths=y_lengths)
+    checks.check_device("x", x=x, y=y, x_lengths=x_lengths, y_lengths=y_lengths)
 
 
 def _lengths(t: torch.Tensor | None, device: torch.device) -> torch.Tensor:
@@ -104,9 +105,9 @@ def _nearest(queries, points, query_lengths, point_lengths, norm, boxes) -> torc
     idx = torch.empty(batch, m, dtype=torch.int64, device=queries.device)
     if n == 0 or batch * m == 0:
         return idx.fill_(-1)
-    queries, points = _interop.to_compute(queries), _interop.to_compute(points)
-    kernel = _interop.kernels("chamfer").NEAREST_L1[_KEY[points.dtype]].nearest_l1_rows
-    _interop.launch_rows(
+    queries, points = _warp.to_compute(queries), _warp.to_compute(points)
+    kernel = kernels.NEAREST_L1[_KEY[points.dtype]].nearest_l1_rows
+    _launch.launch_rows(
         kernel,
         batch * m,
         device=queries.device,
@@ -122,7 +123,7 @@ def _nearest(queries, points, query_lengths, point_lengths, norm, boxes) -> torc
 
 def _difference(queries, points, idx) -> torch.Tensor:
     """``queries - points[idx]`` ``(B, M, 3)`` in compute precision (0 where idx is -1)."""
-    work = _interop.compute_dtype(queries.dtype)
+    work = _warp.compute_dtype(queries.dtype)
     q = queries.to(work)
     if points.shape[1] == 0:
         return torch.zeros_like(q)
@@ -167,7 +168,7 @@ def _chamfer_impl(
     """x (B, N, 3), y (B, M, 3) -> loss, dist_xy (B, N), dist_yx (B, M), idx_xy, idx_yx (int64); the
     y -> x pair is (B, 0) with ``single_directional``."""
     boxes = (None, None)  # the valid points' boxes, where the value checks made them (the kNN's scale)
-    if _interop.checking_values(x.device):
+    if checks.checking_values(x.device):
         boxes = neighbors._check_values(
             x, y, x_lengths, y_lengths, names=("x", "y", "x_lengths", "N", "y_lengths", "M")
         )
@@ -265,7 +266,7 @@ def _backward_chamfer(ctx, grad_loss, grad_dist_xy, grad_dist_yx, _grad_idx_xy, 
         return _chamfer_op.grads()
     x, y, x_lengths, y_lengths, idx_xy, idx_yx = ctx.saved_tensors
     norm, squared, reduction = ctx.chamfer_options
-    work = _interop.compute_dtype(x.dtype)
+    work = _warp.compute_dtype(x.dtype)
     like_xy = torch.empty(idx_xy.shape, dtype=work, device=x.device)
     grad_x = grad_y = None
 

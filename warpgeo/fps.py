@@ -8,8 +8,10 @@ from typing import Any
 
 import torch
 
-from . import _interop
+from . import _launch, _warp, checks
 from ._constants import INT32_LIMIT, SENTINEL_INDEX
+from ._kernels import fps as kernels
+from ._kernels import fps_cuda as block_kernels
 from ._op import Op
 
 __all__ = ["FarthestPointSampling", "farthest_point_sampling"]
@@ -43,18 +45,18 @@ _KEY = {torch.float32: "float32", torch.float64: "float64"}
 
 def _check_fps(points, lengths, num_samples, start, max_samples) -> None:
     """The checks of every entry point that read no tensor values: types, shapes, devices, sizes."""
-    _interop.check_float(points, "points")
+    checks.check_float(points, "points")
     if points.dim() != 3 or points.shape[-1] != 3:
         raise ValueError(f"points must have shape (B, N, 3); got {tuple(points.shape)}")
     batch, n = points.shape[0], points.shape[1]
-    point_bytes = _POINT_BYTES[_interop.compute_dtype(points.dtype)]
+    point_bytes = _POINT_BYTES[_warp.compute_dtype(points.dtype)]
     if n > _MAX_ROW_BYTES // point_bytes:
         raise ValueError(
             f"points may hold at most {_MAX_ROW_BYTES // point_bytes} points per cloud in "
             f"{str(points.dtype).removeprefix('torch.')} ({point_bytes} bytes each: Warp addresses a row of "
             f"at most 2**31 - 1 bytes); got N={n}"
         )
-    _interop.check_int(max_samples, "num_samples", minimum=0)
+    checks.check_int(max_samples, "num_samples", minimum=0)
     if isinstance(max_samples, int) and max_samples > _MAX_ROW_BYTES // _SAMPLE_BYTES:
         raise ValueError(
             f"num_samples may be at most {_MAX_ROW_BYTES // _SAMPLE_BYTES} (an output row of "
@@ -62,11 +64,9 @@ def _check_fps(points, lengths, num_samples, start, max_samples) -> None:
         )
     for name, t in (("lengths", lengths), ("num_samples", num_samples), ("start_index", start)):
         if t is not None:
-            _interop.check_index(t, name)
-            _interop.check_shape(t, name, (batch,))
-    _interop.check_device(
-        "points", points=points, lengths=lengths, num_samples=num_samples, start_index=start
-    )
+            checks.check_index(t, name)
+            checks.check_shape(t, name, (batch,))
+    checks.check_device("points", points=points, lengths=lengths, num_samples=num_samples, start_index=start)
 
 
 def _fps_impl(
@@ -79,7 +79,7 @@ def _fps_impl(
     """points (B, N, 3) float; optional integer (B,) lengths, per-cloud num_samples and start; K = max_samples
     -> indices (B, K) int64, distances (B, K) in points' dtype. ``None`` means every point / K samples for
     every cloud / start at point 0."""
-    if _interop.checking_values(points.device):
+    if checks.checking_values(points.device):
         _check_values(points, lengths, num_samples, start, max_samples)
     batch, n = points.shape[0], points.shape[1]
     device = points.device
@@ -96,7 +96,7 @@ def _fps_impl(
     empty = indices.new_empty(0)
     lengths = None if lengths is None else lengths.to(torch.int64)
     # half -> float32; float32 is read as it is; float64 is scaled by 2**shift (exact, see _SCALED_EXPONENT)
-    compute, shift = _normalise(_interop.to_compute(points), lengths)
+    compute, shift = _normalise(_warp.to_compute(points), lengths)
     key = _KEY[compute.dtype]
     args = {
         "points": compute,
@@ -107,19 +107,18 @@ def _fps_impl(
         "out_index": indices,
         "out_dist": distances,
     }
-    if _interop.cuda_algorithms(device):  # one block per cloud
-        table = _interop.kernels("fps_cuda").FPS_BLOCK
-        _interop.launch(
+    if _warp.cuda_algorithms(device):  # one block per cloud
+        table = block_kernels.FPS_BLOCK
+        _launch.launch(
             table[key].fps_block, batch, device=device, tiled=True, block_dim=table.block_dim, **args
         )
     elif n * max_samples < _MIN_TREE_WORK:  # CPU, small: one thread per cloud, batch split among threads
-        kernel = _interop.kernels("fps").FPS_SERIAL[key].fps_serial
-        _interop.launch_rows(kernel, batch, device=device, work_per_row=n * max_samples, **args)
+        kernel = kernels.FPS_SERIAL[key].fps_serial
+        _launch.launch_rows(kernel, batch, device=device, work_per_row=n * max_samples, **args)
     else:  # CPU, large: the same order from a tree of boxes over Morton-ordered leaves (sorted in-kernel)
-        kernels = _interop.kernels("fps")
         nodes = kernels.tree_size(n)
         cells = min(8 ** max(1, round(math.log2(max(n, 1) / _POINTS_PER_CELL) / 3)), _MAX_CELLS)
-        _interop.launch_rows(
+        _launch.launch_rows(
             kernels.FPS_TREE[key].fps_tree,
             batch,
             device=device,
@@ -181,7 +180,7 @@ def _check_values(points, lengths, num_samples, start, max_samples) -> None:
     # and inf propagate; only float64 values near the top of their range can overflow the sum, and then the
     # exact test below decides)
     only_points = lengths is None and num_samples is None and start is None and points.numel() > 0
-    if only_points and math.isfinite(_interop.sum64(points).item()):
+    if only_points and math.isfinite(_warp.sum64(points).item()):
         return
     zero = torch.zeros((), dtype=torch.bool, device=points.device)
     flags = torch.stack(
@@ -323,7 +322,7 @@ def farthest_point_sampling(
         >>> idx = farthest_point_sampling(pts, 64)                  # (2, 64) int64
         >>> centres = torch.gather(pts, 1, idx[..., None].expand(-1, -1, 3))
     """
-    _interop.check_float(points, "points")
+    checks.check_float(points, "points")
     if points.dim() not in (2, 3) or points.shape[-1] != 3:
         raise ValueError(f"points must have shape (B, N, 3) or (N, 3); got {tuple(points.shape)}")
     unbatched = points.dim() == 2
@@ -391,8 +390,8 @@ def _per_cloud_samples(num_samples, batch: int, device: torch.device) -> tuple[t
     if isinstance(num_samples, torch.Tensor):
         # read below (the output's width): checked here first, as the op checks it again
         ks = _per_cloud(num_samples, "num_samples", batch, device)
-        _interop.check_index(ks, "num_samples")
-        _interop.check_shape(ks, "num_samples", (batch,))
+        checks.check_index(ks, "num_samples")
+        checks.check_shape(ks, "num_samples", (batch,))
         if ks.device != device:
             raise ValueError(f"num_samples must be on the device of points ({device}); got {ks.device}")
         if ks.numel() == 0:

@@ -8,8 +8,9 @@ import sys
 
 import torch
 
-from . import _interop
+from . import _launch, _warp, checks
 from ._constants import GATHER_CHANNELS_PER_ROW, MAX_POINTS, SENTINEL_INDEX
+from ._kernels import gather as kernels
 from ._op import Op
 
 __all__ = ["GatherPoints", "gather_points"]
@@ -40,8 +41,8 @@ _INDEX = {torch.int32: "int32", torch.int64: "int64"}
 
 def _check_gather(features: torch.Tensor, idx: torch.Tensor, deterministic: bool) -> None:
     """The shape, dtype and device checks of every entry point (reads no values)."""
-    _interop.check_float(features, "features")
-    _interop.check_index(idx, "idx")
+    checks.check_float(features, "features")
+    checks.check_index(idx, "idx")
     if features.dim() != 3:
         raise ValueError(f"features must have shape (B, C, N); got {tuple(features.shape)}")
     if idx.dim() not in (2, 3):
@@ -57,7 +58,7 @@ def _check_gather(features: torch.Tensor, idx: torch.Tensor, deterministic: bool
             f"idx may hold at most 2**31 - 1 indices per batch entry (Warp's int32 sizes); got {tuple(idx.shape)}"
         )
     _check_flag(deterministic)
-    _interop.check_device("features", features=features, idx=idx)
+    checks.check_device("features", features=features, idx=idx)
 
 
 def _check_flag(deterministic: bool) -> None:
@@ -74,7 +75,7 @@ def _gather_impl(features: torch.Tensor, idx: torch.Tensor, deterministic: bool)
         return out
     if num_points == 0:  # every index is -1
         return out.zero_()
-    method = "elements" if _interop.cuda_algorithms(features.device) else "rows"
+    method = "elements" if _warp.cuda_algorithms(features.device) else "rows"
     flat_idx = _flat_index(idx)
     _gather(features, flat_idx, out.view(batch, channels, flat_idx.shape[1]), method)
     return out
@@ -87,7 +88,7 @@ def _gather_fake(features, idx, deterministic):
 def _check_index_range(idx: torch.Tensor, num_points: int, channels: int) -> None:
     """IndexError unless every index lies in ``[-1, num_points)``: one device-to-host transfer. ``channels``
     (C of the features) only for the message: an index that C would hold hints at (B, N, C) features."""
-    if idx.numel() == 0 or not _interop.checking_values(idx.device):
+    if idx.numel() == 0 or not checks.checking_values(idx.device):
         return
     low, high = torch.aminmax(idx)
     if idx.device.type == "cpu":
@@ -111,7 +112,6 @@ def _gather(features: torch.Tensor, flat_idx: torch.Tensor, out: torch.Tensor, m
     ``flat_idx`` (B, L) int32 or int64, ``out`` (B, C, L). ``method``: ``"rows"`` (a thread per batch entry
     and block of channels, reading int32 and int64 indices as they are; the CPU kernel) or ``"elements"`` (a
     thread per output element, int32 indices; the CUDA kernel)."""
-    kernels = _interop.kernels("gather")
     batch, channels = features.shape[:2]
     length = flat_idx.shape[1]
     bits = _BITS_DTYPE[features.dtype]
@@ -120,7 +120,7 @@ def _gather(features: torch.Tensor, flat_idx: torch.Tensor, out: torch.Tensor, m
         # the row kernel takes arrays with a dense last dimension (what a fresh tensor has)
         dense = out if _dense_rows(out) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
         _advise_huge_pages(dense)
-        _interop.launch_blocks(
+        _launch.launch_blocks(
             kernels.ROWS[_INDEX[flat_idx.dtype], precision].gather_rows,
             (batch, channels),
             device=features.device,
@@ -133,7 +133,7 @@ def _gather(features: torch.Tensor, flat_idx: torch.Tensor, out: torch.Tensor, m
         if dense is not out:
             out.copy_(dense)
     elif method == "elements":
-        _interop.launch_blocks(
+        _launch.launch_blocks(
             kernels.ELEMENTS[_INDEX[flat_idx.dtype], precision].gather_elements,
             (batch, channels, length),
             device=features.device,
@@ -152,9 +152,9 @@ def _gather(features: torch.Tensor, flat_idx: torch.Tensor, out: torch.Tensor, m
 
 
 def _check_scatter(grad_out: torch.Tensor, idx: torch.Tensor, num_points: int, deterministic: bool) -> None:
-    _interop.check_float(grad_out, "grad_out")
-    _interop.check_index(idx, "idx")
-    _interop.check_int(num_points, "num_points", minimum=0)
+    checks.check_float(grad_out, "grad_out")
+    checks.check_index(idx, "idx")
+    checks.check_int(num_points, "num_points", minimum=0)
     if num_points > MAX_POINTS:
         raise ValueError(f"num_points may be at most {MAX_POINTS}; got {num_points}")
     if (
@@ -168,7 +168,7 @@ def _check_scatter(grad_out: torch.Tensor, idx: torch.Tensor, num_points: int, d
             f"{tuple(grad_out.shape)} and idx {tuple(idx.shape)}"
         )
     _check_flag(deterministic)
-    _interop.check_device("grad_out", grad_out=grad_out, idx=idx)
+    checks.check_device("grad_out", grad_out=grad_out, idx=idx)
 
 
 def _scatter_impl(
@@ -180,7 +180,7 @@ def _scatter_impl(
     """
     batch, channels = grad_out.shape[0], grad_out.shape[1]
     flat_idx = _flat_index(idx)
-    grad = _interop.to_compute(grad_out).reshape(batch, channels, flat_idx.shape[1])
+    grad = _warp.to_compute(grad_out).reshape(batch, channels, flat_idx.shape[1])
     method = _scatter_method(grad_out.device, deterministic)
     precision = _PRECISION[grad_out.dtype]
     return _scatter_add(grad, flat_idx, num_points, method, precision).to(grad_out.dtype)
@@ -192,7 +192,7 @@ def _scatter_fake(grad_out, idx, num_points, deterministic):
 
 def _scatter_method(device: torch.device, deterministic: bool) -> str:
     """The backward kernel for a device; the CPU one is race-free and ordered, deterministic either way."""
-    if not _interop.cuda_algorithms(device):
+    if not _warp.cuda_algorithms(device):
         return "rows"
     return "segments" if deterministic else "atomic"
 
@@ -211,13 +211,12 @@ def _scatter_add(
     * ``"segments"``: a thread per ``(b, c, n)`` summing its contributors in ``l`` order through a CSR of
       the stably sorted indices (CUDA ``deterministic=True``; bit-identical to ``"rows"``).
     """
-    kernels = _interop.kernels("gather")
     batch, channels, length = grad.shape
     device = grad.device
     if method == "rows":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
         _advise_huge_pages(out)
-        _interop.launch_blocks(
+        _launch.launch_blocks(
             kernels.ROWS[_INDEX[flat_idx.dtype], precision].scatter_add_rows,
             (batch, channels),
             device=device,
@@ -229,7 +228,7 @@ def _scatter_add(
         return out
     if method == "atomic":
         out = torch.zeros(batch, channels, num_points, dtype=grad.dtype, device=device)
-        _interop.launch_blocks(
+        _launch.launch_blocks(
             kernels.ELEMENTS[_INDEX[flat_idx.dtype], precision].scatter_add_atomic,
             (batch, channels, length),
             device=device,
@@ -241,7 +240,7 @@ def _scatter_add(
     elif method == "segments":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
         order, starts, ends = _segments(_int32_index(flat_idx, num_points), num_points, channels)
-        _interop.launch_blocks(
+        _launch.launch_blocks(
             kernels.ELEMENTS["int32", precision].scatter_add_segments,
             (batch, channels, num_points),
             device=device,
@@ -271,7 +270,7 @@ def _check_weighted(
         raise ValueError(f"with weight, idx must have shape (B, M, K); got {tuple(idx.shape)}")
     if weight.shape != idx.shape:
         raise ValueError(f"weight must have the shape of idx {tuple(idx.shape)}; got {tuple(weight.shape)}")
-    _interop.check_device("features", features=features, weight=weight)
+    checks.check_device("features", features=features, weight=weight)
 
 
 def _weighted_impl(
@@ -281,14 +280,12 @@ def _weighted_impl(
     ``out[b, c, m] = sum_k weight[b, m, k] * features[b, c, idx[b, m, k]]`` (-1 contributes nothing)."""
     batch, channels, num_points = features.shape
     _check_index_range(idx, num_points, channels)
-    work = _interop.compute_dtype(features.dtype)
+    work = _warp.compute_dtype(features.dtype)
     out = torch.empty(batch, channels, idx.shape[1], dtype=work, device=features.device)
     if num_points == 0 or idx.shape[2] == 0:
         return out.zero_().to(features.dtype)
-    method = "elements" if _interop.cuda_algorithms(features.device) else "rows"
-    _weighted_gather(
-        _interop.to_compute(features), _int32_index(idx, num_points), weight.to(work), out, method
-    )
+    method = "elements" if _warp.cuda_algorithms(features.device) else "rows"
+    _weighted_gather(_warp.to_compute(features), _int32_index(idx, num_points), weight.to(work), out, method)
     return out.to(features.dtype)
 
 
@@ -298,11 +295,10 @@ def _weighted_gather(
     """``out[b, c, m] = sum_k weight[b, m, k] * features[b, c, idx[b, m, k]]``, all in one compute precision
     (float32 / float64), ``idx`` int32 (B, M, K). ``method``: ``"rows"`` (a thread per ``(b, c)``; the CPU
     kernel) or ``"elements"`` (a thread per output element; the CUDA kernel)."""
-    kernels = _interop.kernels("gather")
     precision = _PRECISION[features.dtype]
     batch, channels = features.shape[:2]
     if method == "rows":
-        _interop.launch_blocks(
+        _launch.launch_blocks(
             kernels.WEIGHTED_ROWS[precision].weighted_gather_rows,
             (batch, channels),
             device=features.device,
@@ -312,7 +308,7 @@ def _weighted_gather(
             what="features",
         )
     elif method == "elements":
-        _interop.launch_blocks(
+        _launch.launch_blocks(
             kernels.WEIGHTED_ELEMENTS[precision].weighted_gather_elements,
             (batch, channels, idx.shape[1]),
             device=features.device,
@@ -335,9 +331,9 @@ def _weighted_fake(features, idx, weight, deterministic):
 
 def _check_weighted_backward(grad_out, features, idx, weight, needs_features, needs_weight, deterministic):
     _check_weighted(features, idx, weight, deterministic)
-    _interop.check_float(grad_out, "grad_out")
-    _interop.check_shape(grad_out, "grad_out", (features.shape[0], features.shape[1], idx.shape[1]))
-    _interop.check_device("features", features=features, grad_out=grad_out)
+    checks.check_float(grad_out, "grad_out")
+    checks.check_shape(grad_out, "grad_out", (features.shape[0], features.shape[1], idx.shape[1]))
+    checks.check_device("features", features=features, grad_out=grad_out)
 
 
 def _weighted_backward_impl(
@@ -352,7 +348,7 @@ def _weighted_backward_impl(
     """-> (grad_features (B, C, N) in features' dtype, grad_weight (B, M, K) in weight's dtype); each is an
     empty (0,) tensor where not asked for. Indices outside ``[0, N)`` contribute nothing."""
     num_points = features.shape[2]
-    work = _interop.compute_dtype(features.dtype)
+    work = _warp.compute_dtype(features.dtype)
     grad = grad_out.to(work).contiguous()
     idx32 = _int32_index(idx, num_points)  # out of range (int64 too) -> -1
     grad_features = features.new_empty(0)
@@ -361,11 +357,11 @@ def _weighted_backward_impl(
         method = _scatter_method(features.device, deterministic)
         grad_features = _weighted_scatter(grad, idx32, weight.to(work), num_points, method).to(features.dtype)
     if needs_weight:
-        features = _interop.to_compute(features)
+        features = _warp.to_compute(features)
         batch, channels = features.shape[:2]
         gw = torch.empty(idx.shape, dtype=work, device=features.device)
-        _interop.launch_blocks(
-            _interop.kernels("gather").WEIGHTED_ROWS[_PRECISION[work]].weighted_grad_weight_rows,
+        _launch.launch_blocks(
+            kernels.WEIGHTED_ROWS[_PRECISION[work]].weighted_grad_weight_rows,
             (batch, idx.shape[1]),
             device=features.device,
             # grad_out as (B, M, C): sliced like the rows (b, m)
@@ -384,13 +380,12 @@ def _weighted_scatter(
     """``out[b, c, n] = sum of grad[b, c, m] * weight[b, m, k] over idx[b, m, k] == n`` in the precision of
     ``grad`` (float32 / float64, as ``weight``); ``idx`` int32 (B, M, K). ``method`` as for
     :func:`_scatter_add` (``"rows"``, ``"atomic"``, ``"segments"``)."""
-    kernels = _interop.kernels("gather")
     precision = _PRECISION[grad.dtype]
     batch, channels = grad.shape[:2]
     device = grad.device
     if method == "rows":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
-        _interop.launch_blocks(
+        _launch.launch_blocks(
             kernels.WEIGHTED_ROWS[precision].weighted_scatter_rows,
             (batch, channels),
             device=device,
@@ -401,7 +396,7 @@ def _weighted_scatter(
         )
     elif method == "atomic":
         out = torch.zeros(batch, channels, num_points, dtype=grad.dtype, device=device)
-        _interop.launch_blocks(
+        _launch.launch_blocks(
             kernels.WEIGHTED_ELEMENTS[precision].weighted_scatter_atomic,
             (batch, channels, idx.shape[1]),
             device=device,
@@ -417,7 +412,7 @@ def _weighted_scatter(
     elif method == "segments":
         out = torch.empty(batch, channels, num_points, dtype=grad.dtype, device=device)
         order, starts, ends = _segments(_flat_index(idx), num_points, channels)
-        _interop.launch_blocks(
+        _launch.launch_blocks(
             kernels.WEIGHTED_ELEMENTS[precision].weighted_scatter_segments,
             (batch, channels, num_points),
             device=device,

@@ -14,8 +14,9 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import _interop
+from . import _launch, _warp, checks
 from ._constants import FAR, INT32_LIMIT, MAX_POINTS, MODE_BALL, MODE_KNN, SENTINEL_INDEX
+from ._kernels import neighbors as kernels
 from ._op import Op
 
 __all__ = ["KNN", "ball_query", "knn"]
@@ -54,8 +55,8 @@ class KNN(NamedTuple):
 
 def _check_knn(queries, points, query_lengths, point_lengths, k) -> None:
     """The checks of every entry point that read no tensor values: types, shapes, devices, sizes."""
-    _interop.check_float(queries, "queries")
-    _interop.check_float(points, "points")
+    checks.check_float(queries, "queries")
+    checks.check_float(points, "points")
     if queries.dim() != 3 or queries.shape[-1] != 3:
         raise ValueError(f"queries must have shape (B, M, 3); got {tuple(queries.shape)}")
     if points.dim() != 3 or points.shape[-1] != 3:
@@ -67,11 +68,11 @@ def _check_knn(queries, points, query_lengths, point_lengths, k) -> None:
         )
     if points.dtype != queries.dtype:
         raise TypeError(f"points must have the dtype of queries ({queries.dtype}); got {points.dtype}")
-    k = _interop.check_int(k, "k", minimum=1)
+    k = checks.check_int(k, "k", minimum=1)
     if isinstance(k, int) and k >= _MAX_K:
         raise ValueError(f"k must be below 2**28 (int32 strides of one Warp launch); got {_shown(k)}")
     batch, num_queries, num_points = queries.shape[0], queries.shape[1], points.shape[1]
-    item = _interop.compute_dtype(points.dtype).itemsize
+    item = _warp.compute_dtype(points.dtype).itemsize
     if num_points > MAX_POINTS or 3 * item * num_points >= INT32_LIMIT:
         raise ValueError(
             f"points may hold fewer than {INT32_LIMIT // (3 * item)} points per cloud in "
@@ -84,9 +85,9 @@ def _check_knn(queries, points, query_lengths, point_lengths, k) -> None:
         )
     for name, t in (("query_lengths", query_lengths), ("point_lengths", point_lengths)):
         if t is not None:
-            _interop.check_index(t, name)
-            _interop.check_shape(t, name, (batch,))
-    _interop.check_device(
+            checks.check_index(t, name)
+            checks.check_shape(t, name, (batch,))
+    checks.check_device(
         "queries", queries=queries, points=points, query_lengths=query_lengths, point_lengths=point_lengths
     )
 
@@ -243,7 +244,7 @@ def _grid(
         "dims": torch.empty(batch, 3, dtype=torch.int32, device=device),
         "slack": torch.empty(batch, **f64),
     }
-    _interop.launch(
+    _launch.launch(
         kernels.grid_setup,
         batch,
         device=device,
@@ -258,7 +259,7 @@ def _grid(
         **grid,
     )
     cells = torch.empty(batch, n, dtype=torch.int32, device=device)
-    _interop.launch(
+    _launch.launch(
         kernels.assign_cells,
         [batch, n],
         device=device,
@@ -274,7 +275,7 @@ def _grid(
         cell_start = torch.empty(batch, cap + 2, dtype=torch.int32, device=device)
         sorted_points = torch.empty_like(points)
         sorted_index = torch.empty(batch, n, dtype=torch.int32, device=device)
-        _interop.launch_rows(
+        _launch.launch_rows(
             kernels.counting_sort_rows,
             batch,
             device=device,
@@ -302,7 +303,7 @@ def _method(points: torch.Tensor, method: str | None) -> str:
         return method
     if points.shape[1] <= _BRUTE_MAX_POINTS:
         return "brute"
-    return "sort" if _interop.cuda_algorithms(points.device) else "counting"
+    return "sort" if _warp.cuda_algorithms(points.device) else "counting"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -322,7 +323,7 @@ def _ball_query_impl(
     """queries (B, M, 3), points (B, N, 3) -> int64 (B, M, k): the k smallest indices with distance
     <= radius (``inclusive``) or < radius, ascending, then -1."""
     query_bounds = bounds = None
-    if _interop.checking_values(queries.device):
+    if checks.checking_values(queries.device):
         query_bounds, bounds = _check_values(queries, points, query_lengths, point_lengths)
     return _ball_query(
         queries,
@@ -360,7 +361,7 @@ def _ball_query(
     out = torch.empty(batch, m, k, dtype=torch.int64, device=device)
     if n == 0 or batch * m == 0:
         return out.fill_(SENTINEL_INDEX)
-    queries, points = _interop.to_compute(queries), _interop.to_compute(points)
+    queries, points = _warp.to_compute(queries), _warp.to_compute(points)
     queries, points, bounds, shift = _scale(
         queries, points, query_lengths, point_lengths, query_bounds, bounds
     )
@@ -378,15 +379,15 @@ def _ball_query(
     }
     method = _method(points, method)
     if method == "brute":
-        kernel = _interop.kernels("neighbors").BALL_QUERY_BRUTE[key].ball_query_brute
+        kernel = kernels.BALL_QUERY_BRUTE[key].ball_query_brute
         extra = {"points": points, "point_lengths": _empty_lengths(point_lengths, device)}
         work = n
     else:
-        grid = _interop.kernels("neighbors").BALL_QUERY_GRID[key]
+        grid = kernels.BALL_QUERY_GRID[key]
         kernel = grid.ball_query_rows
         extra = _grid(grid, points, point_lengths, MODE_BALL, radii * _BALL_CELL, method, bounds)
         work = _ROW_WORK
-    _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
+    _launch.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
     return out
 
 
@@ -473,7 +474,7 @@ def _knn_impl(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """queries (B, M, 3), points (B, N, 3) -> dists (B, M, k) in points' dtype, idx (B, M, k) int64."""
     query_bounds = bounds = None
-    if _interop.checking_values(queries.device):
+    if checks.checking_values(queries.device):
         query_bounds, bounds = _check_values(queries, points, query_lengths, point_lengths)
     return _knn(queries, points, query_lengths, point_lengths, k, bounds=bounds, query_bounds=query_bounds)
 
@@ -493,7 +494,7 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=N
     dists = torch.empty(batch, m, k, dtype=torch.float64, device=device)
     if n == 0 or batch * m == 0:
         return dists.fill_(FAR).to(dtype), idx.fill_(SENTINEL_INDEX)
-    queries, points = _interop.to_compute(queries), _interop.to_compute(points)
+    queries, points = _warp.to_compute(queries), _warp.to_compute(points)
     queries, points, bounds, shift = _scale(
         queries, points, query_lengths, point_lengths, query_bounds, bounds
     )
@@ -506,16 +507,16 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=N
     }
     method = _method(points, method)
     if method == "brute":
-        kernel = _interop.kernels("neighbors").KNN_BRUTE[key].knn_brute
+        kernel = kernels.KNN_BRUTE[key].knn_brute
         extra = {"points": points, "point_lengths": _empty_lengths(point_lengths, device)}
         work = n
     else:
-        grid = _interop.kernels("neighbors").KNN_GRID[key]
+        grid = kernels.KNN_GRID[key]
         kernel = grid.knn_rows
         no_cell_size = torch.empty(0, dtype=torch.float64, device=device)
         extra = _grid(grid, points, point_lengths, MODE_KNN, no_cell_size, method, bounds)
         work = _ROW_WORK
-    _interop.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
+    _launch.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
     if shift is not None:  # back to the caller's units: exact, a power of two
         dists = _times_power_of_two(dists, -shift)
     return dists.to(dtype), idx
@@ -536,7 +537,7 @@ def _backward_knn(ctx, grad_dists, _grad_idx):
     if grad_dists is None or not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
         return _knn_op.grads()
     queries, points, idx = ctx.saved_tensors
-    work = _interop.compute_dtype(points.dtype)
+    work = _warp.compute_dtype(points.dtype)
     batch, m, k = idx.shape
     safe = idx.clamp_min(0)
     chosen = torch.gather(points.to(work), 1, safe.reshape(batch, m * k, 1).expand(-1, -1, 3))

@@ -21,7 +21,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import _interop
+from . import _launch, _warp, checks
+from ._kernels import sdf as kernels
 from ._op import Op
 from .world import WORLD_FIELDS, MeshWorld, check_mesh_ids, refuse_changed_mesh_ids
 
@@ -68,7 +69,7 @@ class _Verified(NamedTuple):
     ptrs: tuple  # their data pointers, as checked
     compute: torch.dtype
     device: torch.device
-    structs: dict  # precision key -> the world struct (``_interop.struct``) of these tensors
+    structs: dict  # precision key -> the world struct (``_launch.struct``) of these tensors
 
 
 #: ``id(world list) -> _Verified``: a world's own lists come back call after call, so the full check of its
@@ -103,7 +104,7 @@ def _check_world(world, all_cuboids, dtype: torch.dtype, device: torch.device, n
     ``mesh_ids``), a dense last dimension, and the query's device (``dtype``: the query's)."""
     if type(all_cuboids) is not bool:
         raise TypeError(f"all_cuboids must be a bool; got {type(all_cuboids).__name__}")
-    compute = _interop.compute_dtype(dtype)
+    compute = _warp.compute_dtype(dtype)
     found = _verified(world)
     if found is not None and found.compute == compute and found.device == device:
         return
@@ -151,7 +152,7 @@ def _check_world_fully(world, compute: torch.dtype, device: torch.device, name: 
 
 def _check_query(x, name: str, width: int, rank: int, env_index, world, all_cuboids) -> None:
     """Every shape / dtype / device check of a query and its world."""
-    _interop.check_float(x, name)
+    checks.check_float(x, name)
     if x.dim() != rank or x.shape[-1] != width:
         dims = "(B, S, 4)" if rank == 3 and width == 4 else "(B, H, N, 4)" if width == 4 else "(B, S, 3)"
         raise ValueError(f"{name} must have shape {dims}; got {tuple(x.shape)}")
@@ -159,7 +160,7 @@ def _check_query(x, name: str, width: int, rank: int, env_index, world, all_cubo
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"warpgeo runs on 'cpu' and 'cuda' devices; got {name} on {device}")
     if env_index is not None:
-        _interop.check_index(env_index, "env_index")
+        checks.check_index(env_index, "env_index")
         if env_index.dim() != 1 or env_index.shape[0] not in (0, x.shape[0]):
             raise ValueError(
                 f"env_index must have shape ({x.shape[0]},) (the leading dimension of {name}); "
@@ -173,7 +174,7 @@ def _check_query(x, name: str, width: int, rank: int, env_index, world, all_cubo
 
 
 def _check_params(params, x) -> None:
-    compute = _interop.compute_dtype(x.dtype)
+    compute = _warp.compute_dtype(x.dtype)
     if not isinstance(params, torch.Tensor) or params.dtype != compute:
         got = params.dtype if isinstance(params, torch.Tensor) else type(params).__name__
         raise TypeError(f"params must be a {compute} tensor (eta, weight); got {got}")
@@ -184,7 +185,7 @@ def _check_params(params, x) -> None:
 
 
 def _check_sweep_steps(sweep_steps) -> int:
-    sweep_steps = _interop.check_int(sweep_steps, "sweep_steps", minimum=0)
+    sweep_steps = checks.check_int(sweep_steps, "sweep_steps", minimum=0)
     if not isinstance(sweep_steps, torch.SymInt) and sweep_steps > _MAX_SWEEP_STEPS:
         shown = sweep_steps if sweep_steps.bit_length() <= 64 else f"an int of {len(str(sweep_steps))} digits"
         raise ValueError(f"sweep_steps must be at most 2**24 = {_MAX_SWEEP_STEPS}; got {shown}")
@@ -238,11 +239,11 @@ def _check_values(x, name: str, env_index, num_envs: int, params, ids_changed) -
     """The checks that need tensor values, run inside the op: one device-to-host transfer for all.
 
     ``x`` is finite when its sum in float64 is (a NaN or inf propagates; float32 and half values cannot
-    overflow a float64 sum; :func:`_interop.sum64`); only where the sum is not finite (a NaN/inf, or float64
+    overflow a float64 sum; :func:`_warp.sum64`); only where the sum is not finite (a NaN/inf, or float64
     values summing past the float64 range) is every element tested. ``params`` is skipped when it is one of
     the parameter tensors :func:`_params` made from Python floats (checked on the host already).
     ``ids_changed``: None, or what ``check_mesh_ids`` left to be read here (a 0-d bool tensor)."""
-    parts = [_interop.sum64(x)]
+    parts = [_warp.sum64(x)]
     check_env = env_index is not None and env_index.numel() > 0
     if check_env:
         parts.extend(torch.aminmax(env_index))
@@ -273,14 +274,14 @@ def _prepare_launch(x, name: str, env_index, world, params) -> torch.Tensor:
     """Before any launch: the value checks (when on) and the world's mesh ids vetted (always: a forged id
     must never reach Warp's mesh queries, see ``warpgeo.world.check_mesh_ids``); ``x`` in its compute
     precision."""
-    checking = _interop.checking_values(x.device)
+    checking = checks.checking_values(x.device)
     ids_changed = check_mesh_ids(world[0], by_value=checking)
     if checking:
         _check_values(x, name, env_index, world[0].shape[0], params, ids_changed)
-    return _interop.to_compute(x)
+    return _warp.to_compute(x)
 
 
-def _launch(
+def _launch_query(
     table: str,
     work: torch.Tensor,
     env_index: torch.Tensor | None,
@@ -294,11 +295,10 @@ def _launch(
     """Launch the kernel ``table`` (``SPHERE_MESH_COST``, ...) over the rows of ``work`` (the query in its
     compute precision; ``sliced``: the tensors with its rows, itself first), with ``env_index`` per batch
     entry and the world as its struct: the cuboid kernels where every mesh is a cuboid."""
-    kernels = _interop.kernels("sdf")
     key = _KEYS[work.dtype, all_cuboids]
     kernel = getattr(getattr(kernels, table)[key], table.lower())
-    per = 1 if _interop.cuda_algorithms(work.device) else _ROWS_PER_CPU_THREAD
-    _interop.launch_blocks(
+    per = 1 if _warp.cuda_algorithms(work.device) else _ROWS_PER_CPU_THREAD
+    _launch.launch_blocks(
         kernel,
         work.shape[:-1],
         device=work.device,
@@ -327,7 +327,7 @@ def _world_struct(kernels, precision: str, world: list[torch.Tensor]) -> Any:
 
 
 def _world_struct_of(kernels, precision: str, world: list[torch.Tensor]) -> Any:
-    return _interop.struct(kernels.WORLD[precision], **dict(zip(kernels.WORLD_FIELDS, world, strict=True)))
+    return _launch.struct(kernels.WORLD[precision], **dict(zip(kernels.WORLD_FIELDS, world, strict=True)))
 
 
 #: Per device, the empty int64 tensor the kernels read as "environment 0 everywhere" (never written).
@@ -352,7 +352,7 @@ def _grad_buffer(work: torch.Tensor, compute_grad: bool, *shape: int) -> torch.T
 
 
 def _fake_grad(x: torch.Tensor, compute_grad: bool, *shape: int) -> torch.Tensor:
-    dtype = _interop.compute_dtype(x.dtype)
+    dtype = _warp.compute_dtype(x.dtype)
     lead = x.shape[:-1] if compute_grad else (0,) * (x.dim() - 1)
     return x.new_empty(*lead, *shape, x.shape[-1], dtype=dtype)
 
@@ -377,7 +377,7 @@ def _cost_impl(
     work = _prepare_launch(spheres, "spheres", env_index, world, params)
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
-    _launch(
+    _launch_query(
         "SPHERE_MESH_COST",
         work,
         env_index,
@@ -417,7 +417,7 @@ def _swept_impl(
     work = _prepare_launch(spheres, "spheres", env_index, world, params)
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad, 2)
-    _launch(
+    _launch_query(
         "SWEPT_SPHERE_MESH_COST",
         work,
         env_index,
@@ -453,7 +453,7 @@ def _distance_impl(
     work = _prepare_launch(points, "points", env_index, world, None)
     dist = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
-    _launch(
+    _launch_query(
         "SIGNED_DISTANCE",
         work,
         env_index,
@@ -499,7 +499,7 @@ def _backward_cost(ctx, grad_cost, _grad_grad):
     if grad_cost is None or not ctx.needs_input_grad[0]:
         return _cost.grads(ctx)
     grad = _kernel_grad(ctx, "sphere_mesh_cost")
-    return _cost.grads(ctx, spheres=_interop.scale_rows(grad_cost, grad).to(ctx.dtype))
+    return _cost.grads(ctx, spheres=_warp.scale_rows(grad_cost, grad).to(ctx.dtype))
 
 
 def _backward_swept(ctx, grad_cost, _grad_grad):
@@ -517,7 +517,7 @@ def _backward_distance(ctx, grad_dist, _grad_grad):
     if grad_dist is None or not ctx.needs_input_grad[0]:
         return _distance.grads(ctx)
     grad = _kernel_grad(ctx, "signed_distance")
-    return _distance.grads(ctx, points=_interop.scale_rows(grad_dist, grad).to(ctx.dtype))
+    return _distance.grads(ctx, points=_warp.scale_rows(grad_dist, grad).to(ctx.dtype))
 
 
 _cost = Op(
@@ -759,7 +759,7 @@ def _prepare(x, world, width: int, name: str, *, reshape: bool = True) -> tuple[
     world's type, the trailing width before the reshape). The op checks the rest, once."""
     if not isinstance(world, MeshWorld):
         raise TypeError(f"world must be a warpgeo.MeshWorld; got {type(world).__name__}")
-    _interop.check_float(x, name)
+    checks.check_float(x, name)
     shape = x.shape
     if not shape or shape[-1] != width:
         raise ValueError(f"{name} must have shape (..., {width}); got {tuple(shape)}")
@@ -781,7 +781,7 @@ _MAX_PARAMS = 256
 def _params(activation_distance, weight, like: torch.Tensor) -> torch.Tensor:
     """``(eta, weight)`` as a (2,) tensor on ``like``'s device in its compute dtype, without reading device
     values (floats are checked here; tensor values by the op's value checks)."""
-    dtype = _interop.compute_dtype(like.dtype)
+    dtype = _warp.compute_dtype(like.dtype)
     if type(activation_distance) in (float, int) and type(weight) in (float, int):  # the usual case: cached
         key = (activation_distance, weight, dtype, like.device)
         found = _PARAMS.get(key)

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from . import _constants, _interop, _mesh_prep
+from . import _constants, _mesh_prep, _warp, checks
 from ._mesh_prep import SIGN_METHODS as _SIGN_METHODS
 from ._mesh_prep import MeshLike
 
@@ -335,7 +335,7 @@ class MeshWorld:
         ]
         self._names = [layout.names for layout in layouts]
         self._device = torch.device(device)
-        _interop.warp_device(self._device)  # ValueError for devices Warp cannot run on
+        _warp.warp_device(self._device)  # ValueError for devices Warp cannot run on
         if self._device.type == "cuda" and self._device.index is None:
             self._device = torch.device("cuda", torch.cuda.current_device())
         if isinstance(sign_method, str):
@@ -480,7 +480,7 @@ class MeshWorld:
         value = value.to(device=self._device, dtype=torch.float64)
         value = torch.where(self._present[..., None], value, self._identity_pose)
         norm = value[..., 3:].norm(dim=-1)
-        if _interop.checking_values(self._device):
+        if checks.checking_values(self._device):
             _check_poses(value, norm)
         value = torch.cat([value[..., :3], value[..., 3:] / norm[..., None]], dim=-1)
         # in place: compiled graphs, captured CUDA graphs and user references keep seeing the live tensors
@@ -532,7 +532,7 @@ class MeshWorld:
             raise ValueError(
                 f"mask must have shape {expected}({self.num_envs}, {self.max_meshes}); got {tuple(value.shape)}"
             )
-        checking = value.dtype != torch.bool and _interop.checking_values(value.device)
+        checking = value.dtype != torch.bool and checks.checking_values(value.device)
         if checking and bool(((value != 0) & (value != 1)).any()):  # one read (of the caller's own device)
             raise ValueError(
                 f"mask must hold bools or 0/1 integers; got values {value.unique()[:8].tolist()}"
@@ -643,8 +643,8 @@ class MeshWorld:
             self._take_tables()
         world = self._op_world.get(dtype)
         if world is None:
-            if dtype not in _interop.FLOAT_DTYPES:
-                raise TypeError(f"dtype must be one of {_interop.FLOAT_DTYPES}; got {dtype!r}")
+            if dtype not in _warp.FLOAT_DTYPES:
+                raise TypeError(f"dtype must be one of {_warp.FLOAT_DTYPES}; got {dtype!r}")
             world = self._op_world[torch.float32]
         return MeshWorldArgs(world, self._all_cuboids)
 

@@ -8,7 +8,7 @@ values before launching, the kernels only make sure a bad index can never touch 
 Two shapes of work, chosen by the caller per device (``warpgeo/gather.py``):
 
 * ``*_rows`` (the CPU kernels, launched over the rows ``(b, c)`` of ``(B, C)``, or ``(b, m)`` for the
-  weights' gradient, by ``_interop.launch_blocks``): ``gather_rows`` gives a thread ``CHANNELS_PER_ROW``
+  weights' gradient, by ``_launch.launch_blocks``): ``gather_rows`` gives a thread ``CHANNELS_PER_ROW``
   consecutive rows and, where they share a batch entry, reads each index once for all of them;
   ``scatter_add_rows`` gives a thread one row. Each loops over the index row in order. On the CPU (where Warp
   runs the threads of a launch one after the other) this is a tight contiguous loop, and ``row_start`` lets

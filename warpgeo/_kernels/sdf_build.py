@@ -33,7 +33,7 @@ def grid_centres(
     """Distance of the centre of grid cell ``row_start + tid`` (row-major ``(nx, ny, nz)`` cells of ``size``
     from ``lower``), for a MeshWorld's grid. ``with_sign``: negative inside, and NaN (a cell of unknown side)
     where Warp's pseudo-normal and a vote of three rays (``sdf.ray_vote_inside``: no second closest-point
-    search) disagree. Launched by rows (``_interop.launch_rows``)."""
+    search) disagree. Launched by rows (``_launch.launch_rows``)."""
     i = wp.tid() + row_start
     if i >= out.shape[0]:
         return
@@ -241,7 +241,7 @@ def face_intersections(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp
 
 
 def face_intersections_rows(mesh: wp.uint64, num_faces: int, found: wp.array(dtype=wp.int32), row_start: int):
-    """``face_intersections`` of faces ``row_start + tid``, launched by rows (``_interop.launch_rows``: the
+    """``face_intersections`` of faces ``row_start + tid``, launched by rows (``_launch.launch_rows``: the
     CPU's cores side by side). A world only asks whether any pair meets: once one is found, the faces not yet
     tested are skipped (the count is then a lower bound, still > 0)."""
     f = wp.tid() + row_start
@@ -286,7 +286,7 @@ def face_checks_rows(
     integers, as int64). Where every directed edge of a mesh has its reverse, the hashes of all faces sum to 0
     (mod 2**64); an open mesh's boundary edges almost surely leave a rest (``_mesh_prep``: whether a mesh may
     be closed, before the exact edge pairing). The face indices were checked on the host
-    (``_mesh_prep.load_mesh``); launched by rows (``_interop.launch_rows``)."""
+    (``_mesh_prep.load_mesh``); launched by rows (``_launch.launch_rows``)."""
     f = wp.tid() + row_start
     if f >= edge_hash.shape[0] or 3 * f + 2 >= indices.shape[0]:
         return

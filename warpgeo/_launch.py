@@ -1,397 +1,35 @@
-"""The one place that knows both torch and Warp, on Warp's public API only (DESIGN "Foundation").
+"""Launching Warp kernels from torch, on Warp's public API only (DESIGN "Foundation").
 
-Everything that crosses the torch <-> Warp boundary goes through here:
+:func:`launch`, :func:`launch_rows` (row kernels; on the CPU split across threads) and :func:`launch_blocks`
+(the one splitter for launches too large for Warp) bind arguments by the kernel's own parameter names,
+wrap tensors zero-copy (``wp.from_torch``) as the array type each parameter declares, and replay Warp's
+recorded ``Launch`` objects (``wp.launch(..., record_cmd=True)``), setting only what changed. Every launch
+ends in :func:`run` (tests watch it). :func:`struct` builds a ``@wp.struct`` (a world's arrays as one
+kernel argument) from tensors.
 
-* lazy initialisation of Warp and of the kernel modules (:func:`kernels`; importing :mod:`warpgeo` does
-  no work);
-* torch device -> Warp device (``cuda:1`` stays ``cuda:1``) and torch's *current* CUDA stream;
-* the dtype table (which floating dtypes an op accepts, in which precision it computes);
-* the value-check switch (:func:`value_checks`, :func:`set_value_checks`, :func:`checking_values`);
-* :func:`launch`, :func:`launch_rows` and :func:`launch_blocks` (the one splitter for launches too large
-  for Warp), the launch helpers every op uses. They bind arguments by the kernel's own parameter names,
-  wrap tensors zero-copy (``wp.from_torch``) as the array type each parameter declares, and replay Warp's
-  recorded ``Launch`` objects (``wp.launch(..., record_cmd=True)``), setting only what changed;
-* :func:`struct`: a ``@wp.struct`` (a world's arrays as one kernel argument) built from tensors.
-
-Kernels (``warpgeo._kernels``) import Warp only; op modules import torch, this module and ``warpgeo._op``.
-The optional accelerator :mod:`warpgeo._fast_launch` is the only code that relies on an undocumented detail
-of Warp, gated and checked.
-
-Adding an op: see CONTRIBUTING.md.
+The optional accelerator :mod:`warpgeo._fast_launch` (re-points a moved tensor's descriptor) is the only
+code that relies on an undocumented detail of Warp, gated and checked; it imports nothing from here.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
-import gc
-import importlib
 import inspect
 import itertools
 import math
 import os
-import sys
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
 import torch
 
 from warpgeo import _fast_launch
-from warpgeo._constants import INT32_LIMIT, MAX_LAUNCH_ROWS, MAX_POINTS
-
-#: Floating dtypes accepted for points, spheres and features.
-FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-#: Integer dtypes accepted for index inputs (outputs are always int64).
-INDEX_DTYPES: tuple[torch.dtype, ...] = (torch.int32, torch.int64)
-
-
-def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
-    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
-
-
-@functools.cache
-def warp() -> Any:
-    """Import and initialise Warp once, on first use, and return the ``warp`` module (see :func:`_init_warp`;
-    the garbage collector is paused meanwhile, see :func:`_no_gc`)."""
-    with _no_gc():
-        return _init_warp()
-
-
-#: ``wp.config.log_level`` as Warp sets it (``warp.LOG_INFO``): another value is the user's choice.
-_WARP_DEFAULT_LOG_LEVEL = 20
-
-
-def _init_warp() -> Any:
-    """Import and initialise Warp.
-
-    Warp's per-module "load" messages are silenced, and so is its "Could not find or load the NVIDIA CUDA
-    driver" warning on a machine without the driver, unless the user chose a log level of their own (then
-    it stands) or ``WARPGEO_VERBOSE=1`` is set.
-    """
-    user_imported = "warp" in sys.modules
-    import warp as wp
-
-    if (
-        os.environ.get("WARPGEO_VERBOSE", "0") not in ("", "0")
-        or wp.config.log_level != _WARP_DEFAULT_LOG_LEVEL
-    ):
-        wp.init()
-        return wp
-    wp.config.log_level = wp.LOG_WARNING
-    if user_imported:  # Warp may be initialised already: its driver message is out, or was silenced
-        wp.init()
-        return wp
-
-    import ctypes
-    import tempfile
-
-    # Warp's native init dlopens the CUDA driver exactly so and, failing, fprintf's its warning to the C
-    # stderr (warp/native/cuda_util.cpp, init_cuda_driver); no Warp setting turns that off. Only where the
-    # driver does not load, fd 2 goes to a temporary file for the length of wp.init() and every other line
-    # written meanwhile is passed on afterwards.
-    driver = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so", "libcuda.so.1")
-    has_driver = sys.platform == "darwin"  # macOS builds of Warp have no CUDA, hence no warning
-    for name in driver:
-        try:
-            ctypes.CDLL(name)
-            has_driver = True
-            break
-        except OSError:
-            pass
-    try:
-        saved = None if has_driver else os.dup(2)
-    except OSError:  # no stderr to filter
-        saved = None
-    if saved is None:
-        wp.init()
-        return wp
-    with tempfile.TemporaryFile() as captured:
-        sys.stderr.flush()
-        os.dup2(captured.fileno(), 2)
-        try:
-            wp.init()
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-        captured.seek(0)
-        lines = captured.read().decode(errors="replace").splitlines(keepends=True)
-    rest = "".join(line for line in lines if "Could not find or load the NVIDIA CUDA driver" not in line)
-    if rest:
-        sys.stderr.write(rest)
-    return wp
-
-
-@functools.cache
-def kernels(name: str) -> Any:
-    """The kernel module ``warpgeo._kernels.<name>``, imported (after Warp is initialised) on first use."""
-    warp()
-    with _no_gc():
-        return importlib.import_module(f"warpgeo._kernels.{name}")
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused: importing Warp and defining kernels allocates enough objects to
-    trigger full collections (~0.15 s each in a process holding torch) that find nothing to free."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-# --------------------------------------------------------------------------------------------------------
-# value checks
-# --------------------------------------------------------------------------------------------------------
-
-_value_checks_enabled = True
-
-
-def set_value_checks(enabled: bool) -> None:
-    """Turn the value checks of every op on or off, process-wide (see :func:`value_checks`)."""
-    global _value_checks_enabled
-    if not isinstance(enabled, bool):
-        raise TypeError(f"enabled must be a bool; got {type(enabled).__name__}")
-    _value_checks_enabled = enabled
-
-
-@contextlib.contextmanager
-def value_checks(enabled: bool = True) -> Iterator[None]:
-    """Context manager: value checks on or off inside the block (process-wide), restored on exit.
-
-    Value checks (NaN/inf, index ranges, lengths, ``env_index``, quaternion norms) read tensor values, one
-    device-to-host transfer per call, which stalls the CUDA pipeline and cannot be captured in a CUDA graph.
-    With them off an op makes no host read at all; bad values then give garbage-in-garbage-out results, but
-    never an out-of-bounds access (every kernel bounds-checks what it reads). Shape, dtype and device checks
-    stay on. While the current CUDA stream is capturing, value checks are skipped anyway.
-
-    Example:
-        >>> world = warpgeo.MeshWorld([trimesh.creation.box((1, 1, 1))])
-        >>> spheres = torch.tensor([[0.4, 0.0, 0.0, 0.2]])
-        >>> with warpgeo.value_checks(False):
-        ...     cost = warpgeo.sphere_mesh_cost(spheres, world)   # no device-to-host sync
-    """
-    previous = _value_checks_enabled
-    set_value_checks(enabled)
-    try:
-        yield
-    finally:
-        set_value_checks(previous)
-
-
-def checking_values(device: torch.device) -> bool:
-    """Should an op on ``device`` run its value checks now? (Off by switch, or during CUDA graph capture.)"""
-    if not _value_checks_enabled:
-        return False
-    return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
-
-
-# --------------------------------------------------------------------------------------------------------
-# which algorithms a device takes
-# --------------------------------------------------------------------------------------------------------
-
-
-class _Paths:
-    """Which algorithms the ops take: CUDA's on a CUDA device (block and element kernels, torch sorts, one
-    launch of one row per thread), the CPU's on the CPU (row kernels split among threads, counting sorts,
-    several rows per thread). The tests set :attr:`cuda_on_cpu` to run CUDA's choices on CPU tensors
-    (``tests/test_cuda_paths.py``); nothing public depends on it."""
-
-    cuda_on_cpu = False
-
-
-PATHS = _Paths()
-
-
-def cuda_algorithms(device: torch.device) -> bool:
-    """Whether an op on ``device`` takes its CUDA algorithms (see :class:`_Paths`)."""
-    return device.type == "cuda" or PATHS.cuda_on_cpu
-
-
-# --------------------------------------------------------------------------------------------------------
-# devices and streams
-# --------------------------------------------------------------------------------------------------------
-
-_WARP_DEVICES: dict[torch.device, Any] = {}
-
-
-def warp_device(device: torch.device | str) -> Any:
-    """The Warp device for a torch device: ``cpu`` -> ``"cpu"``, ``cuda[:i]`` -> ``"cuda:i"``.
-
-    A bare ``cuda`` resolves to torch's current CUDA device, as torch itself does.
-
-    Raises:
-        ValueError: for device types Warp cannot run on (``mps``, ``meta``, ...).
-    """
-    device = torch.device(device)
-    found = _WARP_DEVICES.get(device)
-    if found is not None:
-        return found
-    wp = warp()
-    if device.type == "cpu":
-        found = wp.get_device("cpu")
-    elif device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {str(device)!r} was asked for, but torch sees no CUDA device")
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        found = wp.get_device(f"cuda:{index}")
-    else:
-        raise ValueError(f"warpgeo runs on 'cpu' and 'cuda' devices; got a tensor on {str(device)!r}")
-    if device.type == "cpu" or device.index is not None:  # a bare "cuda" follows the current device
-        _WARP_DEVICES[device] = found
-    return found
-
-
-_WARP_STREAMS: dict[tuple[int, int], Any] = {}
-
-
-def warp_stream(device: torch.device | str) -> Any:
-    """Warp's handle to torch's current stream on ``device`` (``None`` on the CPU)."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    stream = torch.cuda.current_stream(device)
-    key = (stream.device_index, stream.cuda_stream)
-    found = _WARP_STREAMS.get(key)
-    if found is None:
-        found = warp().stream_from_torch(stream)
-        _WARP_STREAMS[key] = found
-    return found
-
-
-# --------------------------------------------------------------------------------------------------------
-# dtypes and argument checks
-# --------------------------------------------------------------------------------------------------------
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The precision a kernel runs in for inputs of ``dtype``: float64 stays, the rest use float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def to_compute(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in its kernel precision (:func:`compute_dtype`) with a dense last dimension (what a Warp vector
-    array of its rows needs); other strides are kept. No copy when it already is both."""
-    compute = compute_dtype(t.dtype)
-    if t.dtype != compute:
-        t = t.to(compute)
-    if t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1:
-        t = t.contiguous()
-    return t
-
-
-def dense_below(tensors: Iterable[torch.Tensor], limit: int | None = None) -> bool:
-    """True when every tensor is contiguous and smaller than ``limit`` bytes: then none has a dimension or a
-    byte stride reaching ``limit`` (one Warp launch can take them all as they are) — a cheap test that spares
-    the usual call the analysis of how to split a launch. ``limit`` defaults to ``INT32_LIMIT``."""
-    if limit is None:
-        limit = INT32_LIMIT
-    return all(t.is_contiguous() and t.numel() * t.element_size() < limit for t in tensors)
-
-
-#: The floating dtypes numpy can sum (it has no bfloat16).
-_NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
-
-
-def _on_the_host(*tensors: torch.Tensor) -> bool:
-    """Whether numpy may compute on these tensors in torch's place: plain CPU tensors of a dtype numpy has,
-    and nobody watching torch's ops (no ``TorchDispatchMode``: opcheck, fake tensors, a sync checker; not
-    under ``torch.compile``)."""
-    if torch.compiler.is_compiling() or _in_dispatch_mode():
-        return False
-    return all(
-        type(t) is torch.Tensor and t.device.type == "cpu" and t.dtype in _NUMPY_FLOATS for t in tensors
-    )
-
-
-try:
-    from torch.utils._python_dispatch import is_in_torch_dispatch_mode as _in_dispatch_mode
-except ImportError:  # a torch without it: assume a mode (torch computes)
-
-    def _in_dispatch_mode() -> bool:
-        return True
-
-
-def sum64(x: torch.Tensor) -> torch.Tensor:
-    """``x.sum(dtype=torch.float64)`` (a 0-d tensor on ``x``'s device), the value checks' finite test.
-
-    On the CPU (:func:`_on_the_host`) numpy sums on the calling thread: torch's sum of a large tensor runs
-    on torch's OpenMP workers, which (GNU OpenMP's default) keep spinning for milliseconds afterwards and
-    take cores from the launch threads that follow it (:func:`launch_rows`)."""
-    if _on_the_host(x):
-        total = np.add.reduce(x.detach().numpy(), axis=None, dtype=np.float64)
-        return torch.tensor(float(total), dtype=torch.float64)
-    return x.sum(dtype=torch.float64)
-
-
-def scale_rows(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """``weights[..., None] * rows`` (a backward's ``grad_output`` times the gradient its kernel wrote).
-
-    On the CPU (:func:`_on_the_host`), where no graph of the backward is recorded (``create_graph``),
-    numpy multiplies on the calling thread, as :func:`sum64` sums."""
-    if not torch.is_grad_enabled() and _on_the_host(weights, rows):
-        return torch.from_numpy(np.multiply(weights.detach().numpy()[..., None], rows.detach().numpy()))
-    return weights[..., None] * rows
-
-
-def check_float(t: Any, name: str) -> None:
-    """Raise TypeError unless ``t`` is a tensor of one of :data:`FLOAT_DTYPES`."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
-    if t.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must have dtype {_dtype_names(FLOAT_DTYPES)}; got {t.dtype}")
-
-
-def check_index(t: Any, name: str) -> None:
-    """Raise TypeError unless ``t`` is an int32 or int64 tensor."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
-    if t.dtype not in INDEX_DTYPES:
-        raise TypeError(f"{name} must have dtype {_dtype_names(INDEX_DTYPES)}; got {t.dtype}")
-
-
-def check_device(reference: str, **tensors: torch.Tensor | None) -> torch.device:
-    """Raise ValueError unless every tensor lives on the device of ``tensors[reference]``, a device warpgeo
-    runs on (cpu or cuda); return that device."""
-    device = tensors[reference].device  # type: ignore[union-attr]
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"warpgeo runs on 'cpu' and 'cuda' devices; got {reference} on {device}")
-    for name, t in tensors.items():
-        if t is not None and t.device != device:
-            raise ValueError(f"{name} must be on the same device as {reference} ({device}); got {t.device}")
-    return device
-
-
-def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
-    """``value`` as an int (bool refused), at least ``minimum``; TypeError / ValueError naming ``name``."""
-    if isinstance(value, torch.SymInt):  # traced by torch.compile / fake tensors: nothing to read
-        return value
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {value}")
-    return value
-
-
-def check_shape(t: torch.Tensor, name: str, shape: Sequence[int | None]) -> None:
-    """ValueError unless ``t.shape`` matches ``shape`` (``None`` matches any size)."""
-    if t.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape, strict=True)):
-        expected = (
-            "("
-            + ", ".join("*" if s is None else str(s) for s in shape)
-            + ("," if len(shape) == 1 else "")
-            + ")"
-        )
-        raise ValueError(f"{name} must have shape {expected}; got {tuple(t.shape)}")
-
+from warpgeo._constants import INT32_LIMIT, MAX_LAUNCH_ROWS
+from warpgeo._warp import cuda_algorithms, dense_below, warp, warp_device, warp_stream
 
 # --------------------------------------------------------------------------------------------------------
 # launching: Warp's public API only (wp.launch(record_cmd=True) -> Launch, set_param_*, wp.from_torch)
@@ -589,8 +227,8 @@ def _check_names(kernel: Any, names: Sequence[str], args: dict[str, Any]) -> Non
 _THREAD = threading.local()
 
 
-def _run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args: dict) -> None:
-    """Every launch of :func:`launch` and :func:`launch_rows` ends here (one place for tests to watch)."""
+def run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args: dict) -> None:
+    """Every launch of :func:`launch` and :func:`launch_rows` ends here (one place for tests and benchmarks to watch)."""
     try:
         recorded = _THREAD.recorded
     except AttributeError:
@@ -629,7 +267,7 @@ def launch(
         return
     if tiled:
         dims = (*dims, block_dim)
-    _run(kernel, dims, device, block_dim, args)
+    run(kernel, dims, device, block_dim, args)
 
 
 #: Below this much work (in the units of ``work_per_row``) a CPU launch is not split among threads: handing a
@@ -678,7 +316,7 @@ def launch_rows(
         workers = min(torch.get_num_threads(), rows, work // _MIN_SPLIT_WORK)
     if workers <= 1:
         args[ROW_START] = 0
-        _run(kernel, (rows,), device, None, args)
+        run(kernel, (rows,), device, None, args)
         return
     # load (compile) the module on this thread first, so that the side-by-side launches never race to build it
     _load(kernel, device)
@@ -763,7 +401,7 @@ def launch_blocks(
         return
     grid = tuple(int(g) for g in grid)
 
-    def run(count_grid: tuple[int, ...], blocked: dict, batch: dict) -> None:
+    def run_block(count_grid: tuple[int, ...], blocked: dict, batch: dict) -> None:
         if grid_launch:
             launch(kernel, count_grid, device=device, **blocked, **batch, **whole)
         else:
@@ -794,7 +432,7 @@ def launch_blocks(
         return not any(too_big(d, among) for d in range(max((t.dim() for t in among), default=0)))
 
     if rows <= MAX_LAUNCH_ROWS and fits(tensors):
-        run(grid, sliced, per_batch)
+        run_block(grid, sliced, per_batch)
         return
     last = len(grid) - 1
     for d in range(1, last):
@@ -821,7 +459,7 @@ def launch_blocks(
         step = MAX_LAUNCH_ROWS // per_b
         for b0 in range(0, batch_size, step):
             b1 = min(b0 + step, batch_size)
-            run((b1 - b0, *grid[1:]), *block(slice(b0, b1), slice(None)))
+            run_block((b1 - b0, *grid[1:]), *block(slice(b0, b1), slice(None)))
         return
     if last == 0:
         step = MAX_LAUNCH_ROWS
@@ -831,7 +469,7 @@ def launch_blocks(
             batch = {k: t[b0:b1] if t.numel() > 0 else t for k, t in per_batch.items()}
             if not fits([*blocked.values(), *batch.values()]):
                 raise ValueError(f"{what} of shape {grid}: a row spans >= 2**31 bytes (int32 byte strides)")
-            run((b1 - b0,), blocked, batch)
+            run_block((b1 - b0,), blocked, batch)
         return
     inner = per_b // length if length else 0
     # chunks of L; one L entry at a time where a step along L itself is 2 GiB (rows of features)
@@ -844,7 +482,7 @@ def launch_blocks(
                 raise ValueError(
                     f"{what} of shape {grid}: one entry spans >= 2**31 bytes (int32 byte strides)"
                 )
-            run((1, *grid[1:last], l1 - l0), blocked, batch)
+            run_block((1, *grid[1:last], l1 - l0), blocked, batch)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -913,33 +551,3 @@ def _unowned(t: torch.Tensor, dtype: Any) -> Any:
     return wp.array(
         ptr=t.data_ptr(), dtype=dtype, shape=shape, strides=strides, device=warp_device(t.device), copy=False
     )
-
-
-__all__ = [
-    "FLOAT_DTYPES",
-    "INDEX_DTYPES",
-    "INT32_LIMIT",
-    "MAX_LAUNCH_ROWS",
-    "MAX_POINTS",
-    "check_device",
-    "check_fits",
-    "check_float",
-    "check_index",
-    "check_int",
-    "check_shape",
-    "checking_values",
-    "compute_dtype",
-    "cuda_algorithms",
-    "dense_below",
-    "kernels",
-    "launch",
-    "launch_blocks",
-    "launch_rows",
-    "set_value_checks",
-    "struct",
-    "to_compute",
-    "value_checks",
-    "warp",
-    "warp_device",
-    "warp_stream",
-]
