@@ -463,6 +463,83 @@ def test_torch_cluster_against_brute_force(device):
         assert near.tolist() == torch.where(has, first, -1).tolist()
 
 
+# PyG and torch_cluster still script these calls; torch 2.10+ marks torch.jit deprecated
+@pytest.mark.filterwarnings("ignore:`torch.jit.[a-z_]*` is deprecated:DeprecationWarning")
+def test_torch_cluster_under_torchscript(device, tmp_path):
+    """Each function scripts with torch_cluster's signature and gives the same known answers; a scripted
+    module is saved and loaded (the functions reach warpgeo through registered ops, not Python calls)."""
+    x = torch.tensor(SQUARE + [[2 * a, 2 * b] for a, b in SQUARE], dtype=torch.float32, device=device)
+    batch = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1], device=device)
+
+    # pytorch_cluster's test_fps.py shape: a scripted caller of fps with a ratio tensor, no batch
+    @torch.jit.script
+    def fps2(x: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+        return torch_cluster.fps(x, None, ratio, False)
+
+    assert fps2(x, torch.tensor([0.5], device=device)).sort()[0].tolist() == [0, 5, 6, 7]
+    fps = torch.jit.script(torch_cluster.fps)
+    assert fps(x, batch, 0.5, False).tolist() == [0, 2, 4, 6]
+    assert fps(x, batch, torch.tensor([0.5, 0.5]), False).tolist() == [0, 2, 4, 6]
+    assert fps(x, ptr=[0, 4, 8], ratio=0.5, random_start=False).tolist() == [0, 2, 4, 6]
+    assert fps(x, ptr=torch.tensor([0, 4, 8]), random_start=False).tolist() == [0, 2, 4, 6]
+    with pytest.raises(RuntimeError, match="ratio"):
+        fps(x, batch, float("nan"), False)
+
+    y = torch.tensor([[1, 0], [-1, 0]], dtype=torch.float32, device=device)
+    knn = torch.jit.script(torch_cluster.knn)
+    assert to_set(knn(x[:4], y, 2)) == {(0, 2), (0, 3), (1, 0), (1, 1)}
+    assert to_set(knn(x, y, 2, batch, torch.tensor([0, 1], device=device))) == {
+        (0, 2),
+        (0, 3),
+        (1, 4),
+        (1, 5),
+    }
+    sq = x[:4]
+    t2s = {(0, 1), (0, 3), (1, 0), (1, 2), (2, 1), (2, 3), (3, 0), (3, 2)}
+    knn_graph = torch.jit.script(torch_cluster.knn_graph)
+    assert to_set(knn_graph(sq, k=2, flow="source_to_target")) == {(j, i) for i, j in t2s}
+    assert to_set(knn_graph(sq, 2, None, False, "target_to_source")) == t2s
+    radius = torch.jit.script(torch_cluster.radius)
+    centres = torch.tensor([[0, 0], [0, 1]], dtype=torch.float32, device=device)
+    # the corners are sqrt(2) from the centre; (0, 1) reaches the top corners (1, 2) and their copies (5, 6)
+    assert to_set(radius(torch.cat([sq, sq]), centres, 2.0, max_num_neighbors=4)) == {
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (0, 3),
+        (1, 1),
+        (1, 2),
+        (1, 5),
+        (1, 6),
+    }
+    radius_graph = torch.jit.script(torch_cluster.radius_graph)
+    assert to_set(radius_graph(sq, r=2.5, flow="target_to_source")) == t2s
+    assert to_set(radius_graph(sq, 2.5)) == {(j, i) for i, j in t2s}
+    nearest = torch.jit.script(torch_cluster.nearest)
+    assert nearest(y, sq).tolist() == [2, 0]  # (1, 0): (1, 1) and (1, -1) tie -> the lower index
+
+    class Model(torch.nn.Module):
+        def forward(self, pos: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+            idx = torch_cluster.fps(pos, batch, 0.5, False)
+            return torch_cluster.knn(pos, pos[idx], 2, batch, batch[idx])
+
+    torch.jit.save(torch.jit.script(Model()), tmp_path / "model.pt")
+    loaded = torch.jit.load(tmp_path / "model.pt", map_location=device)
+    assert torch.equal(loaded(x, batch), Model()(x, batch))
+
+
+def test_torch_cluster_fps_ratio_is_checked():
+    x = torch.rand(8, 3)
+    batch = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    with pytest.raises(ValueError, match="ratio"):  # one per example (2) or one for all
+        torch_cluster.fps(x, batch, ratio=torch.tensor([0.5, 0.5, 0.5]))
+    with pytest.raises(ValueError, match="ratio"):
+        torch_cluster.fps(x, batch, ratio=torch.tensor([[0.5, 0.5]]))
+    for bad in (float("nan"), torch.tensor(float("nan")), torch.tensor([0.5, float("nan")]), 0.0, 1.5):
+        with pytest.raises(ValueError, match="ratio"):
+            torch_cluster.fps(x, batch, ratio=bad)
+
+
 def test_torch_cluster_grid_cluster_and_missing_graph_ops():
     pos = torch.tensor([[0.0, 0.0], [11.0, 9.0], [2.0, 8.0], [2.0, 2.0], [8.0, 3.0]])
     assert torch_cluster.grid_cluster(pos, torch.tensor([5.0, 5.0])).tolist() == [0, 5, 3, 0, 1]

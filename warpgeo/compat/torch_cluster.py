@@ -36,6 +36,12 @@ nearest first, ties to the lowest index; ``knn_graph`` without ``loop`` searches
 self-edge. Differences: FPS starts from ``torch``'s generator at a uniformly drawn point
 (``random_start=True``, the default as in torch_cluster) and compares exact distances (torch_cluster starts
 its distances at a finite constant); ``max_num_neighbors=None`` means every neighbour.
+
+TorchScript: ``fps``, ``knn``, ``radius``, ``knn_graph``, ``radius_graph`` and ``nearest`` script with
+torch_cluster's argument types (``torch.jit.script(knn)``, or a scripted function or module calling them).
+Scripted, each calls its registered op ``torch.ops.warpgeo_torch_cluster.<name>``, which runs the same
+Python implementation as an eager call (a scripted module saves and loads wherever this module is imported);
+a bad argument then surfaces as the interpreter's RuntimeError quoting the ValueError.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 import warpgeo
 from warpgeo.compat._common import shape_of
@@ -107,7 +114,14 @@ def _prepare(t: torch.Tensor, cosine: bool = False) -> torch.Tensor:
     return _pad3(t) if t.shape[-1] <= 3 else t
 
 
-def fps(src, batch=None, ratio=None, random_start: bool = True, batch_size=None, ptr=None) -> torch.Tensor:
+def fps(
+    src: Tensor,
+    batch: Tensor | None = None,
+    ratio: Tensor | float | None = None,
+    random_start: bool = True,
+    batch_size: int | None = None,
+    ptr: Tensor | list[int] | None = None,
+) -> Tensor:
     """Farthest point sampling, as ``torch_cluster.fps``: ``ceil(ratio * N_b)`` samples of each example, in
     greedy farthest-point order, as global int64 row indices, example after example.
 
@@ -116,7 +130,25 @@ def fps(src, batch=None, ratio=None, random_start: bool = True, batch_size=None,
         ratio: a float or a tensor (scalar or one per example) in (0, 1]; default 0.5.
         random_start: start at a random point of each example (torch's generator); else at its first row.
         batch_size: the number of examples (default: ``batch.max() + 1``). ptr: boundaries instead of batch.
+
+    Raises:
+        ValueError: a ratio outside (0, 1] (NaN included), or a ratio tensor that is neither one value nor
+            one per example.
     """
+    if torch.jit.is_scripting():
+        r = (
+            ratio
+            if isinstance(ratio, Tensor)
+            else torch.tensor(0.5 if ratio is None else ratio, dtype=src.dtype)
+        )
+        bounds: Tensor | None = None
+        if ptr is not None:
+            bounds = torch.tensor(ptr, device=src.device) if isinstance(ptr, list) else ptr
+        return torch.ops.warpgeo_torch_cluster.fps(src, batch, r, random_start, batch_size, bounds)
+    return _fps(src, batch, ratio, random_start, batch_size, ptr)
+
+
+def _fps(src, batch, ratio, random_start, batch_size, ptr) -> torch.Tensor:
     src = _rows(src, "src")
     device = src.device
     if ptr is not None:
@@ -124,9 +156,13 @@ def fps(src, batch=None, ratio=None, random_start: bool = True, batch_size=None,
     else:
         ptr = _ptr(batch, src.shape[0], _batch_size(batch_size, batch), device, "batch")
     r = torch.as_tensor(0.5 if ratio is None else ratio, dtype=src.dtype, device=device)
-    if bool(((r <= 0) | (r > 1)).any()):
+    if not bool(((r > 0) & (r <= 1)).all()):  # written so that NaN fails
         raise ValueError(f"ratio must lie in (0, 1]; got {r.tolist()}")
     padded, counts, _rows_of = _pack(src, ptr)
+    if not (r.dim() == 0 or (r.dim() == 1 and r.shape[0] in (1, counts.shape[0]))):
+        raise ValueError(
+            f"ratio must be one value or one per example ({counts.shape[0]},); got shape {tuple(r.shape)}"
+        )
     samples = torch.ceil(counts.to(src.dtype) * r).to(torch.int64).expand(counts.shape).contiguous()
     if counts.numel() == 0 or int(samples.max()) == 0:
         return torch.empty(0, dtype=torch.int64, device=device)
@@ -136,8 +172,15 @@ def fps(src, batch=None, ratio=None, random_start: bool = True, batch_size=None,
 
 
 def knn(
-    x, y, k: int, batch_x=None, batch_y=None, cosine: bool = False, num_workers: int = 1, batch_size=None
-):
+    x: Tensor,
+    y: Tensor,
+    k: int,
+    batch_x: Tensor | None = None,
+    batch_y: Tensor | None = None,
+    cosine: bool = False,
+    num_workers: int = 1,
+    batch_size: int | None = None,
+) -> Tensor:
     """For each row of ``y`` its ``k`` nearest rows of ``x`` in the same example, as ``torch_cluster.knn``.
 
     Args:
@@ -149,6 +192,12 @@ def knn(
         int64 ``(2, E)``: ``[row in y, row in x]``, nearest first per row of ``y``; fewer than ``k`` where an
         example of ``x`` has fewer points.
     """
+    if torch.jit.is_scripting():
+        return torch.ops.warpgeo_torch_cluster.knn(x, y, k, batch_x, batch_y, cosine, num_workers, batch_size)
+    return _knn(x, y, k, batch_x, batch_y, cosine, num_workers, batch_size)
+
+
+def _knn(x, y, k, batch_x, batch_y, cosine, num_workers, batch_size) -> torch.Tensor:
     x, y = _rows(x, "x"), _rows(y, "y")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1; got {k!r}")
@@ -174,21 +223,31 @@ def _edges(idx: torch.Tensor, x_rows: torch.Tensor, y_rows: torch.Tensor) -> tor
 
 
 def radius(
-    x,
-    y,
+    x: Tensor,
+    y: Tensor,
     r: float,
-    batch_x=None,
-    batch_y=None,
+    batch_x: Tensor | None = None,
+    batch_y: Tensor | None = None,
     max_num_neighbors: int | None = 32,
     num_workers: int = 1,
-    batch_size=None,
+    batch_size: int | None = None,
     ignore_same_index: bool = False,
-):
+) -> Tensor:
     """For each row of ``y`` the rows of ``x`` (same example) at distance ``< r``, as ``torch_cluster.radius``.
 
     The first ``max_num_neighbors`` in index order (None: all); ``ignore_same_index`` skips the row of ``x``
     with the row's own index (``radius_graph`` without loops). Returns int64 ``(2, E)``: ``[row in y, row
     in x]``."""
+    if torch.jit.is_scripting():
+        return torch.ops.warpgeo_torch_cluster.radius(
+            x, y, r, batch_x, batch_y, max_num_neighbors, num_workers, batch_size, ignore_same_index
+        )
+    return _radius(x, y, r, batch_x, batch_y, max_num_neighbors, num_workers, batch_size, ignore_same_index)
+
+
+def _radius(
+    x, y, r, batch_x, batch_y, max_num_neighbors, num_workers, batch_size, ignore_same_index
+) -> torch.Tensor:
     x, y = _rows(x, "x"), _rows(y, "y")
     if isinstance(r, torch.Tensor):
         r = float(r)
@@ -232,25 +291,33 @@ def _ball(queries, points, r: float, k: int, query_lengths, point_lengths) -> to
 
 
 def knn_graph(
-    x,
+    x: Tensor,
     k: int,
-    batch=None,
+    batch: Tensor | None = None,
     loop: bool = False,
     flow: str = "source_to_target",
     cosine: bool = False,
     num_workers: int = 1,
-    batch_size=None,
-):
+    batch_size: int | None = None,
+) -> Tensor:
     """The k-nearest-neighbour graph of the rows of ``x``, as ``torch_cluster.knn_graph``.
 
     Returns int64 ``(2, E)``: with ``flow="source_to_target"`` (the default) edges ``(neighbour j, centre
     i)``, with ``"target_to_source"`` ``(i, j)``. Without ``loop`` it searches ``k + 1`` and drops the edge
     to the point itself."""
+    if torch.jit.is_scripting():
+        return torch.ops.warpgeo_torch_cluster.knn_graph(
+            x, k, batch, loop, flow, cosine, num_workers, batch_size
+        )
+    return _knn_graph(x, k, batch, loop, flow, cosine, num_workers, batch_size)
+
+
+def _knn_graph(x, k, batch, loop, flow, cosine, num_workers, batch_size) -> torch.Tensor:
     if flow not in ("source_to_target", "target_to_source"):
         raise ValueError(f'flow must be "source_to_target" or "target_to_source"; got {flow!r}')
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1; got {k!r}")
-    edge_index = knn(x, x, k if loop else k + 1, batch, batch, cosine, num_workers, batch_size)
+    edge_index = _knn(x, x, k if loop else k + 1, batch, batch, cosine, num_workers, batch_size)
     row, col = edge_index[0], edge_index[1]
     if not loop:
         keep = row != col
@@ -261,36 +328,86 @@ def knn_graph(
 
 
 def radius_graph(
-    x,
+    x: Tensor,
     r: float,
-    batch=None,
+    batch: Tensor | None = None,
     loop: bool = False,
     max_num_neighbors: int | None = 32,
     flow: str = "source_to_target",
     num_workers: int = 1,
-    batch_size=None,
-):
+    batch_size: int | None = None,
+) -> Tensor:
     """The graph of the rows of ``x`` within distance ``< r``, as ``torch_cluster.radius_graph``: at most
     ``max_num_neighbors`` per point (self excluded unless ``loop``). Returns int64 ``(2, E)``; ``flow`` as in
     :func:`knn_graph`."""
+    if torch.jit.is_scripting():
+        return torch.ops.warpgeo_torch_cluster.radius_graph(
+            x, r, batch, loop, max_num_neighbors, flow, num_workers, batch_size
+        )
+    return _radius_graph(x, r, batch, loop, max_num_neighbors, flow, num_workers, batch_size)
+
+
+def _radius_graph(x, r, batch, loop, max_num_neighbors, flow, num_workers, batch_size) -> torch.Tensor:
     if flow not in ("source_to_target", "target_to_source"):
         raise ValueError(f'flow must be "source_to_target" or "target_to_source"; got {flow!r}')
-    edge_index = radius(x, x, r, batch, batch, max_num_neighbors, num_workers, batch_size, not loop)
+    edge_index = _radius(x, x, r, batch, batch, max_num_neighbors, num_workers, batch_size, not loop)
     if flow == "source_to_target":
         return torch.stack([edge_index[1], edge_index[0]])
     return edge_index
 
 
-def nearest(x, y, batch_x=None, batch_y=None) -> torch.Tensor:
+def nearest(x: Tensor, y: Tensor, batch_x: Tensor | None = None, batch_y: Tensor | None = None) -> Tensor:
     """int64 ``(N,)``: for each row of ``x`` its nearest row of ``y`` in the same example, as
     ``torch_cluster.nearest`` (-1 where that example of ``y`` is empty)."""
+    if torch.jit.is_scripting():
+        return torch.ops.warpgeo_torch_cluster.nearest(x, y, batch_x, batch_y)
+    return _nearest(x, y, batch_x, batch_y)
+
+
+def _nearest(x, y, batch_x, batch_y) -> torch.Tensor:
     x, y = _rows(x, "x"), _rows(y, "y")
     if y.numel() == 0:
         raise ValueError("y must hold at least one point")
-    edge_index = knn(y, x, 1, batch_y, batch_x)
+    edge_index = _knn(y, x, 1, batch_y, batch_x, False, 1, None)
     out = torch.full((x.shape[0],), -1, dtype=torch.int64, device=x.device)
     out[edge_index[0]] = edge_index[1]
     return out
+
+
+# The ops a scripted call reaches (TorchScript cannot compile the implementations above, but it can call
+# any op registered with the dispatcher): each runs the eager implementation, its schema torch_cluster's
+# types. The results are fresh index tensors (no aliasing of inputs) and carry no gradient.
+_SCHEMAS = {
+    "fps": (
+        _fps,
+        "(Tensor src, Tensor? batch, Tensor ratio, bool random_start, int? batch_size, Tensor? ptr)",
+    ),
+    "knn": (
+        _knn,
+        "(Tensor x, Tensor y, int k, Tensor? batch_x, Tensor? batch_y, bool cosine, int num_workers, "
+        "int? batch_size)",
+    ),
+    "radius": (
+        _radius,
+        "(Tensor x, Tensor y, float r, Tensor? batch_x, Tensor? batch_y, int? max_num_neighbors, "
+        "int num_workers, int? batch_size, bool ignore_same_index)",
+    ),
+    "knn_graph": (
+        _knn_graph,
+        "(Tensor x, int k, Tensor? batch, bool loop, str flow, bool cosine, int num_workers, int? batch_size)",
+    ),
+    "radius_graph": (
+        _radius_graph,
+        "(Tensor x, float r, Tensor? batch, bool loop, int? max_num_neighbors, str flow, int num_workers, "
+        "int? batch_size)",
+    ),
+    "nearest": (_nearest, "(Tensor x, Tensor y, Tensor? batch_x, Tensor? batch_y)"),
+}
+for _name, (_impl, _args) in _SCHEMAS.items():
+    torch.library.custom_op(
+        f"warpgeo_torch_cluster::{_name}", _impl, mutates_args=(), schema=f"{_args} -> Tensor"
+    )
+del _name, _impl, _args
 
 
 # --------------------------------------------------------------------------------------------------------
