@@ -225,6 +225,11 @@ def _check_names(kernel: Any, names: Sequence[str], args: dict[str, Any]) -> Non
 
 #: Per calling thread (``threading.local``): one :class:`_Recorded` per kernel, device and block size.
 _THREAD = threading.local()
+#: Held over a kernel's first launch from each thread: recording it (Warp loads, and on first use compiles,
+#: its module on that path) and running it once. Without it a thread could enter a module that another
+#: thread was still loading: several threads' first calls at once crashed (SIGSEGV at the kernel's entry).
+#: Taken once per kernel, device, block size and thread; later launches take no lock.
+_FIRST_LAUNCH = threading.RLock()
 
 
 def run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args: dict) -> None:
@@ -235,9 +240,13 @@ def run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int
         recorded = _THREAD.recorded = {}
     key = (kernel, device, block_dim)
     slot = recorded.get(key)
-    if slot is None:
-        slot = recorded[key] = _Recorded(kernel, dims, device, block_dim, args)
-    slot.run(dims, args, device)
+    if slot is not None:
+        slot.run(dims, args, device)
+        return
+    with _FIRST_LAUNCH:
+        slot = _Recorded(kernel, dims, device, block_dim, args)
+        slot.run(dims, args, device)
+    recorded[key] = slot
 
 
 def launch(
@@ -346,7 +355,8 @@ def _load(kernel: Any, device: torch.device, block_dim: int | None = None) -> No
     wdev = warp_device(device)
     if block_dim is None and wdev.is_cpu:
         block_dim = 1
-    kernel.module.load(wdev, block_dim)
+    with _FIRST_LAUNCH:
+        kernel.module.load(wdev, block_dim)
 
 
 #: An empty mapping of tensors (no per-batch tensors).

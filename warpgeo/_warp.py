@@ -13,10 +13,10 @@ Launching is :mod:`warpgeo._launch`; argument and value checks are :mod:`warpgeo
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import os
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -35,12 +35,22 @@ def dtype_names(dtypes: Iterable[torch.dtype]) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes)
 
 
-@functools.cache
+_WARP: Any = None
+_WARP_LOCK = threading.Lock()
+
+
 def warp() -> Any:
     """Import and initialise Warp once, on first use, and return the ``warp`` module (see :func:`_init_warp`;
-    the garbage collector is paused meanwhile, see :func:`no_gc`)."""
-    with no_gc():
-        return _init_warp()
+    the garbage collector is paused meanwhile, see :func:`no_gc`). Safe from several threads at once: one
+    initialises (its stderr redirection is process-wide), the others wait for it."""
+    global _WARP
+    if _WARP is not None:
+        return _WARP
+    with _WARP_LOCK:
+        if _WARP is None:
+            with no_gc():
+                _WARP = _init_warp()
+    return _WARP
 
 
 #: ``wp.config.log_level`` as Warp sets it (``warp.LOG_INFO``): another value is the user's choice.
@@ -109,7 +119,6 @@ def _init_warp() -> Any:
     return wp
 
 
-@functools.cache
 @contextlib.contextmanager
 def no_gc() -> Iterator[None]:
     """The cyclic garbage collector paused: importing Warp and defining kernels allocates enough objects to

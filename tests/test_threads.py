@@ -1,0 +1,88 @@
+"""Ops called from several threads at once, first call included (issue 33).
+
+Each case runs in a fresh process with no warm-up call: several threads make their first call of an op
+family at the same moment, so the first launch of each kernel (its Warp module loaded, its launch recorded)
+happens on several threads at once. Before the launcher took a lock over a kernel's first launch, a thread
+could enter a module another thread was still loading: SIGSEGV in about half of the runs of the SDF cases.
+A crash shows as the subprocess's exit status (-11), a wrong answer as a failed comparison inside it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# every family builds its inputs first, then computes its answer in the threads; the reference is the same
+# call made afterwards on the main thread (the ops are deterministic)
+_CASES = {
+    "fps": "p = torch.rand(2, 64, 3)\ncall = lambda: g.farthest_point_sampling(p, 8)",
+    "gather": "f = torch.rand(2, 4, 32)\ni = torch.randint(0, 32, (2, 16))\ncall = lambda: g.gather_points(f, i)",
+    "knn": "q = torch.rand(2, 20, 3)\np = torch.rand(2, 64, 3)\ncall = lambda: g.knn(q, p, 4).idx",
+    "ball_query": "q = torch.rand(2, 20, 3)\np = torch.rand(2, 64, 3)\ncall = lambda: g.ball_query(q, p, 0.3, 8)",
+    "chamfer": "x = torch.rand(2, 40, 3)\ny = torch.rand(2, 50, 3)\ncall = lambda: g.chamfer_distance(x, y).loss",
+    "signed_distance": (
+        "w = g.MeshWorld([g.Sphere(0.5)])\np = torch.rand(1, 48, 3) - 0.5\ncall = lambda: g.signed_distance(p, w)"
+    ),
+    "mesh_cost": (
+        "w = g.MeshWorld([(torch.tensor([[0., 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]]).numpy(),"
+        " torch.tensor([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]]).numpy())])\n"
+        "s = torch.cat([torch.rand(1, 48, 3), torch.full((1, 48, 1), 0.1)], -1)\n"
+        "call = lambda: g.sphere_mesh_cost(s, w)"
+    ),
+    "cuboid_cost": (
+        "w = g.MeshWorld([g.Cuboid((1, 1, 1))])\n"
+        "s = torch.cat([torch.rand(1, 48, 3), torch.full((1, 48, 1), 0.1)], -1)\n"
+        "call = lambda: g.sphere_mesh_cost(s, w)"
+    ),
+}
+
+_SCRIPT = """
+import threading, torch, warpgeo as g
+torch.manual_seed(0)
+{setup}
+results, errors = [], []
+start = threading.Barrier({threads})
+def body():
+    try:
+        start.wait()
+        results.extend(call() for _ in range(50))
+    except BaseException as error:
+        errors.append(repr(error))
+threads = [threading.Thread(target=body) for _ in range({threads})]
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert not errors, errors
+expected = call()
+assert len(results) == {threads} * 50
+assert all(torch.equal(r, expected) for r in results), "an answer from a thread differs"
+print("ok")
+"""
+
+
+def _run(setup: str, threads: int) -> subprocess.CompletedProcess:
+    code = textwrap.dedent(_SCRIPT).format(setup=setup, threads=threads)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("family", sorted(_CASES))
+def test_first_calls_from_four_threads_at_once(family):
+    out = _run(_CASES[family], 4)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (
+        f"exit status {out.returncode} (-11: a segfault)\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    )
+
+
+@pytest.mark.parametrize("family", ["signed_distance", "cuboid_cost"])
+@pytest.mark.parametrize("round_", range(2))
+def test_first_calls_from_two_threads_at_once(family, round_):
+    """The SDF families crashed most often: two more fresh processes each, two threads."""
+    out = _run(_CASES[family], 2)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (
+        f"exit status {out.returncode} (-11: a segfault)\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    )
