@@ -155,3 +155,46 @@ def three_interpolate_reference(features, idx, weight):
                 if ix[b, m, j] != -1:
                     out[b, :, m] += w[b, m, j] * f[b, :, ix[b, m, j]]
     return out
+
+
+def collision_pairs_reference(sphere_links, ignored=()):
+    """Sphere pairs ``(i, j)``, ``i < j``, of different links and not an ignored link pair (either order), by
+    a double loop in (i, j) order. ``ignored``: ``(a, b)`` link pairs. Returns a list of ``[i, j]``."""
+    links = [int(x) for x in sphere_links]
+    drop = {(int(a), int(b)) for a, b in ignored} | {(int(b), int(a)) for a, b in ignored}
+    return [
+        [i, j]
+        for i in range(len(links))
+        for j in range(i + 1, len(links))
+        if links[i] != links[j] and (links[i], links[j]) not in drop
+    ]
+
+
+def self_collision_reference(spheres, pairs, margin=0.0, reduction="max"):
+    """Self-collision cost by plain torch ops on the pairs (centres gathered per pair, ``norm``): the
+    ``(..., P, 3)`` version a user writes, differentiable by torch's autograd (whose ``norm`` gives a zero
+    gradient at coincident centres).
+
+    ``spheres`` (..., S, 4), ``pairs`` (P, 2) ints (``-1`` padding and pairs ``(i, i)`` contribute 0),
+    ``margin`` a float or an (S,) tensor added to each radius. Penetration ``(r_i + m_i) + (r_j + m_j) -
+    |c_i - c_j|``, 0 where a radius is negative (disabled sphere), clamped at 0; ``reduction`` "max" (0 for
+    no pairs), "sum" or None (..., P)."""
+    import torch
+
+    pairs = torch.as_tensor(pairs).long().to(spheres.device)
+    i, j = pairs[:, 0], pairs[:, 1]
+    real = (i >= 0) & (j >= 0) & (i != j)
+    i, j = i.clamp_min(0), j.clamp_min(0)
+    centres, radii = spheres[..., :3], spheres[..., 3]
+    grown = radii + margin
+    dist = (centres[..., i, :] - centres[..., j, :]).norm(dim=-1)
+    pen = grown[..., i] + grown[..., j] - dist
+    enabled = (radii[..., i] >= 0) & (radii[..., j] >= 0) & real
+    pen = torch.where(enabled, pen, torch.zeros_like(pen)).clamp_min(0.0)
+    if reduction is None:
+        return pen
+    if reduction == "sum":
+        return pen.sum(-1)
+    if pen.shape[-1] == 0:
+        return pen.sum(-1)
+    return pen.amax(-1)

@@ -27,10 +27,12 @@ __all__ = [
     "SweptSdfMesh",
     "ball_query",
     "chamfer_distance",
+    "collision_pairs",
     "farthest_point_sampling",
     "gather_points",
     "knn",
     "load_ops",
+    "self_collision_cost",
     "set_value_checks",
     "signed_distance",
     "sphere_mesh_cost",
@@ -59,6 +61,8 @@ _HOME = {
     "signed_distance": "sdf",
     "sphere_mesh_cost": "sdf",
     "swept_sphere_mesh_cost": "sdf",
+    "collision_pairs": "self_collision",
+    "self_collision_cost": "self_collision",
     "value_checks": "checks",
     "set_value_checks": "checks",
 }
@@ -71,6 +75,7 @@ if TYPE_CHECKING:
     from .neighbors import KNN, ball_query, knn
     from .primitives import Capsule, Cuboid, Cylinder, Sphere
     from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
+    from .self_collision import collision_pairs, self_collision_cost
     from .world import MeshWorld
 
 

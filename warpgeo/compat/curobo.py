@@ -12,6 +12,9 @@ each obstacle type to named obstacles, e.g.::
 primitives (exact distances) and the names kept (``world.names``), so ``world.set_poses({"table": ...})``
 and ``world.set_enabled({"bin": False})`` work by name. Poses are cuRobo's ``[x, y, z, qw, qx, qy, qz]``,
 the same as warpgeo's.
+
+:func:`load_robot_spheres` reads a cuRobo *robot* configuration's collision spheres (with its self-collision
+ignore list and buffers) for :func:`warpgeo.self_collision_cost` and :func:`warpgeo.sphere_mesh_cost`.
 """
 
 from __future__ import annotations
@@ -19,14 +22,14 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from ..world import _QUAT_NORM_TOL, MeshWorld, _compose_poses
 
-__all__ = ["load_world"]
+__all__ = ["RobotSpheres", "load_robot_spheres", "load_world"]
 
 #: Per-object fields of cuRobo's obstacles that carry no geometry (visualisation, cuRobo's tensor device):
 #: accepted and ignored.
@@ -306,3 +309,303 @@ def _pose(value: Any, where: str) -> np.ndarray:
         )
     pose[3:] /= norm
     return pose
+
+
+# --------------------------------------------------------------------------------------------------------
+# robot configurations: collision spheres for self-collision (and world collision)
+# --------------------------------------------------------------------------------------------------------
+
+
+class RobotSpheres(NamedTuple):
+    """A robot's collision spheres, as :func:`load_robot_spheres` reads them from a cuRobo configuration.
+
+    ``link_names``: the robot's collision links, ``link_names[k]`` the name of link ``k``.
+    ``sphere_links`` ``(S,)`` int64: the link of each sphere (an index into ``link_names``).
+    ``local_spheres`` ``(S, 4)`` float32: each sphere's centre x, y, z in its link's frame and its radius
+    (negative: a disabled slot of ``extra_collision_spheres``).
+    ``pairs`` ``(P, 2)`` int64: the sphere pairs to check, :func:`warpgeo.collision_pairs` of ``sphere_links``
+    less ``self_collision_ignore``.
+    ``self_margin`` ``(S,)`` float32: each sphere's ``self_collision_buffer`` (its link's; 0 where none).
+    """
+
+    link_names: list[str]
+    sphere_links: torch.Tensor
+    local_spheres: torch.Tensor
+    pairs: torch.Tensor
+    self_margin: torch.Tensor
+
+
+#: The fields of one sphere of ``collision_spheres``.
+_SPHERE_FIELDS = ("center", "radius")
+#: The radius of the disabled spheres ``extra_collision_spheres`` adds (cuRobo's; any negative radius is off).
+_DISABLED_RADIUS = -10.0
+
+
+def load_robot_spheres(
+    config: Mapping[str, Any] | str | os.PathLike, *, root: str | os.PathLike | None = None
+) -> RobotSpheres:
+    """A robot's collision spheres, self-collision pairs and margins from a cuRobo robot configuration.
+
+    cuRobo nests a robot's collision model in ``robot_cfg: kinematics:``; the configuration (or that
+    ``kinematics`` section itself, or a cuRobo spheres file) is read for:
+
+    * ``collision_spheres``: ``{link: [{center: [x, y, z], radius: r}, ...]}`` inline, or the path of a YAML
+      file holding that under ``collision_spheres`` (relative to ``root``); a list of one-link mappings
+      (Isaac Sim's robot descriptions) is read too. A sphere of negative radius is disabled;
+    * ``collision_link_names`` (where given): the links whose spheres are checked, in that order (cuRobo's
+      sphere order; a spheres file may describe more links). Otherwise every link of ``collision_spheres``,
+      in its order, then the links of ``extra_collision_spheres`` that have none;
+    * ``extra_collision_spheres``: ``{link: count}``: that many disabled spheres (radius -10, at the link's
+      origin) after the link's own, cuRobo's slots for attached objects (cuRobo replaces a link's spheres by
+      them; no published configuration has both);
+    * ``self_collision_ignore``: ``{link: [links]}``: link pairs never checked (either way round);
+    * ``self_collision_buffer``: ``{link: metres}``: the self-collision margin of the link's spheres.
+
+    The ignore and buffer lists may name links that carry no sphere (cuRobo's own configurations do): those
+    entries are skipped. Other keys (URDF, c-space, ``collision_sphere_buffer``, ...) are not read: pad the
+    radii for the world cost yourself if you want cuRobo's ``collision_sphere_buffer``.
+    ``self_collision_cost(spheres, robot.pairs, margin=robot.self_margin)``, with ``spheres`` the local
+    spheres moved by your forward kinematics, is cuRobo's self-collision check.
+
+    Args:
+        config: a dict, or the path of a YAML file (read with PyYAML: ``pip install "warpgeo[curobo]"``).
+        root: the folder a relative ``collision_spheres`` path is in; default: the YAML file's folder (the
+            layout of cuRobo's ``configs/robot``), or the current directory for a dict.
+
+    Returns:
+        :class:`RobotSpheres` ``(link_names, sphere_links, local_spheres, pairs, self_margin)``, on the CPU.
+
+    Raises:
+        TypeError: a configuration that is not a dict or a path; an ignore list that is not a list of link
+            names, a buffer that is not a number.
+        ValueError: no ``collision_spheres``; a malformed sphere (not ``{center, radius}``, a centre not of
+            three finite numbers, a radius not a finite number, an unknown field: the message names the link
+            and the entry); a missing or unreadable file; a link of ``collision_link_names`` with no spheres;
+            a count of ``extra_collision_spheres`` not an int >= 0; a non-finite buffer.
+        ImportError: a YAML path without PyYAML installed.
+
+    Example:
+        >>> from warpgeo.compat.curobo import load_robot_spheres
+        >>> robot = load_robot_spheres({"robot_cfg": {"kinematics": {
+        ...     "collision_spheres": {
+        ...         "base": [{"center": [0, 0, 0.05], "radius": 0.08}],
+        ...         "arm": [{"center": [0, 0, 0], "radius": 0.05}, {"center": [0.2, 0, 0], "radius": 0.05}],
+        ...         "hand": [{"center": [0, 0, 0.02], "radius": 0.03}]},
+        ...     "self_collision_ignore": {"base": ["arm"], "arm": ["hand"]},
+        ...     "self_collision_buffer": {"hand": 0.01}}}})
+        >>> robot.link_names, robot.sphere_links.tolist()
+        (['base', 'arm', 'hand'], [0, 1, 1, 2])
+        >>> robot.pairs.tolist()                         # base-hand only: the others are ignored
+        [[0, 3]]
+        >>> spheres = robot.local_spheres.expand(16, 4, 4)   # your forward kinematics here: (B, S, 4)
+        >>> warpgeo.self_collision_cost(spheres, robot.pairs, margin=robot.self_margin).shape
+        torch.Size([16])
+    """
+    from .. import collision_pairs
+
+    root_dir = None if root is None else os.fspath(root)
+    if isinstance(config, (str, os.PathLike)):
+        path = os.fspath(config)
+        config = _yaml_mapping(path, "config", "a robot configuration")
+        if root_dir is None:
+            root_dir = os.path.dirname(os.path.abspath(path))
+    elif not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict or a YAML file path; got {type(config).__name__}")
+    kinematics = _kinematics_section(config)
+    table = _sphere_table(kinematics["collision_spheres"], root_dir)
+    extra = _extra_spheres(kinematics.get("extra_collision_spheres"))
+    order = _collision_links(kinematics.get("collision_link_names"), table, extra)
+    buffers = _buffers(kinematics.get("self_collision_buffer"))
+    rows: list[list[float]] = []
+    links: list[int] = []
+    margins: list[float] = []
+    for k, link in enumerate(order):
+        own = [_sphere(entry, link, n) for n, entry in enumerate(table.get(link, ()))]
+        own += [[0.0, 0.0, 0.0, _DISABLED_RADIUS]] * extra.get(link, 0)
+        rows += own
+        links += [k] * len(own)
+        margins += [buffers.get(link, 0.0)] * len(own)
+    known = set(order)
+    ignore = _ignored_links(kinematics.get("self_collision_ignore"))
+    ignore = [(a, b) for a, b in ignore if a in known and b in known]  # links with no sphere: nothing to drop
+    return RobotSpheres(
+        link_names=list(order),
+        sphere_links=torch.tensor(links, dtype=torch.int64),
+        local_spheres=torch.tensor(rows, dtype=torch.float32).reshape(len(rows), 4),
+        pairs=collision_pairs(links, ignore=ignore, names=list(order)),
+        self_margin=torch.tensor(margins, dtype=torch.float32),
+    )
+
+
+def _yaml_mapping(path: str, where: str, what: str) -> Mapping:
+    """The mapping a YAML file holds; ValueError naming ``where`` for a missing file, bad YAML or no mapping."""
+    if not os.path.isfile(path):
+        raise ValueError(f"{where}: no such file {path!r}")
+    try:
+        import yaml
+    except ImportError as exc:
+        raise ImportError(
+            'reading a cuRobo YAML file needs PyYAML: pip install "warpgeo[curobo]" (or pyyaml), or pass the '
+            "configuration as a dict"
+        ) from exc
+    with open(path, encoding="utf-8") as f:
+        try:
+            loaded = yaml.safe_load(f)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{where}: {path!r} is not valid YAML: {exc}") from exc
+    if not isinstance(loaded, Mapping):
+        raise ValueError(f"{where}: {path!r} must hold {what} (a mapping); got {type(loaded).__name__}")
+    return loaded
+
+
+def _kinematics_section(config: Mapping) -> Mapping:
+    """cuRobo's ``robot_cfg: kinematics:`` section of a configuration, or the configuration itself where it
+    is that section already (it has ``collision_spheres``)."""
+    section: Any = config
+    for key in ("robot_cfg", "kinematics"):
+        if isinstance(section, Mapping) and "collision_spheres" not in section and key in section:
+            section = section[key]
+    if not isinstance(section, Mapping) or "collision_spheres" not in section:
+        raise ValueError(
+            "config has no collision_spheres (looked in robot_cfg.kinematics, kinematics and at the top level)"
+        )
+    return section
+
+
+def _sphere_table(spheres: Any, root: str | None) -> dict[str, list]:
+    """``collision_spheres`` (inline, a file, or Isaac Sim's list of one-link mappings; None: no spheres) as
+    ``{link: [entries]}`` in order."""
+    where = "collision_spheres"
+    if spheres is None:
+        return {}
+    if isinstance(spheres, (str, os.PathLike)):
+        path = os.fspath(spheres)
+        if root is not None and not os.path.isabs(path):
+            path = os.path.join(root, path)
+        if not os.path.isfile(path):
+            raise ValueError(f"{where}: no such spheres file {path!r} (root: {root!r})")
+        loaded = _yaml_mapping(path, where, "a spheres file")
+        if "collision_spheres" not in loaded:
+            raise ValueError(f"{where}: the spheres file {path!r} has no collision_spheres key")
+        return _sphere_table(loaded["collision_spheres"], None)
+    items: list[tuple[Any, Any]] = []
+    if isinstance(spheres, Mapping):
+        items = list(spheres.items())
+    elif isinstance(spheres, list) and all(isinstance(e, Mapping) for e in spheres):
+        items = [item for entry in spheres for item in entry.items()]
+    else:
+        raise ValueError(
+            f"{where} must map links to lists of spheres (or be a spheres file's path); got "
+            f"{type(spheres).__name__}"
+        )
+    table: dict[str, list] = {}
+    for link, entries in items:
+        if not isinstance(link, str):
+            raise ValueError(f"{where}: link names must be strings; got {link!r}")
+        if link in table:
+            raise ValueError(f"{where}: link {link!r} is given twice")
+        if entries is None:
+            entries = []
+        if not isinstance(entries, list):
+            raise ValueError(
+                f"{where}[{link!r}] must be a list of spheres ({{center: [x, y, z], radius: r}}); got "
+                f"{type(entries).__name__}"
+            )
+        table[link] = entries
+    return table
+
+
+def _sphere(entry: Any, link: str, n: int) -> list[float]:
+    """One sphere ``{center: [x, y, z], radius: r}`` as ``[x, y, z, r]``; ValueError naming link and entry."""
+    where = f"collision_spheres[{link!r}][{n}]"
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where} must be {{center: [x, y, z], radius: r}}; got {entry!r:.80}")
+    unknown = [key for key in entry if key not in _SPHERE_FIELDS]
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]!r} (a sphere has 'center' and 'radius')")
+    for key in _SPHERE_FIELDS:
+        if entry.get(key) is None:
+            raise ValueError(f"{where}: no {key!r} (a sphere is {{center: [x, y, z], radius: r}})")
+    center = entry["center"]
+    try:
+        if isinstance(center, (str, bytes, Mapping)):
+            raise TypeError
+        values = np.asarray(center, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: 'center' must be three numbers; got {center!r:.80}") from None
+    if values.shape != (3,) or not np.isfinite(values).all():
+        raise ValueError(f"{where}: 'center' must be three finite numbers; got {center!r:.80}")
+    radius = entry["radius"]
+    if isinstance(radius, bool) or not isinstance(radius, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{where}: 'radius' must be a number; got {radius!r:.60}")
+    if not math.isfinite(radius):
+        raise ValueError(f"{where}: 'radius' must be finite; got {radius}")
+    return [*values.tolist(), float(radius)]
+
+
+def _extra_spheres(extra: Any) -> dict[str, int]:
+    where = "extra_collision_spheres"
+    if extra is None:
+        return {}
+    if not isinstance(extra, Mapping):
+        raise ValueError(f"{where} must map links to counts; got {type(extra).__name__}")
+    counts = {}
+    for link, count in extra.items():
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise ValueError(f"{where}[{link!r}] must be a count (an int >= 0); got {count!r:.60}")
+        counts[str(link)] = int(count)
+    return counts
+
+
+def _collision_links(names: Any, table: dict[str, list], extra: dict[str, int]) -> list[str]:
+    """The links checked, in order: ``collision_link_names`` where given, else the spheres' links."""
+    if names is None:
+        return list(table) + [link for link in extra if link not in table]
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+        raise ValueError(f"collision_link_names must be a list of link names; got {type(names).__name__}")
+    seen: set[str] = set()
+    for name in names:
+        if name not in table and name not in extra:
+            raise ValueError(
+                f"collision_link_names names {name!r}, which has no collision_spheres (nor "
+                "extra_collision_spheres)"
+            )
+        if name in seen:
+            raise ValueError(f"collision_link_names names {name!r} twice")
+        seen.add(name)
+    return list(names)
+
+
+def _buffers(buffers: Any) -> dict[str, float]:
+    where = "self_collision_buffer"
+    if buffers is None:
+        return {}
+    if not isinstance(buffers, Mapping):
+        raise TypeError(f"{where} must map links to metres; got {type(buffers).__name__}")
+    found = {}
+    for link, value in buffers.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{where}[{link!r}] must be a number (metres); got {value!r:.60}")
+        if not math.isfinite(value):
+            raise ValueError(f"{where}[{link!r}] must be finite; got {value}")
+        found[str(link)] = float(value)
+    return found
+
+
+def _ignored_links(ignore: Any) -> list[tuple[str, str]]:
+    where = "self_collision_ignore"
+    if ignore is None:
+        return []
+    if not isinstance(ignore, Mapping):
+        raise TypeError(f"{where} must map links to lists of links; got {type(ignore).__name__}")
+    pairs = []
+    for link, others in ignore.items():
+        if others is None:
+            continue
+        if not isinstance(others, (list, tuple)):
+            raise TypeError(f"{where}[{link!r}] must be a list of link names; got {others!r:.60}")
+        for other in others:
+            if not isinstance(other, str):
+                raise TypeError(f"{where}[{link!r}] must hold link names; got {other!r:.60}")
+            pairs.append((str(link), other))
+    return pairs
