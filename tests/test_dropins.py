@@ -229,7 +229,8 @@ def test_sample_farthest_points(device):
 
 
 def _p3d_reference(x, y, x_len, y_len, weights, point_reduction, batch_reduction, norm):
-    """pytorch3d's documented chamfer in plain torch, per direction."""
+    """pytorch3d's documented chamfer in plain torch: per direction and cloud, the directions summed ("max":
+    the larger taken, the Hausdorff distance), then the batch reduction."""
 
     def direction(a, b, la, lb):
         per = []
@@ -248,16 +249,16 @@ def _p3d_reference(x, y, x_len, y_len, weights, point_reduction, batch_reduction
             cloud = per.amax(1)
         else:
             cloud = per.sum(1) / la.clamp(min=1)
-        if batch_reduction is None:
-            return cloud
-        total = cloud.sum()
-        return (
-            total / (weights.sum() if weights is not None else a.shape[0])
-            if batch_reduction == "mean"
-            else total
-        )
+        return cloud
 
-    return direction(x, y, x_len, y_len) + direction(y, x, y_len, x_len)
+    xy, yx = direction(x, y, x_len, y_len), direction(y, x, y_len, x_len)
+    cloud = torch.maximum(xy, yx) if point_reduction == "max" else xy + yx
+    if batch_reduction is None:
+        return cloud
+    total = cloud.sum()
+    return (
+        total / (weights.sum() if weights is not None else x.shape[0]) if batch_reduction == "mean" else total
+    )
 
 
 @pytest.mark.parametrize("point_reduction", ["mean", "sum", "max"])
@@ -280,6 +281,113 @@ def test_pytorch3d_chamfer_distance(point_reduction, batch_reduction, norm):
     assert loss_normals is None
     ref = _p3d_reference(x, y, x_len, y_len, weights, point_reduction, batch_reduction, norm)
     torch.testing.assert_close(loss, ref)
+
+
+def test_pytorch3d_chamfer_max_is_the_larger_direction():
+    """point_reduction="max" is the Hausdorff distance: the larger of the two directions' maxima."""
+    a = torch.tensor([[[0.0, 0.0, 0.0]]])
+    b = torch.tensor([[[1.0, 0.0, 0.0], [3.0, 0.0, 0.0]]])
+    # a -> b: 1 (squared 1); b -> a: the point at 3 (squared 9)
+    assert float(pytorch3d.chamfer_distance(a, b, point_reduction="max")[0]) == 9.0
+    assert float(pytorch3d.chamfer_distance(a, b, point_reduction="max", norm=1)[0]) == 3.0
+    assert float(pytorch3d.chamfer_distance(a, b, point_reduction="max", single_directional=True)[0]) == 1.0
+    loss, _ = pytorch3d.chamfer_distance(
+        a, b, weights=torch.tensor([2.0]), point_reduction="max", batch_reduction=None
+    )
+    assert loss.tolist() == [18.0]
+
+
+def test_pytorch3d_chamfer_normals_and_weights_as_pytorch3d():
+    x = torch.rand(2, 6, 3, requires_grad=True)
+    y = torch.rand(2, 4, 3, requires_grad=True)
+    nx, ny = torch.rand(2, 6, 3), torch.rand(2, 4, 3)
+    for normals in ({"x_normals": nx, "y_normals": ny}, {"x_normals": nx}, {"y_normals": ny}):
+        with pytest.raises(ValueError, match='Normals must be None if point_reduction is "max"'):
+            pytorch3d.chamfer_distance(x, y, point_reduction="max", **normals)
+    # one cloud's normals alone: no normals term, the same loss
+    loss, loss_normals = pytorch3d.chamfer_distance(x, y, x_normals=nx)
+    assert loss_normals is None and torch.equal(loss, pytorch3d.chamfer_distance(x, y)[0])
+    for bad in (nx[None], nx[:, :5], torch.rand(2, 6)):
+        with pytest.raises(ValueError, match="Expected normals to be of shape"):
+            pytorch3d.chamfer_distance(x, y, x_normals=bad, y_normals=ny)
+    with pytest.raises(ValueError, match="Expected normals to be of shape"):
+        pytorch3d.chamfer_distance(x, y, x_normals=nx, y_normals=nx)
+    with pytest.raises(ValueError, match="Expected points to be of shape"):
+        pytorch3d.chamfer_distance(x[None], y)
+    with pytest.raises(ValueError, match="Expected lengths to be of shape"):
+        pytorch3d.chamfer_distance(x, y, x_lengths=torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"Pointclouds objects or torch\.Tensor"):
+        pytorch3d.chamfer_distance([1, 1, 1], [1, 1, 1])
+    for weights in (torch.tensor([1.0, -1.0]), torch.tensor([1.0, float("nan")])):
+        with pytest.raises(ValueError, match="weights cannot be negative"):
+            pytorch3d.chamfer_distance(x, y, weights=weights)
+    with pytest.raises(ValueError, match=r"weights must be of shape \(N,\)"):
+        pytorch3d.chamfer_distance(x, y, weights=torch.ones(3))
+    # all-zero weights: zeros that keep the graph, and a normals term of zeros (pytorch3d's tests pin these,
+    # the (N, N) per-cloud shape included)
+    zero = torch.zeros(2)
+    loss, loss_normals = pytorch3d.chamfer_distance(x, y, weights=zero)
+    assert loss.shape == () and float(loss.detach()) == 0.0 and loss.requires_grad
+    assert loss_normals is not None and loss_normals.shape == () and float(loss_normals.detach()) == 0.0
+    loss, loss_normals = pytorch3d.chamfer_distance(x, y, weights=zero, batch_reduction=None)
+    assert loss.shape == loss_normals.shape == (2, 2) and not loss.any() and not loss_normals.any()
+    loss.sum().backward()
+    assert (x.grad == 0).all() and (y.grad == 0).all()
+
+
+def test_pytorch3d_messages_and_edges():
+    p1, p2 = torch.rand(1, 5, 3), torch.rand(1, 7, 3)
+    for norm in (0, 3):
+        with pytest.raises(ValueError, match=r"Support for 1 or 2 norm\."):
+            pytorch3d.knn_points(p1, p2, norm=norm)
+        with pytest.raises(ValueError, match=r"Support for 1 or 2 norm\."):
+            pytorch3d.chamfer_distance(p1, p2, norm=norm)
+    # radius 0: nothing lies strictly within, as pytorch3d (d^2 < 0 never holds)
+    out = pytorch3d.ball_query(p1, torch.cat([p1, p2], 1), K=4, radius=0.0)
+    assert out.idx.shape == (1, 5, 4) and (out.idx == -1).all()
+    assert not out.dists.any() and out.knn.shape == (1, 5, 4, 3) and not out.knn.any()
+    for radius in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="radius"):
+            pytorch3d.ball_query(p1, p2, radius=radius)
+
+
+def test_pytorch3d_chamfer_takes_a_pointclouds_like_object():
+    """Anything with pytorch3d's Pointclouds accessors (points_padded, num_points_per_cloud,
+    normals_padded) is read as its padded points, lengths and normals."""
+
+    class Clouds:
+        def __init__(self, points, normals=None):
+            self.points, self.normals = points, normals
+
+        def points_padded(self):
+            return torch.nn.utils.rnn.pad_sequence(self.points, batch_first=True)
+
+        def num_points_per_cloud(self):
+            return torch.tensor([len(p) for p in self.points])
+
+        def normals_padded(self):
+            return None if self.normals is None else torch.nn.utils.rnn.pad_sequence(self.normals, True)
+
+    xs = [torch.rand(5, 3, dtype=torch.float64), torch.rand(2, 3, dtype=torch.float64)]
+    ys = [torch.rand(4, 3, dtype=torch.float64), torch.rand(6, 3, dtype=torch.float64)]
+    nx = [torch.rand(5, 3, dtype=torch.float64), torch.rand(2, 3, dtype=torch.float64)]
+    ny = [torch.rand(4, 3, dtype=torch.float64), torch.rand(6, 3, dtype=torch.float64)]
+    got = pytorch3d.chamfer_distance(Clouds(xs, nx), Clouds(ys, ny))
+    expected = pytorch3d.chamfer_distance(
+        Clouds(xs).points_padded(),
+        Clouds(ys).points_padded(),
+        x_lengths=torch.tensor([5, 2]),
+        y_lengths=torch.tensor([4, 6]),
+        x_normals=Clouds(nx).points_padded(),
+        y_normals=Clouds(ny).points_padded(),
+    )
+    torch.testing.assert_close(got, expected)
+    # the loss over the valid points only, by hand for the second pair (2 points of x, 6 of y)
+    d = torch.cdist(xs[1], ys[1]).square()
+    per_cloud_1 = d.min(1).values.mean() + d.min(0).values.mean()
+    d = torch.cdist(xs[0], ys[0]).square()
+    per_cloud_0 = d.min(1).values.mean() + d.min(0).values.mean()
+    torch.testing.assert_close(got[0], (per_cloud_0 + per_cloud_1) / 2)
 
 
 def test_pytorch3d_chamfer_per_point_normals_and_grad():

@@ -30,7 +30,9 @@ Differences from pytorch3d, all documented there as implementation choices: any 
 dtype out (pytorch3d returns float32 for float64 input); the CPU as well as CUDA; ties go to the lowest index
 (``version`` and ``return_sorted`` are accepted and ignored: results are always sorted); with
 ``random_start_point=True`` the start is drawn with torch's generator (pytorch3d's naive path uses Python's
-``random``). ``Pointclouds`` objects are not accepted (pass ``points_padded()`` and the lengths).
+``random``). ``chamfer_distance`` reads a ``Pointclouds`` object (anything with its ``points_padded``,
+``num_points_per_cloud`` and ``normals_padded``) as pytorch3d does; the other functions take tensors, as
+pytorch3d's.
 """
 
 from __future__ import annotations
@@ -239,7 +241,7 @@ def knn_points(
     """
     _check_pair(p1, p2)
     if norm not in (1, 2):
-        raise ValueError(f"norm must be 1 or 2; got {norm!r}")
+        raise ValueError(f"Support for 1 or 2 norm. (norm must be 1 or 2; got {norm!r})")
     if isinstance(K, bool) or not isinstance(K, int) or K < 1:
         raise ValueError(f"K must be an int >= 1; got {K!r}")
     batch = p1.shape[0]
@@ -278,20 +280,28 @@ def ball_query(
     return_nn: bool = True,
 ):
     """The first K points of ``p2`` (in index order) within ``radius`` of each point of ``p1``, as
-    ``pytorch3d.ops.ball_query`` (strictly within: squared distance ``< radius**2``).
+    ``pytorch3d.ops.ball_query`` (strictly within: squared distance ``< radius**2``; ``radius=0`` finds
+    nothing, as in pytorch3d).
 
     Returns:
         ``_KNN(dists, idx, knn)``: squared distances ``(N, P1, K)`` (0 padding, differentiable w.r.t. p1 and
         p2), int64 ``idx`` (``-1`` padding), and the neighbours ``(N, P1, K, D)`` (0 for padding) when
         ``return_nn``.
+
+    Raises:
+        ValueError: a radius that is negative or NaN, K not an int >= 1, shapes that do not agree.
     """
     _check_pair(p1, p2)
     if isinstance(K, bool) or not isinstance(K, int) or K < 1:
         raise ValueError(f"K must be an int >= 1; got {K!r}")
+    if not float(radius) >= 0:
+        raise ValueError(f"radius must be >= 0; got {radius!r}")
     batch, d = p1.shape[0], p1.shape[2]
     lengths1 = _lengths_or_full(lengths1, batch, p1.shape[1], p1.device, "lengths1")
     lengths2 = _lengths_or_full(lengths2, batch, p2.shape[1], p1.device, "lengths2")
-    if d <= 3:
+    if radius == 0:  # no squared distance is < 0
+        idx = torch.full((batch, p1.shape[1], K), -1, dtype=torch.int64, device=p1.device)
+    elif d <= 3:
         idx = warpgeo.ball_query(
             _pad3(p1),
             _pad3(p2),
@@ -340,12 +350,24 @@ def chamfer_distance(
 
     Each point's distance to its nearest neighbour in the other cloud (squared Euclidean for ``norm=2``, L1
     for ``norm=1``; :func:`warpgeo.chamfer_distance`), padded points excluded, times ``weights[n]``, reduced
-    over the points (``point_reduction`` "mean" over the valid points, "sum", "max", or None) and the batch
-    (``batch_reduction`` "mean": divided by ``weights.sum()`` or N, "sum", or None), summed over the two
-    directions (unless ``single_directional``). ``loss_normals`` (None without normals) reduces
-    ``1 - |cos|`` (``abs_cosine``) or ``1 - cos`` between each point's normal and its neighbour's. With
-    ``point_reduction=None`` each is a pair of per-point ``(N, P1)`` / ``(N, P2)`` tensors (one tensor when
-    ``single_directional``).
+    over the points (``point_reduction`` "mean" over the valid points, "sum", "max", or None), combined over
+    the two directions (summed; with "max" the larger one, the Hausdorff distance; only x -> y when
+    ``single_directional``), then over the batch (``batch_reduction`` "mean": divided by ``weights.sum()``
+    or N, "sum", or None). ``loss_normals`` reduces ``1 - |cos|`` (``abs_cosine``) or ``1 - cos`` between
+    each point's normal and its neighbour's; it is None unless both ``x_normals`` and ``y_normals`` are
+    given (one alone is ignored, as in pytorch3d). With ``point_reduction=None`` each is a pair of
+    per-point ``(N, P1)`` / ``(N, P2)`` tensors (one tensor when ``single_directional``).
+
+    ``x`` and ``y`` may be tensors ``(N, P, D)`` or pytorch3d ``Pointclouds`` (their padded points, lengths
+    and normals are read; the ``*_lengths`` / ``*_normals`` arguments are then ignored). Weights that are
+    all zero give zeros shaped as pytorch3d's: ``(N, N)`` per cloud, for the loss and ``loss_normals``
+    alike, with or without normals.
+
+    Raises:
+        ValueError: as pytorch3d: an unknown reduction, ``norm`` not 1 or 2 ("Support for 1 or 2 norm."),
+            normals with ``point_reduction="max"``, points not ``(N, P, D)``, lengths not ``(N,)`` or
+            longer than P, normals not shaped as their points ("Expected normals to be of shape ..."),
+            weights not ``(N,)`` or negative (NaN included).
     """
     if batch_reduction not in ("mean", "sum", None):
         raise ValueError('batch_reduction must be one of ["mean", "sum"] or None')
@@ -355,14 +377,26 @@ def chamfer_distance(
         raise ValueError("Batch reduction must be None if point_reduction is None")
     if norm not in (1, 2):
         raise ValueError("Support for 1 or 2 norm.")
-    _check_pair(x, y, ("x", "y"))
+    if point_reduction == "max" and (x_normals is not None or y_normals is not None):
+        raise ValueError('Normals must be None if point_reduction is "max"')
+    x, x_lengths, x_normals = _chamfer_operand(x, x_lengths, x_normals, "x")
+    y, y_lengths, y_normals = _chamfer_operand(y, y_lengths, y_normals, "y")
+    if y.shape[0] != x.shape[0] or y.shape[2] != x.shape[2]:
+        raise ValueError(
+            f"y does not have the correct shape: (N, P2, D) with x's N and D; got x {tuple(x.shape)} and "
+            f"y {tuple(y.shape)}"
+        )
     batch, p1, p2 = x.shape[0], x.shape[1], y.shape[1]
-    x_lengths = _lengths_or_full(x_lengths, batch, p1, x.device, "x_lengths")
-    y_lengths = _lengths_or_full(y_lengths, batch, p2, x.device, "y_lengths")
-    if weights is not None and (not isinstance(weights, torch.Tensor) or weights.shape[0] != batch):
-        raise ValueError("weights must be of shape (N,).")
-    if (x_normals is None) != (y_normals is None):
-        raise ValueError("give both x_normals and y_normals, or neither")
+    use_normals = x_normals is not None and y_normals is not None
+    if point_reduction == "max" and use_normals:  # normals read from Pointclouds
+        raise ValueError('Normals must be None if point_reduction is "max"')
+    if weights is not None:
+        if not isinstance(weights, torch.Tensor) or weights.shape != (batch,):
+            raise ValueError(f"weights must be of shape (N,) = ({batch},); got {shape_of(weights)}")
+        if not bool((weights >= 0).all()):
+            raise ValueError(f"weights cannot be negative; got {weights.tolist()}")
+        if float(weights.sum()) == 0.0:
+            return _zero_weights(x, y, weights, point_reduction, batch_reduction, single_directional)
 
     if x.shape[-1] <= 3:
         found = warpgeo.chamfer_distance(
@@ -384,41 +418,116 @@ def chamfer_distance(
             dists, idx = _padded_knn(y, x, 1, y_lengths, x_lengths, norm=norm)
             dist_yx, idx_yx = _per_point(dists, idx, norm)
 
-    def reduce(per_point, lengths, size):
-        per_point = torch.where(_valid(lengths, batch, size, x.device), per_point, 0.0)
-        if weights is not None:
-            per_point = per_point * weights.view(batch, 1).to(per_point.dtype)
-        if point_reduction is None:
-            return per_point
+    def direction(per_point, idx, lengths, size, normals, other_normals):
+        """One direction's distance term and normals term (None without normals), point-reduced."""
+        valid = _valid(lengths, batch, size, x.device)
+        scale = None if weights is None else weights.view(batch, 1).to(per_point.dtype)
+        terms = [per_point]
+        if use_normals:
+            # contiguous: cosine_similarity then sums in a plain gather's order (1 - cos near 1 would show
+            # the last-bit difference of a strided sum)
+            near = _masked_gather(other_normals, idx[..., None])[:, :, 0].contiguous()
+            cosine = F.cosine_similarity(normals, near, dim=2, eps=1e-6)
+            terms.append(1 - (cosine.abs() if abs_cosine else cosine))
+        out = []
+        for term in terms:
+            term = torch.where(valid, term, 0.0)
+            if scale is not None:
+                term = term * scale
+            if point_reduction == "max":
+                term = term.amax(1) if size > 0 else term.new_zeros(batch)
+            elif point_reduction is not None:
+                term = term.sum(1)
+                if point_reduction == "mean":
+                    counts = torch.full((batch,), size, device=x.device) if lengths is None else lengths
+                    term = term / counts.clamp(min=1).to(term.dtype)
+            out.append(term)
+        return out[0], (out[1] if use_normals else None)
+
+    loss, loss_normals = direction(dist_xy, idx_xy, x_lengths, p1, x_normals, y_normals)
+    if not single_directional:
+        loss_y, normals_y = direction(dist_yx, idx_yx, y_lengths, p2, y_normals, x_normals)
         if point_reduction == "max":
-            per_cloud = per_point.amax(1) if size > 0 else per_point.new_zeros(batch)
+            loss = torch.maximum(loss, loss_y)
+        elif point_reduction is not None:
+            loss = loss + loss_y
+            loss_normals = None if loss_normals is None else loss_normals + normals_y
         else:
-            per_cloud = per_point.sum(1)
-            if point_reduction == "mean":
-                counts = torch.full((batch,), size, device=x.device) if lengths is None else lengths
-                per_cloud = per_cloud / counts.clamp(min=1).to(per_cloud.dtype)
-        if batch_reduction is None:
-            return per_cloud
-        total = per_cloud.sum()
-        if batch_reduction == "mean":
-            divisor = weights.sum() if weights is not None else max(batch, 1)
-            total = total / divisor if weights is None or float(divisor) != 0.0 else total * 0.0
-        return total
+            loss = (loss, loss_y)
+            loss_normals = None if loss_normals is None else (loss_normals, normals_y)
+    return _batch_reduce(loss, loss_normals, batch, weights, batch_reduction)
 
-    def normal_terms(normals, other_normals, idx):
-        near = _masked_gather(other_normals, idx[..., None])[:, :, 0]
-        cosine = F.cosine_similarity(normals, near, dim=2, eps=1e-6)
-        return 1 - (cosine.abs() if abs_cosine else cosine)
 
-    loss_x = reduce(dist_xy, x_lengths, p1)
-    norm_x = None if x_normals is None else reduce(normal_terms(x_normals, y_normals, idx_xy), x_lengths, p1)
+def _chamfer_operand(points, lengths, normals, name: str):
+    """One cloud of ``chamfer_distance`` as pytorch3d reads it: ``(points (N, P, D), lengths (N,) or None,
+    normals or None)``; a ``Pointclouds`` (duck-typed: pytorch3d is not imported) gives all three."""
+    if not isinstance(points, torch.Tensor) and all(
+        hasattr(points, a) for a in ("points_padded", "num_points_per_cloud", "normals_padded")
+    ):
+        points, lengths, normals = (
+            points.points_padded(),
+            points.num_points_per_cloud(),
+            points.normals_padded(),
+        )
+    if not isinstance(points, torch.Tensor):
+        raise ValueError(
+            f"{name} must be pytorch3d's Pointclouds objects or torch.Tensor of shape (N, P, D); got "
+            f"{type(points).__name__}"
+        )
+    if points.dim() != 3:
+        raise ValueError(
+            f"Expected points to be of shape (N, P, D); got {name} of shape {tuple(points.shape)}"
+        )
+    batch, size = points.shape[0], points.shape[1]
+    if lengths is not None:
+        if not isinstance(lengths, torch.Tensor) or lengths.shape != (batch,):
+            raise ValueError(
+                f"Expected lengths to be of shape (N,) = ({batch},); got {name}_lengths {shape_of(lengths)}"
+            )
+        if batch and int(lengths.max()) > size:
+            raise ValueError(f"A length value was too long: {name}_lengths {lengths.tolist()} > P = {size}")
+        lengths = lengths.to(points.device)
+    if normals is not None and (not isinstance(normals, torch.Tensor) or normals.shape != points.shape):
+        raise ValueError(
+            f"Expected normals to be of shape (N, P, D) = {tuple(points.shape)}, as {name}; got "
+            f"{name}_normals {shape_of(normals)}"
+        )
+    return points, lengths, normals
+
+
+def _batch_reduce(loss, loss_normals, batch: int, weights, batch_reduction):
+    if batch_reduction is None:
+        return loss, loss_normals
+    loss = loss.sum()
+    loss_normals = None if loss_normals is None else loss_normals.sum()
+    if batch_reduction == "mean":
+        divisor = weights.sum() if weights is not None else max(batch, 1)
+        loss = loss / divisor
+        loss_normals = None if loss_normals is None else loss_normals / divisor
+    return loss, loss_normals
+
+
+def _zero_weights(x, y, weights, point_reduction, batch_reduction, single_directional):
+    """pytorch3d's result for weights that are all zero, shapes included (its tests pin them): each
+    direction gives ``(N, N)`` zeros (its ``x.sum((1, 2)) * weights.view(N, 1)`` broadcasts) for the loss
+    and, normals or not, for ``loss_normals``, combined as any direction, batch-reduced with divisor 1. The
+    zeros keep the graph to the points (a zero gradient)."""
+    column = weights.view(-1, 1)
+
+    def zeros(points):
+        return (points.sum((1, 2)) * column) * 0.0
+
     if single_directional:
-        return loss_x, norm_x
-    loss_y = reduce(dist_yx, y_lengths, p2)
-    norm_y = None if x_normals is None else reduce(normal_terms(y_normals, x_normals, idx_yx), y_lengths, p2)
-    if point_reduction is None:
-        return (loss_x, loss_y), (None if norm_x is None else (norm_x, norm_y))
-    return loss_x + loss_y, (None if norm_x is None else norm_x + norm_y)
+        loss, loss_normals = zeros(x), zeros(x)
+    elif point_reduction == "max":
+        loss, loss_normals = torch.maximum(zeros(x), zeros(y)), None
+    elif point_reduction is not None:
+        loss, loss_normals = zeros(x) + zeros(y), zeros(x) + zeros(y)
+    else:
+        loss, loss_normals = (zeros(x), zeros(y)), (zeros(x), zeros(y))
+    if batch_reduction is None:
+        return loss, loss_normals
+    return loss.sum(), (None if loss_normals is None else loss_normals.sum())
 
 
 def _per_point(dists, idx, norm):
