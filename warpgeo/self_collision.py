@@ -80,15 +80,17 @@ def collision_pairs(
     """
     links, device = _links_of(sphere_links)
     lookup = _name_lookup(names)
-    count = len(names) if names is not None else (int(links.max()) + 1 if links.size else 0)
-    if names is not None and links.size and int(links.max()) >= count:
-        raise ValueError(f"sphere_links must lie in [0, len(names)={count}); found {int(links.max())}")
-    ignored = np.zeros((count, count), dtype=bool)
+    if names is not None and links.size and int(links.max()) >= len(names):
+        raise ValueError(f"sphere_links must lie in [0, len(names)={len(names)}); found {int(links.max())}")
+    # the links that carry spheres, numbered 0..L-1 (link ids may be large and sparse)
+    present, dense = np.unique(links, return_inverse=True)
+    number = {int(link): k for k, link in enumerate(present)}
+    ignored = np.zeros((len(present), len(present)), dtype=bool)
     for a, b in _ignored_pairs(ignore, lookup):
-        if a < count and b < count:  # a link no sphere is on has no pairs to drop
-            ignored[a, b] = ignored[b, a] = True
+        if a in number and b in number:  # a link no sphere is on has no pairs to drop
+            ignored[number[a], number[b]] = ignored[number[b], number[a]] = True
     i, j = np.triu_indices(links.size, k=1)
-    li, lj = links[i], links[j]
+    li, lj = dense[i], dense[j]
     keep = (li != lj) & ~ignored[li, lj]
     pairs = np.stack([i[keep], j[keep]], axis=1).astype(np.int64)
     return torch.from_numpy(pairs).to(device)
