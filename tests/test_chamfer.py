@@ -46,7 +46,9 @@ def loss_reference(d_xy, d_yx, x_len, y_len, reduction):
     return out if d_yx is None else out + reduce(d_yx, y_len)
 
 
-def reference(x, y, x_len=None, y_len=None, *, norm=2, squared=True, reduction="mean", single=False):
+def reference(x, y, x_len=None, y_len=None, *, norm=2, squared=None, reduction="mean", single=False):
+    if squared is None:  # the documented default: squared L2, plain L1
+        squared = norm == 2
     d_xy, i_xy = nearest_reference(x, y, x_len, y_len, norm)
     d_yx, i_yx = (None, None) if single else nearest_reference(y, x, y_len, x_len, norm)
     if squared:
@@ -103,6 +105,20 @@ def test_l1_finds_the_l1_nearest_not_the_l2_nearest(device):
     got = warpgeo.chamfer_distance(x, y, norm=1, squared=False)
     assert got.idx_xy.tolist() == [[1]]
     torch.testing.assert_close(got.dist_xy, torch.tensor([[0.8]], device=device))
+
+
+def test_squared_follows_the_norm_by_default(device):
+    """L2 squared (pytorch3d / the chamfer extensions), L1 plain (pytorch3d's norm=1): no squared L1 unless
+    asked for."""
+    x = torch.zeros(1, 1, 3, device=device)
+    y = torch.tensor([[[1.0, 2.0, 0.0]]], device=device)
+    assert warpgeo.chamfer_distance(x, y).dist_xy.tolist() == [[5.0]]  # 1 + 4
+    l1 = warpgeo.chamfer_distance(x, y, norm=1)
+    assert l1.dist_xy.tolist() == [[3.0]] and l1.dist_yx.tolist() == [[3.0]]  # |1| + |2|
+    assert float(l1.loss) == 6.0
+    assert warpgeo.chamfer_distance(x, y, norm=1, squared=True).dist_xy.tolist() == [[9.0]]
+    l2 = warpgeo.chamfer_distance(x, y, norm=2, squared=False).dist_xy
+    torch.testing.assert_close(l2, torch.tensor([[5.0**0.5]], device=device))
 
 
 def test_ties_go_to_the_lowest_index(device):

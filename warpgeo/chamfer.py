@@ -312,7 +312,7 @@ def chamfer_distance(
     x_lengths: torch.Tensor | None = None,
     y_lengths: torch.Tensor | None = None,
     norm: int = 2,
-    squared: bool = True,
+    squared: bool | None = None,
     reduction: str | None = "mean",
     single_directional: bool = False,
 ) -> ChamferResult:
@@ -326,11 +326,11 @@ def chamfer_distance(
     computed from coordinate differences (no ``|a|^2 + |b|^2 - 2ab`` cancellation), in float32 for half
     inputs. Memory is ``O(B * (N + M))``: no ``(B, N, M)`` matrix, forward or backward.
 
-    ``squared`` squares each point distance: with the defaults (``norm=2, squared=True``) ``dist`` is the
+    ``squared`` squares each point distance; by default (``None``) it follows the norm: ``norm=2`` gives the
     squared Euclidean distance, as pytorch3d's ``chamfer_distance`` and the ``chamfer`` extensions of
-    PoinTr / Point-MAE / GRNet give it; ``norm=2, squared=False`` is the Euclidean distance (the
-    ``ChamferDistanceL1`` of those repos); pytorch3d's ``norm=1`` is ``norm=1, squared=False`` (the L1
-    distance, unsquared).
+    PoinTr / Point-MAE / GRNet give it, ``norm=1`` the plain L1 distance, as pytorch3d's ``norm=1``.
+    ``norm=2, squared=False`` is the Euclidean distance (the ``ChamferDistanceL1`` of those repos);
+    ``norm=1, squared=True`` squares the L1 distance, only when asked for.
 
     ``loss`` reduces each direction and sums the two: ``"mean"`` (the default; pytorch3d's default
     ``point_reduction="mean", batch_reduction="mean"``) averages each cloud's distances over its valid points
@@ -347,7 +347,7 @@ def chamfer_distance(
         x_lengths: optional integer ``(B,)``: cloud b of ``x`` holds only its first ``x_lengths[b]`` points.
         y_lengths: optional integer ``(B,)``: the same for ``y``.
         norm: 1 (L1) or 2 (L2).
-        squared: square each point distance (default True).
+        squared: square each point distance; default (None): True for ``norm=2``, False for ``norm=1``.
         reduction: ``"mean"``, ``"sum"`` or ``None`` (see above).
         single_directional: only ``x`` -> ``y`` (``dist_yx`` and ``idx_yx`` are then None).
 
@@ -357,8 +357,8 @@ def chamfer_distance(
         ``idx_xy`` ``(B, N)`` and ``idx_yx`` ``(B, M)`` int64.
 
     Raises:
-        TypeError: non-float points, different dtypes, non-integer lengths, non-bool ``squared`` /
-            ``single_directional``.
+        TypeError: non-float points, different dtypes, non-integer lengths, ``squared`` neither a bool nor
+            None, non-bool ``single_directional``.
         ValueError: bad shapes, ``norm`` not 1 or 2, an unknown ``reduction``, lengths outside ``[0, N]`` /
             ``[0, M]``, NaN or inf among the valid points, tensors on different devices.
 
@@ -373,6 +373,8 @@ def chamfer_distance(
         >>> result.loss                               # mean(0.25, 1.25) + mean(0.25)
         tensor(1.)
     """
+    if squared is None:
+        squared = norm == 2
     loss, dist_xy, dist_yx, idx_xy, idx_yx = _chamfer_op.call(
         x=x,
         y=y,
