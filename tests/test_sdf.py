@@ -4,6 +4,8 @@ differences; the autograd contract; torch.compile / opcheck."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import types
 
 import numpy as np
@@ -597,7 +599,14 @@ def test_compile_fullgraph_matches_eager(device):
     assert g_eager.abs().sum() > 0
 
 
-def test_compile_inductor(box_world_cpu):
+def test_compile_inductor(box_world_cpu, monkeypatch):
+    """Inductor, fullgraph, on a first use of these parameters whatever ran before (the parameter cache
+    emptied, dynamo reset): the test once passed only after an eager call had cached them."""
+    from warpgeo import sdf
+
+    monkeypatch.setattr(sdf, "_PARAMS", {})
+    monkeypatch.setattr(sdf, "_TRUSTED_PARAMS", {})
+    torch._dynamo.reset()
     spheres = torch.tensor([[0.45, 0.0, 0.0, 0.1], [0.0, 0.25, 0.0, 0.1]], requires_grad=True)
 
     def loss(x):
@@ -607,6 +616,31 @@ def test_compile_inductor(box_world_cpu):
     (g,) = torch.autograd.grad(out, spheres)
     (g_ref,) = torch.autograd.grad(loss(spheres), spheres)
     torch.testing.assert_close(g, g_ref)
+
+
+_FRESH_COMPILE = """
+import torch, trimesh, warpgeo
+world = warpgeo.MeshWorld([trimesh.creation.box((1, 1, 1))])
+spheres = torch.tensor([[0.45, 0.0, 0.0, 0.1], [0.0, 0.25, 0.0, 0.1]])
+traj = spheres[None, None].expand(1, 2, 2, 4).contiguous()  # two steps, motionless
+cost = lambda x: warpgeo.sphere_mesh_cost(x, world, activation_distance=0.05).sum()
+swept = lambda x: warpgeo.swept_sphere_mesh_cost(x, world, activation_distance=0.05, weight=2.0).sum()
+print(torch.compile(cost, fullgraph=True, backend="eager")(spheres).item())
+print(torch.compile(swept, fullgraph=True, backend="eager")(traj).item())
+"""
+
+
+def test_compile_fullgraph_on_a_first_use_in_a_fresh_process():
+    """``torch.compile(fullgraph=True)`` of sphere_mesh_cost and swept_sphere_mesh_cost as the first use of
+    their parameters in a fresh process (the parameter cache's ids once broke the trace: "Reconstruction of
+    FakeIdVariable"); the costs against the closed form: a box of side 1, sphere centres 0.05 and 0.25 inside
+    (d = -0.05, -0.25), r = 0.1, eta = 0.05, so phi = 0.2, 0.4 > eta and each cost is phi - eta / 2."""
+    done = subprocess.run([sys.executable, "-c", _FRESH_COMPILE], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cost, swept = (float(line) for line in done.stdout.split())
+    want = (0.2 - 0.025) + (0.4 - 0.025)
+    assert cost == pytest.approx(want, rel=1e-6)
+    assert swept == pytest.approx(2 * 2.0 * want, rel=1e-6)  # motionless: each step's discrete cost, weight 2
 
 
 def test_opcheck(device):

@@ -914,3 +914,111 @@ def test_stable_argsort_is_numpys():
         keys[::7] = keys[0]  # ties
         np.testing.assert_array_equal(_mesh_prep._stable_argsort(keys), np.argsort(keys, kind="stable"))
     assert len(_mesh_prep._stable_argsort(np.zeros(0, dtype=np.int64))) == 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# threads: tables taken in under a running op (issue 33)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _icosphere_reference(points: np.ndarray) -> tuple[trimesh.Trimesh, np.ndarray]:
+    """A 20,480-face icosphere (its tables are built on the background thread) and the signed distances of
+    ``points`` to it by brute force: the nearest of all faces, negative where the point is behind every face's
+    plane (the mesh is convex)."""
+    from reference import triangle_distance_reference
+
+    mesh = trimesh.creation.icosphere(subdivisions=5)
+    vertices, faces = np.asarray(mesh.vertices), np.asarray(mesh.faces)
+    unsigned = np.concatenate(
+        [triangle_distance_reference(points[i : i + 8], vertices, faces) for i in range(0, len(points), 8)]
+    )
+    tri = vertices[faces]
+    normals = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    inside = (np.einsum("pfk,fk->pf", points[:, None, :] - tri[None, :, 0], normals) < 0).all(axis=1)
+    return mesh, np.where(inside, -unsigned, unsigned)
+
+
+_TAKE_IN_POINTS = np.random.default_rng(5).uniform(-1.1, 1.1, (48, 3))
+
+
+def test_tables_taken_in_under_a_running_op_stay_alive(monkeypatch):
+    """Another thread's take-in of a world's background tables at the worst moment: after an op has built its
+    world struct, before its kernel runs (done here on the op's own thread, inside the launch). Every tensor
+    the op was handed must still be alive when its kernel runs, and the answers equal brute force. (The
+    take-in once swapped the tensors of the very list the op held, and the old tables were freed under its
+    kernel: wrong answers from freed memory.)"""
+    from warpgeo import _launch
+
+    mesh, want = _icosphere_reference(_TAKE_IN_POINTS)
+    world = MeshWorld([mesh])
+    assert world._later is not None and world._later.wait(120)  # built, not taken in yet
+    monkeypatch.setattr(world._later, "done", lambda: False)  # the op's own call does not take them in
+    handed = [weakref.ref(t) for t in world._op_world[torch.float64]]  # what the op will be handed
+    original, alive = _launch.run, []
+
+    def run(kernel, dims, device, block_dim, args):
+        if not alive:
+            assert world.wait_tables()  # what another thread's op call would do now
+            gc.collect()
+            alive.append([ref() is not None for ref in handed])
+        original(kernel, dims, device, block_dim, args)
+
+    monkeypatch.setattr(_launch, "run", run)
+    got = signed_distance(torch.from_numpy(_TAKE_IN_POINTS), world).numpy()
+    fields = list(warpgeo.world.WORLD_FIELDS)
+    assert alive and [f for f, a in zip(fields, alive[0], strict=True) if not a] == []
+    grid_flags = fields.index("grid_flags")
+    assert world._op_world[torch.float64][grid_flags] is not handed[grid_flags]()  # the new tables are in
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    again = signed_distance(torch.from_numpy(_TAKE_IN_POINTS), world).numpy()  # on the new tables
+    np.testing.assert_allclose(again, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("rounds", [2, pytest.param(12, marks=pytest.mark.slow)])
+def test_queries_from_four_threads_through_a_take_in(rounds):
+    """4 threads query a fresh world of a 20,480-face icosphere over and over while its background tables
+    come in (each thread may be the one to take them in): every answer equals brute force, every round."""
+    import threading
+
+    mesh, want = _icosphere_reference(_TAKE_IN_POINTS)
+    points = torch.from_numpy(_TAKE_IN_POINTS)
+    wrong: list[float] = []
+    for _ in range(rounds):
+        world = MeshWorld([mesh])
+        errors: list[BaseException] = []
+
+        def query(world=world, errors=errors):
+            try:
+                calls = 0
+                while calls < 30 or not world.wait_tables(timeout=0):
+                    error = np.abs(signed_distance(points, world).numpy() - want).max()
+                    if not error <= 1e-5:
+                        wrong.append(float(error))
+                    calls += 1
+            except BaseException as exc:  # handed to the main thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=query) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+    assert wrong == []
+
+
+def test_wait_tables_timeouts():
+    """``wait_tables(inf)`` and timeouts beyond threading's limit wait without limit (no OverflowError);
+    NaN, negative and non-numeric timeouts are refused naming ``timeout``, with or without tables to wait
+    for."""
+    big = MeshWorld([trimesh.creation.icosphere(subdivisions=5)])  # tables on the background thread
+    assert big.wait_tables(float("inf")) is True
+    for world in (MeshWorld([trimesh.creation.icosphere(subdivisions=5)]), MeshWorld([_cube()])):
+        assert world.wait_tables(1e300) is True
+        assert world.wait_tables(10**400) is True
+        assert world.wait_tables(0) is True
+        for bad in (float("nan"), -1.0):
+            with pytest.raises(ValueError, match="timeout"):
+                world.wait_tables(bad)
+        with pytest.raises(TypeError, match="timeout"):
+            world.wait_tables("1")

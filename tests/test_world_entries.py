@@ -200,6 +200,53 @@ def test_unknown_names_and_bad_values():
         MeshWorld([_box((1, 1, 1))]).set_poses({"a": [0, 0, 0, 1, 0, 0, 0]})
 
 
+@pytest.mark.parametrize(
+    "key",
+    [(True, "b"), (np.True_, "b"), (np.int64(1), "b"), (1, "b"), (1.0, "b"), (2, "b"), (1, "x"), "b", (1, 2)],
+)
+def test_constructor_poses_read_like_set_poses(key):
+    """The constructors read a dict of poses as set_poses reads one (one parser): the same keys taken (to the
+    same slot), the same refused with the same error type (set_poses refuses a bool environment, takes a
+    NumPy integer)."""
+    box = _box((1, 1, 1))
+    pose = [0.0, 0.0, 2.0, 1.0, 0.0, 0.0, 0.0]
+
+    def outcome(call):
+        try:
+            return call().poses
+        except (TypeError, ValueError) as exc:
+            return type(exc)
+
+    def by_set_poses():
+        world = MeshWorld.from_envs([{"a": box, "b": box}, {"b": box}])
+        world.set_poses({key: pose})
+        return world
+
+    want = outcome(by_set_poses)
+    got = outcome(lambda: MeshWorld.from_envs([{"a": box, "b": box}, {"b": box}], poses={key: pose}))
+    if isinstance(want, type):
+        assert got is want
+    else:
+        torch.testing.assert_close(got, want)
+    if isinstance(key, tuple) and isinstance(key[0], (bool, np.bool_)):
+        assert want is TypeError  # a bool is not an environment
+    if isinstance(key, tuple) and isinstance(key[0], np.int64):
+        assert want[1, 0, 2].item() == 2.0  # environment 1's "b"
+
+
+def test_one_environment_constructor_takes_env_name_keys():
+    """``MeshWorld({"a": s}, poses={(0, "a"): p})`` is taken, as set_poses takes ``(0, name)``."""
+    ball = warpgeo.Sphere(0.25)
+    pose = [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    world = MeshWorld({"a": ball, "b": ball}, poses={(0, "a"): pose, "b": pose})
+    expected = torch.tensor([pose, pose], dtype=torch.float64)
+    torch.testing.assert_close(world.poses[0], expected)
+    with pytest.raises(ValueError, match="name the same entry"):
+        MeshWorld({"a": ball}, poses={(0, "a"): pose, "a": pose})
+    with pytest.raises(TypeError, match="must be an int"):
+        MeshWorld({"a": ball}, poses={(False, "a"): pose})
+
+
 # --------------------------------------------------------------------------------------------------------
 # scenes
 # --------------------------------------------------------------------------------------------------------

@@ -782,7 +782,8 @@ def _params(activation_distance, weight, like: torch.Tensor) -> torch.Tensor:
     """``(eta, weight)`` as a (2,) tensor on ``like``'s device in its compute dtype, without reading device
     values (floats are checked here; tensor values by the op's value checks)."""
     dtype = _warp.compute_dtype(like.dtype)
-    if type(activation_distance) in (float, int) and type(weight) in (float, int):  # the usual case: cached
+    cached = type(activation_distance) in (float, int) and type(weight) in (float, int)
+    if cached and not torch.compiler.is_compiling():  # the usual case, eager: cached
         key = (activation_distance, weight, dtype, like.device)
         found = _PARAMS.get(key)
         if found is not None:
@@ -820,6 +821,8 @@ def _params(activation_distance, weight, like: torch.Tensor) -> torch.Tensor:
     out = torch.full((2,), values[0], dtype=dtype, device=like.device)
     if values[1] != values[0]:
         out[1] = values[1]
+    if torch.compiler.is_compiling():
+        return out  # traced: a constant of the graph (dynamo cannot trace the cache's ids)
     if like.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         return out  # memory of the graph being captured: not to be kept beyond it
     if len(_PARAMS) >= _MAX_PARAMS:

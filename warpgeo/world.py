@@ -544,46 +544,8 @@ class MeshWorld:
     # by name: the dict forms of set_poses / set_enabled build the full tensor and take the tensor path
     # ----------------------------------------------------------------------------------------------------
 
-    def _slot(self, key: Any, arg: str) -> tuple[int, int]:
-        """The ``(env, slot)`` that ``key`` names: ``name`` in a one-environment world, ``(env, name)`` in any."""
-        if isinstance(key, tuple) and len(key) == 2:
-            env, name = key
-            if isinstance(env, bool) or not isinstance(env, (int, np.integer)):
-                raise TypeError(
-                    f"{arg}: the environment of key {key!r} must be an int; got {type(env).__name__}"
-                )
-            if not 0 <= env < self.num_envs:
-                raise ValueError(
-                    f"{arg}: key {key!r} names environment {env}; this world has {self.num_envs}"
-                )
-            env = int(env)
-        elif self.num_envs == 1:
-            env, name = 0, key
-        else:
-            raise ValueError(
-                f"{arg}: key {key!r}: this world has {self.num_envs} environments, so keys are (env, name) "
-                f"pairs, e.g. (0, {key!r})"
-            )
-        if not isinstance(name, str):
-            raise TypeError(f"{arg}: names are strings; got key {key!r}")
-        names = self._names[env]
-        if name not in names:
-            known = [n for n in names if n is not None]
-            shown = ", ".join(repr(n) for n in known[:20]) + (", ..." if len(known) > 20 else "")
-            where = f" in environment {env}" if self.num_envs > 1 else ""
-            raise ValueError(f"{arg}: no entry named {name!r}{where}; the names are [{shown}]")
-        return env, names.index(name)
-
     def _slots(self, mapping: Mapping, arg: str) -> tuple[list[int], list[int]]:
-        envs, slots, seen = [], [], {}
-        for key in mapping:
-            e, m = self._slot(key, arg)
-            if (e, m) in seen:
-                raise ValueError(f"{arg}: keys {seen[(e, m)]!r} and {key!r} name the same entry")
-            seen[(e, m)] = key
-            envs.append(e)
-            slots.append(m)
-        return envs, slots
+        return _named_slots(mapping, self._names, arg)
 
     def _poses_by_name(self, poses: Mapping) -> torch.Tensor:
         """The ``(E, M, 7)`` poses: the current ones, with the named entries' replaced."""
@@ -591,13 +553,7 @@ class MeshWorld:
         value = self._poses.clone()
         if not envs:
             return value
-        rows = []
-        for key, pose in poses.items():
-            row = _real_array(pose, f"poses[{key!r}]")
-            if row is None or tuple(row.shape) != (7,):
-                got = "a ragged list" if row is None else tuple(row.shape)
-                raise ValueError(f"poses[{key!r}] must be [x, y, z, qw, qx, qy, qz] (shape (7,)); got {got}")
-            rows.append(row.to(torch.float64))
+        rows = [_pose_row(pose, key) for key, pose in poses.items()]
         if all(row.device.type == "cpu" for row in rows):
             stacked = torch.stack(rows).to(self._device)  # one copy from the host
         else:
@@ -657,7 +613,25 @@ class MeshWorld:
         give the same distances without them (only slower, for points deep inside a mesh). Call this for
         steady timings, or to have every query take the same path.
 
-        Returns whether the tables are in (False only when ``timeout`` seconds passed first)."""
+        Args:
+            timeout: seconds to wait at most (a float >= 0); None or ``float("inf")``: no limit.
+
+        Returns whether the tables are in (False only when ``timeout`` seconds passed first).
+
+        Raises:
+            TypeError: ``timeout`` is not a number (or None).
+            ValueError: ``timeout`` is NaN or negative."""
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout must be a number of seconds or None; got {type(timeout).__name__}")
+            try:
+                seconds = float(timeout)
+            except OverflowError:  # an int beyond float64: longer than any wait
+                seconds = math.inf
+            if not seconds >= 0.0:
+                raise ValueError(f"timeout must be >= 0 seconds (or None / inf: no limit); got {timeout!r}")
+            # threading's waits refuse more than TIMEOUT_MAX (OverflowError): beyond it, as long as it takes
+            timeout = None if seconds > threading.TIMEOUT_MAX else seconds
         later = self._later
         if later is None:
             return True
@@ -668,10 +642,10 @@ class MeshWorld:
 
     def _take_tables(self) -> None:
         """Put the finished background tables in. Every table field gets a new tensor (the flat tables longer,
-        with the rows already there in their place), never a write into one an op may be reading from another
-        thread: an op holds the old tensors or the new ones, field by field, and any mix of them is safe (the
-        kernels bound every row they read by the tables they got) and exact. A build that failed leaves the
-        world without them (exact, slower), with a warning."""
+        with the rows already there in their place) in new world lists, never a write into a tensor or a list
+        an op may be reading from another thread: an op runs on the list it got, old or new, whose tensors it
+        keeps alive to its end. A build that failed leaves the world without them (exact, slower), with a
+        warning."""
         with self._take_lock:
             later, self._later = self._later, None
         if later is None:  # another thread took them
@@ -687,11 +661,16 @@ class MeshWorld:
             )
             return
         index = {name: i for i, name in enumerate(WORLD_FIELDS)}
-        rows_first = (*_mesh_prep.FLAT_FIELDS, *_mesh_prep.SLOT_FIELDS)  # then the offsets that point at them
-        for name in rows_first:
+        fresh = {dtype: list(world) for dtype, world in self._op_world.items()}
+        for name in (*_mesh_prep.FLAT_FIELDS, *_mesh_prep.SLOT_FIELDS):
             self._tables[name] = tables[name]
-            for world in self._op_world.values():
+            for world in fresh.values():
                 world[index[name]] = tables[name]
+        # New lists, swapped in by one assignment: an op call holds the list it was handed (kernel_args), and
+        # with it every tensor its kernels read, until it returns; the old tables go with the last such call.
+        # (The lists were once written in place: the old tables' last references went while another thread's
+        # kernel still read them, issue 33.) Later builds are CPU-only, so no stream can still be reading them.
+        self._op_world = fresh
 
     def __repr__(self) -> str:
         return (
@@ -1061,6 +1040,60 @@ def _compose_poses(outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
     return np.concatenate([t, q / np.linalg.norm(q)])
 
 
+def _named_slot(key: Any, names: list[list], arg: str) -> tuple[int, int]:
+    """The ``(env, index)`` that a dict key names among ``names`` (per environment, the names of its entries;
+    None: unnamed): ``name`` in a one-environment world, ``(env, name)`` in any, ``env`` an int (a NumPy
+    integer too; not a bool). The one reading of names: ``set_poses`` / ``set_enabled`` (slot names) and the
+    constructors' ``poses`` (names of the entries as given)."""
+    num_envs = len(names)
+    if isinstance(key, tuple) and len(key) == 2:
+        env, name = key
+        if isinstance(env, (bool, np.bool_)) or not isinstance(env, (int, np.integer)):
+            raise TypeError(f"{arg}: the environment of key {key!r} must be an int; got {type(env).__name__}")
+        if not 0 <= env < num_envs:
+            raise ValueError(f"{arg}: key {key!r} names environment {env}; this world has {num_envs}")
+        env = int(env)
+    elif num_envs == 1:
+        env, name = 0, key
+    else:
+        raise ValueError(
+            f"{arg}: key {key!r}: this world has {num_envs} environments, so keys are (env, name) "
+            f"pairs, e.g. (0, {key!r})"
+        )
+    if not isinstance(name, str):
+        raise TypeError(f"{arg}: names are strings; got key {key!r}")
+    env_names = names[env]
+    if name not in env_names:
+        known = [n for n in env_names if n is not None]
+        shown = ", ".join(repr(n) for n in known[:20]) + (", ..." if len(known) > 20 else "")
+        where = f" in environment {env}" if num_envs > 1 else ""
+        raise ValueError(f"{arg}: no entry named {name!r}{where}; the names are [{shown}]")
+    return env, env_names.index(name)
+
+
+def _named_slots(mapping: Mapping, names: list[list], arg: str) -> tuple[list[int], list[int]]:
+    """``(envs, indices)`` of the keys of ``mapping`` (see :func:`_named_slot`); two keys for one entry are a
+    ValueError."""
+    envs, slots, seen = [], [], {}
+    for key in mapping:
+        e, m = _named_slot(key, names, arg)
+        if (e, m) in seen:
+            raise ValueError(f"{arg}: keys {seen[(e, m)]!r} and {key!r} name the same entry")
+        seen[(e, m)] = key
+        envs.append(e)
+        slots.append(m)
+    return envs, slots
+
+
+def _pose_row(pose: Any, key: Any) -> torch.Tensor:
+    """One pose of a dict of poses, ``[x, y, z, qw, qx, qy, qz]``, as a float64 tensor (on its device)."""
+    row = _real_array(pose, f"poses[{key!r}]")
+    if row is None or tuple(row.shape) != (7,):
+        got = "a ragged list" if row is None else tuple(row.shape)
+        raise ValueError(f"poses[{key!r}] must be [x, y, z, qw, qx, qy, qz] (shape (7,)); got {got}")
+    return row.to(torch.float64)
+
+
 def _slot_poses(poses: Any, layouts: list[_Layout], single: bool) -> np.ndarray:
     """``(E, M, 7)`` slot poses from the poses of the entries as given (``poses`` as the constructor takes
     it; None: identity), each scene geometry's node pose composed after its scene's."""
@@ -1081,28 +1114,10 @@ def _given_poses(poses: Any, layouts: list[_Layout], single: bool) -> list[np.nd
         return out
     source = poses[0] if single else poses
     if isinstance(source, Mapping):
-        for key, pose in source.items():
-            if single:
-                e, name = 0, key
-            elif (
-                isinstance(key, tuple)
-                and len(key) == 2
-                and isinstance(key[0], int)
-                and 0 <= key[0] < len(layouts)
-            ):
-                e, name = key
-            else:
-                raise ValueError(
-                    f"poses: keys are (env, name) pairs for a world of environments; got {key!r}"
-                )
-            names = layouts[e].given_names
-            if not isinstance(name, str) or name not in names:
-                known = ", ".join(repr(n) for n in names if n is not None)
-                raise ValueError(f"poses: no entry named {name!r}; the names are [{known}]")
-            row = _real_array(pose, f"poses[{key!r}]")
-            if row is None or tuple(row.shape) != (7,):
-                raise ValueError(f"poses[{key!r}] must be [x, y, z, qw, qx, qy, qz] (shape (7,))")
-            out[e][names.index(name)] = row.cpu().double().numpy()
+        # read as set_poses reads its dict (the same parser), by the names of the entries as given
+        envs, indices = _named_slots(source, [layout.given_names for layout in layouts], "poses")
+        for e, i, (key, pose) in zip(envs, indices, source.items(), strict=True):
+            out[e][i] = _pose_row(pose, key).cpu().numpy()
     else:
         value = _real_array(source, "poses")
         if value is not None:
