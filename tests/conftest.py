@@ -19,6 +19,7 @@ CUDA_ONLY = {
     "replay with new inputs",
     "test_cuda_only.py": "side streams, pinned host-to-device transfers, sync-debug mode on a whole step",
     "test_interop.py::test_cuda_device_and_current_stream": "torch's current CUDA stream reaching Warp",
+    "test_fps.py::test_grid_designs_on_cuda": "FPS's persistent kernel: a grid barrier of co-resident blocks",
 }
 #: tests that need a second GPU (cuda:1)
 TWO_GPUS = {

@@ -87,6 +87,65 @@ def test_fps_block_kernel_equals_the_cpu_kernels_on_ragged_ties(dtype):
     assert torch.equal(torch.nan_to_num(d_cpu, nan=-1.0), torch.nan_to_num(d_cuda, nan=-1.0))
 
 
+@pytest.mark.parametrize("design", ["block", "steps", "persistent"])
+@pytest.mark.parametrize("sms", [3, 9])  # 3 clouds: one block per cloud, or a group of three
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_fps_designs_equal_the_cpu_kernels_on_ragged_ties(design, sms, dtype, monkeypatch):
+    """Every CUDA design, forced, against the CPU kernels bit for bit and the float64 reference: ragged
+    lengths, per-cloud K (more than a cloud has, and 0), start indices, exact ties everywhere.
+
+    The grid designs share each cloud among ``sms // 3`` blocks (16 points a block at least). ``steps`` runs
+    the very step functions of the persistent kernel, a launch per step; the persistent kernel itself
+    (CPU blocks run one after another, so a group of several never meets at its barrier) runs its loop
+    where a group is one block, and its fallback (the group's last block samples the cloud alone) where
+    it is three."""
+    from reference import fps_reference
+
+    from warpgeo import fps
+
+    monkeypatch.setattr(fps, "_FORCED_DESIGN", design)
+    monkeypatch.setattr(fps, "_CPU_MULTIPROCESSORS", sms)
+    monkeypatch.setattr(fps, "_GRID_POINTS_PER_BLOCK", 16)
+    points = _ties(3, 300, dtype=dtype)
+    lengths = torch.tensor([300, 123, 7])
+    ks = [40, 300, 0]
+    starts = torch.tensor([0, 5, 6])
+
+    def run():
+        return warpgeo.farthest_point_sampling(
+            points, ks, lengths=lengths, start_index=starts, return_distances=True
+        )
+
+    (idx_cpu, d_cpu), (idx_cuda, d_cuda) = _both(run)
+    assert torch.equal(idx_cpu, idx_cuda)
+    assert d_cuda.dtype == dtype
+    assert torch.equal(torch.nan_to_num(d_cpu, nan=-1.0), torch.nan_to_num(d_cuda, nan=-1.0))
+    for b in range(2):
+        expected, _ = fps_reference(points[b, : lengths[b]].double().numpy(), ks[b], int(starts[b]))
+        assert idx_cuda[b, : ks[b]].tolist() == expected
+    assert (idx_cuda[0, 40:] == -1).all() and (idx_cuda[2] == -1).all() and d_cuda[2].isnan().all()
+
+
+@pytest.mark.parametrize("design", ["block", "steps"])
+def test_fps_designs_at_any_float64_scale(design, monkeypatch):
+    """A larger random cloud at a subnormal scale and at 1e300: the grid's per-step launches (eight blocks
+    a cloud) give the CPU tree kernel's order and distances, bit for bit."""
+    from warpgeo import fps
+
+    monkeypatch.setattr(fps, "_FORCED_DESIGN", design)
+    monkeypatch.setattr(fps, "_MIN_TREE_WORK", 0)  # the CPU side: the tree kernel
+    g = torch.Generator().manual_seed(4)
+    unit = torch.rand(2, 3000, 3, generator=g, dtype=torch.float64)
+    for scale in (2.0**-1040, 1e300):
+        points = unit * scale
+
+        def run(points=points):
+            return warpgeo.farthest_point_sampling(points, 64, return_distances=True)
+
+        (idx_cpu, d_cpu), (idx_cuda, d_cuda) = _both(run)
+        assert torch.equal(idx_cpu, idx_cuda) and torch.equal(d_cpu, d_cuda)
+
+
 @pytest.mark.parametrize("grouped", [False, True])
 def test_gather_element_kernels_and_segment_backward_equal_the_rows(grouped):
     g = torch.Generator().manual_seed(1)

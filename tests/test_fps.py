@@ -368,7 +368,7 @@ def test_cuda_block_kernel_agrees_on_the_cpu(block_dim):
     batch, n, k = 3, 300, 300
     lengths = torch.tensor([300, 123, 7], dtype=torch.int32)
     indices = torch.empty(batch, k, dtype=torch.int64)
-    distances = torch.empty(batch, k, dtype=torch.float64)
+    distances = torch.empty(batch, k, dtype=torch.float32)  # the kernel writes the points' precision
     args = {
         "points": points,
         "lengths": lengths.long(),
@@ -390,7 +390,129 @@ def test_cuda_block_kernel_agrees_on_the_cpu(block_dim):
         points, k, lengths=lengths.long(), start_index=torch.tensor([0, 5, 6]), return_distances=True
     )
     assert torch.equal(indices, expected)
-    torch.testing.assert_close(distances.float(), expected_dist, equal_nan=True)
+    assert torch.equal(distances.nan_to_num(-1.0), expected_dist.nan_to_num(-1.0))
+
+
+def _grid_args(points, k, groups, *, lengths=None, starts=None):
+    """The arguments of a grid kernel (``fps_cuda.FPS_GRID``) for ``points`` (B, N, 3), K = ``k``."""
+    from warpgeo import fps
+
+    batch, n, _ = points.shape
+    partials, sync, mindist = fps._grid_workspace(batch, n, groups, points.device, zeroed=True)
+    none = torch.empty(0, dtype=torch.int64, device=points.device)
+    args = {
+        "points": points,
+        "lengths": none if lengths is None else lengths,
+        "num_samples": none,
+        "start": none if starts is None else starts,
+        "mindist": mindist,
+        "partials": partials,
+        "out_index": torch.empty(batch, k, dtype=torch.int64, device=points.device),
+        "out_dist": torch.empty(batch, k, dtype=points.dtype, device=points.device),
+    }
+    return args, sync
+
+
+@pytest.mark.parametrize(("groups", "block_dim"), [(1, 8), (3, 8), (7, 1), (7, 4)])
+def test_grid_kernels_on_cpu_blocks(groups, block_dim):
+    """The grid designs' kernels launched directly, with CPU blocks of ``block_dim`` lanes and ``groups``
+    blocks a cloud (more than a block's lanes: a lane reduces several candidates), on exact ties:
+
+    * ``fps_steps``, a launch per step: the reference's order and distances;
+    * ``fps_persistent``: a group of one block runs the whole loop through its barrier (never failed; it
+      arrived once per step), a group of several fails its first barrier (CPU blocks run one after another)
+      and its last block to leave samples the cloud alone: the same order again.
+    """
+    from warpgeo import _launch, _warp
+    from warpgeo._kernels import fps_cuda as kernels
+
+    wp = _warp.warp()
+    cpu = torch.device("cpu")
+    points = torch.randint(0, 4, (3, 200, 3), generator=torch.Generator().manual_seed(6)).float()
+    lengths = torch.tensor([200, 57, 3])
+    starts = torch.tensor([0, 56, 2])
+    k = 60
+    expected, expected_dist = _reference_rows(points, [60, 57, 3], starts=starts, lengths=lengths)
+    table = kernels.FPS_GRID["float32"]
+    assert kernels.FPS_GRID.cuda_only  # a CPU warmup skips it
+    previous = wp.config.enable_cpu_blocks
+    wp.config.enable_cpu_blocks = block_dim > 1
+    try:
+        args, _ = _grid_args(points, k, groups, lengths=lengths, starts=starts)
+        for step in range(k):
+            _launch.launch(
+                table.fps_steps, 3 * groups, device=cpu, tiled=True, block_dim=block_dim, step=step, **args
+            )
+        got = (args["out_index"].clone(), args["out_dist"].clone())
+        args, sync = _grid_args(points, k, groups, lengths=lengths, starts=starts)
+        _launch.launch(
+            table.fps_persistent,
+            3 * groups,
+            device=cpu,
+            tiled=True,
+            block_dim=block_dim,
+            sync=sync,
+            timeout=1 << 40,
+            **args,
+        )
+    finally:
+        wp.config.enable_cpu_blocks = previous
+    for indices, distances in (got, (args["out_index"], args["out_dist"])):
+        assert torch.equal(indices, expected)
+        torch.testing.assert_close(distances.double(), expected_dist, equal_nan=True, rtol=1e-6, atol=0)
+    failed = sync[:, kernels.SYNC_FAILED].tolist()
+    assert sync[:, kernels.SYNC_LEFT].tolist() == [groups] * 3
+    if groups == 1:
+        assert failed == [0, 0, 0] and sync[:, kernels.SYNC_ARRIVED].tolist() == [59, 56, 2]
+    else:
+        assert failed == [1, 1, 1]
+
+
+def test_grid_designs_on_cuda(monkeypatch):
+    """On a GPU (``conftest.CUDA_ONLY``): every CUDA design against the CPU path, bit for bit, on large ragged
+    clouds (B=1 and B=8: a group of blocks a cloud); the persistent kernel's barrier met at every step (no
+    fallback), and its fallback (a barrier that times out at once) exact too; the per-step launches inside
+    a CUDA graph, replayed on new points."""
+    from warpgeo import fps
+    from warpgeo._kernels import fps_cuda as kernels
+
+    cuda = torch.device("cuda")
+    g = torch.Generator().manual_seed(7)
+    for batch, n, k in ((1, 100_000, 600), (8, 30_000, 300)):
+        points = torch.rand(batch, n, 3, generator=g)
+        lengths = torch.randint(n // 2, n + 1, (batch,), generator=g)
+        lengths[0] = n
+        expected = farthest_point_sampling(points, k, lengths=lengths, return_distances=True)
+        for design in ("persistent", "steps", "block", None):
+            monkeypatch.setattr(fps, "_FORCED_DESIGN", design)
+            idx, dist = farthest_point_sampling(
+                points.to(cuda), k, lengths=lengths.to(cuda), return_distances=True
+            )
+            assert torch.equal(idx.cpu(), expected[0]), (batch, design)
+            assert torch.equal(dist.cpu(), expected[1]), (batch, design)
+        monkeypatch.setattr(fps, "_FORCED_DESIGN", None)
+        design, groups = fps._cuda_design(cuda, batch, n)
+        assert design == "persistent" and groups >= 2
+        for timeout, failed in ((None, 0), (0, 1)):
+            args, _ = _grid_args(points.to(cuda), k, groups, lengths=lengths.to(cuda))
+            del args["partials"], args["mindist"]  # the launcher makes its own workspace
+            sync = fps._launch_persistent(args, "float32", batch, n, k, groups, cuda, timeout=timeout)
+            assert sync[:, kernels.SYNC_FAILED].eq(failed).all().item(), (batch, timeout, sync.tolist())
+            assert torch.equal(args["out_index"].cpu(), expected[0])
+            assert torch.equal(args["out_dist"].cpu(), expected[1])
+    # per-step launches captured in a CUDA graph
+    monkeypatch.setattr(fps, "_FORCED_DESIGN", "steps")
+    points = torch.rand(2, 20_000, 3, generator=g)
+    static = points.to(cuda)
+    with warpgeo.value_checks(False):
+        farthest_point_sampling(static, 200)  # compiled and warmed up outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = farthest_point_sampling(static, 200)
+    fresh = torch.rand(2, 20_000, 3, generator=g)
+    static.copy_(fresh.to(cuda))
+    graph.replay()
+    assert torch.equal(out.cpu(), farthest_point_sampling(fresh, 200))
 
 
 def test_function_backward_returns_none(device):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,9 +85,12 @@ def _fps_impl(
         _check_values(points, lengths, num_samples, start, max_samples)
     batch, n = points.shape[0], points.shape[1]
     device = points.device
-    try:
+    # half -> float32; float32 is read as it is; float64 is scaled by 2**shift (exact, see _SCALED_EXPONENT)
+    lengths = None if lengths is None else lengths.to(torch.int64)
+    compute, shift = _normalise(_warp.to_compute(points), lengths)
+    try:  # the kernels write the distances in the compute dtype: float32 and float64 clouds need no copy
         indices = torch.empty(batch, max_samples, dtype=torch.int64, device=device)
-        distances = torch.empty(batch, max_samples, dtype=torch.float64, device=device)
+        distances = torch.empty(batch, max_samples, dtype=compute.dtype, device=device)
     except RuntimeError as error:  # torch's out-of-memory errors (torch.OutOfMemoryError included)
         raise ValueError(
             f"num_samples={max_samples} asks for a ({batch}, {max_samples}) output "
@@ -93,28 +98,25 @@ def _fps_impl(
         ) from error
     if n == 0 or max_samples == 0 or batch == 0:
         return indices.fill_(SENTINEL_INDEX), distances.fill_(float("nan")).to(points.dtype)
-    empty = indices.new_empty(0)
-    lengths = None if lengths is None else lengths.to(torch.int64)
-    # half -> float32; float32 is read as it is; float64 is scaled by 2**shift (exact, see _SCALED_EXPONENT)
-    compute, shift = _normalise(_warp.to_compute(points), lengths)
+    empty = _no_tensor(device)
     key = _KEY[compute.dtype]
     args = {
         "points": compute,
         "lengths": empty if lengths is None else lengths,
         "num_samples": empty if num_samples is None else num_samples.to(torch.int64),
         "start": empty if start is None else start.to(torch.int64),
-        "mindist": torch.empty(batch, n, dtype=torch.float64, device=device),
         "out_index": indices,
         "out_dist": distances,
     }
-    if _warp.cuda_algorithms(device):  # one block per cloud
-        table = block_kernels.FPS_BLOCK
-        _launch.launch(
-            table[key].fps_block, batch, device=device, tiled=True, block_dim=table.block_dim, **args
-        )
+    if _warp.cuda_algorithms(device):
+        design, groups = _cuda_design(device, batch, n)
+        _CUDA_DESIGNS[design](args, key, batch, n, max_samples, groups, device)
     elif n * max_samples < _MIN_TREE_WORK:  # CPU, small: one thread per cloud, batch split among threads
         kernel = kernels.FPS_SERIAL[key].fps_serial
-        _launch.launch_rows(kernel, batch, device=device, work_per_row=n * max_samples, **args)
+        mindist = torch.empty(batch, n, dtype=torch.float64, device=device)
+        _launch.launch_rows(
+            kernel, batch, device=device, work_per_row=n * max_samples, mindist=mindist, **args
+        )
     else:  # CPU, large: the same order from a tree of boxes over Morton-ordered leaves (sorted in-kernel)
         nodes = kernels.tree_size(n)
         cells = min(8 ** max(1, round(math.log2(max(n, 1) / _POINTS_PER_CELL) / 3)), _MAX_CELLS)
@@ -123,6 +125,7 @@ def _fps_impl(
             batch,
             device=device,
             work_per_row=n * max_samples,
+            mindist=torch.empty(batch, n, dtype=torch.float64, device=device),
             cells=torch.empty(batch, cells + 1, dtype=torch.int32, device=device),
             order=torch.empty(batch, n, dtype=torch.int32, device=device),
             position=torch.empty(batch, n, dtype=torch.int32, device=device),
@@ -137,6 +140,138 @@ def _fps_impl(
         half = shift // 2
         distances = distances * _power_of_two(-half)[:, None] * _power_of_two(half - shift)[:, None]
     return indices, distances.to(points.dtype)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the CUDA designs: one block per cloud (small clouds), or a group of blocks per cloud (large ones)
+# --------------------------------------------------------------------------------------------------------
+
+#: From this many points per cloud a cloud is sampled by a group of blocks (the grid designs), when the
+#: device has at least two SMs per cloud; smaller clouds take one block each (``fps_block``).
+_GRID_MIN_POINTS = 8192
+#: A group block owns at least this many points (four per lane: one round of the four-load scan per step);
+#: fewer blocks mean a cheaper barrier and reduction.
+_GRID_POINTS_PER_BLOCK = 4 * block_kernels.GRID_BLOCK_DIM
+#: How long a block of the persistent kernel waits at a barrier before the group gives up (clock cycles:
+#: ~70 ms at 2 GHz; a step takes microseconds). The group's last block then samples the cloud alone.
+_BARRIER_TIMEOUT_CYCLES = 1 << 27
+#: The design every CUDA-algorithm call takes, forced (benchmarks, tests): "block", "steps", "persistent";
+#: None (the default, or ``WARPGEO_FPS_DESIGN`` unset): chosen by size.
+_FORCED_DESIGN: str | None = os.environ.get("WARPGEO_FPS_DESIGN") or None
+
+
+def _cuda_design(device: torch.device, batch: int, n: int) -> tuple[str, int]:
+    """``(design, blocks per cloud)`` of a call on CUDA's algorithms.
+
+    Large clouds, with at least two SMs per cloud: a group of blocks per cloud, all resident at once (one
+    launch, ``persistent``) on CUDA; a launch per step (``steps``) on CPU tensors, where blocks run one after
+    another. Otherwise one block per cloud (``block``).
+    """
+    sms = _multiprocessors(device)
+    groups = max(1, min(sms // max(batch, 1), -(-n // _GRID_POINTS_PER_BLOCK)))
+    design = _FORCED_DESIGN
+    if design is None:
+        if n < _GRID_MIN_POINTS or groups < 2:
+            design = "block"
+        else:
+            design = "persistent" if device.type == "cuda" else "steps"
+    if design == "persistent" and batch * groups > sms:  # never more blocks than can be resident together
+        groups = max(1, sms // max(batch, 1))
+    return design, groups
+
+
+@functools.cache
+def _multiprocessors_of(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _multiprocessors(device: torch.device) -> int:
+    """SMs of a CUDA device (of its MIG slice under MIG: torch reports the slice); for CPU tensors on CUDA's
+    algorithms, ``_CPU_MULTIPROCESSORS`` (tests)."""
+    if device.type != "cuda":
+        return _CPU_MULTIPROCESSORS
+    return _multiprocessors_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+#: The "SMs" CUDA's algorithms see on CPU tensors (tests: several blocks per cloud).
+_CPU_MULTIPROCESSORS = 8
+
+
+def _launch_block(args, key, batch, n, max_samples, groups, device) -> None:
+    """One block per cloud, its distances in ``mindist``."""
+    table = block_kernels.FPS_BLOCK
+    mindist = torch.empty(batch, n, dtype=torch.float64, device=device)
+    _launch.launch(
+        table[key].fps_block,
+        batch,
+        device=device,
+        tiled=True,
+        block_dim=table.block_dim,
+        mindist=mindist,
+        **args,
+    )
+
+
+def _grid_workspace(batch: int, n: int, groups: int, device: torch.device, *, zeroed: bool):
+    """One allocation for a grid design: ``(partials (B, 2, G, 2) float64, sync (B, SYNC_COLUMNS) int64,
+    mindist (B, N) float64)``, views of it (the partials first: 16-byte aligned ``vec2d`` slots)."""
+    sizes = (batch * 2 * groups * 2, batch * block_kernels.SYNC_COLUMNS, batch * n)
+    make = torch.zeros if zeroed else torch.empty
+    workspace = make(sum(sizes), dtype=torch.float64, device=device)
+    partials, sync, mindist = workspace.split(sizes)
+    return (
+        partials.view(batch, 2, groups, 2),
+        sync.view(torch.int64).view(batch, block_kernels.SYNC_COLUMNS),
+        mindist.view(batch, n),
+    )
+
+
+def _launch_steps(args, key, batch, n, max_samples, groups, device) -> None:
+    """A group of blocks per cloud, one launch per step (portable: capturable in a CUDA graph)."""
+    partials, _, mindist = _grid_workspace(batch, n, groups, device, zeroed=False)
+    table = block_kernels.FPS_GRID
+    kernel = table[key].fps_steps
+    for step in range(max_samples):
+        _launch.launch(
+            kernel,
+            batch * groups,
+            device=device,
+            tiled=True,
+            block_dim=table.block_dim,
+            mindist=mindist,
+            partials=partials,
+            step=step,
+            **args,
+        )
+
+
+def _launch_persistent(args, key, batch, n, max_samples, groups, device, *, timeout=None) -> torch.Tensor:
+    """A group of blocks per cloud, every step in one launch (a barrier of the group between two steps);
+    returns the groups' state (``sync``: column ``SYNC_FAILED`` is 1 where a barrier timed out)."""
+    partials, sync, mindist = _grid_workspace(batch, n, groups, device, zeroed=True)
+    table = block_kernels.FPS_GRID
+    _launch.launch(
+        table[key].fps_persistent,
+        batch * groups,
+        device=device,
+        tiled=True,
+        block_dim=table.block_dim,
+        mindist=mindist,
+        partials=partials,
+        sync=sync,
+        timeout=_BARRIER_TIMEOUT_CYCLES if timeout is None else timeout,
+        **args,
+    )
+    return sync
+
+
+_CUDA_DESIGNS = {"block": _launch_block, "steps": _launch_steps, "persistent": _launch_persistent}
+
+
+@functools.cache
+def _no_tensor(device: torch.device) -> torch.Tensor:
+    """An empty int64 tensor on ``device``: a per-cloud argument left at its default (never written)."""
+    return torch.empty(0, dtype=torch.int64, device=device)
 
 
 def _fps_fake(points, lengths, num_samples, start, max_samples):

@@ -74,12 +74,12 @@ def begin_row(
     k: int,
     mindist: wp.array2d(dtype=wp.float64),
     out_index: wp.array2d(dtype=wp.int64),
-    out_dist: wp.array2d(dtype=wp.float64),
+    out_dist: wp.array2d(dtype=Any),
 ):
     """Pad row ``b`` past its ``k`` samples and reset the distances of its ``n`` points (this lane's share)."""
     for s in range(k + lane, out_index.shape[1], nthreads):
         out_index[b, s] = SENTINEL_INDEX
-        out_dist[b, s] = wp.float64(wp.nan)
+        out_dist[b, s] = out_dist.dtype(wp.nan)
     for i in range(lane, n, nthreads):
         mindist[b, i] = FAR
 
@@ -152,7 +152,7 @@ def fps_serial(
     start: wp.array(dtype=wp.int64),
     mindist: wp.array2d(dtype=wp.float64),
     out_index: wp.array2d(dtype=wp.int64),
-    out_dist: wp.array2d(dtype=wp.float64),
+    out_dist: wp.array2d(dtype=Any),
     row_start: int,
 ):
     """Greedy FPS of cloud ``row_start + tid`` by one thread (the CPU kernel)."""
@@ -162,17 +162,22 @@ def fps_serial(
     best = wp.float64(wp.inf)
     for s in range(k):
         out_index[b, s] = wp.int64(cur)
-        out_dist[b, s] = wp.sqrt(best)
+        out_dist[b, s] = out_dist.dtype(wp.sqrt(best))
         best, cur = scan(points, mindist, b, n, cur, 0, 1)
 
 
 #: Options of every FPS kernel module: warpgeo writes every backward itself (no adjoints: half the compile
 #: time); no fused multiply-adds (see the module docstring).
 OPTIONS = {"enable_backward": False, "fuse_fp": False}
-#: The Warp types of the point arrays, per point precision (the keys of every FPS kernel table).
+#: The Warp types of the point arrays and of the distances written out (the dtype of the op's output: no copy
+#: after the launch), per point precision (the keys of every FPS kernel table).
 TYPES = {
-    "float32": {"points": wp.array2d(dtype=wp.vec3f), "sorted_points": wp.array2d(dtype=wp.vec3f)},
-    "float64": {"points": wp.array2d(dtype=wp.vec3d), "sorted_points": wp.array2d(dtype=wp.vec3d)},
+    precision: {
+        "points": wp.array2d(dtype=vec),
+        "sorted_points": wp.array2d(dtype=vec),
+        "out_dist": wp.array2d(dtype=scalar),
+    }
+    for precision, vec, scalar in (("float32", wp.vec3f, wp.float32), ("float64", wp.vec3d, wp.float64))
 }
 
 #: Small clouds on the CPU: ``FPS_SERIAL[precision].fps_serial``.
@@ -331,7 +336,7 @@ def fps_tree(
     node_max: wp.array2d(dtype=wp.float64),
     node_arg: wp.array2d(dtype=wp.int32),
     out_index: wp.array2d(dtype=wp.int64),
-    out_dist: wp.array2d(dtype=wp.float64),
+    out_dist: wp.array2d(dtype=Any),
     row_start: int,
 ):
     """Greedy FPS of cloud ``row_start + tid`` by one thread, skipping subtrees a new sample cannot change.
@@ -398,7 +403,7 @@ def fps_tree(
     best = wp.float64(wp.inf)
     for s in range(k):
         out_index[b, s] = wp.int64(cur)
-        out_dist[b, s] = wp.sqrt(best)
+        out_dist[b, s] = out_dist.dtype(wp.sqrt(best))
         if s + 1 == k:
             break
         cur_pos = position[b, cur]
