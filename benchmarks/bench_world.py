@@ -21,6 +21,14 @@ Environments: ``MeshWorld.from_envs`` of 1 to 256 environments of 10 primitive-s
 icospheres, 2 cylinders, a capsule and a torus; 12 to 640 faces), each environment holding the same 10
 mesh objects at its own poses ("shared": a mesh that recurs is built once) or its own copies scaled apart
 ("distinct": every mesh built), then ``set_poses`` and ``set_enabled`` of the whole world per call.
+
+Distinct objects at RL scale (``--rl-envs``, 256 and 1,024 by default): every environment holds 10 objects of
+its own, none equal to another: trimesh icospheres, cylinders, capsules, tori, annuli and cones of 0.5k-4k
+faces, each scaled per axis by 0.05-0.3, posed in a unit cube. Timed: ``MeshWorld.from_envs`` + the first
+``sphere_mesh_cost`` of 1,000 spheres per environment (``(E, 1000, 4)``, ``env_index`` = the environment), the
+result on the host; against Open3D: one ``RaycastingScene`` per environment (its meshes' vertices posed) + the
+first ``compute_signed_distance`` of the same 1,000 centres in each. "tables in": until every table of the
+world is in (``wait_tables``).
 """
 
 from __future__ import annotations
@@ -222,6 +230,108 @@ def bench_envs(args, device) -> None:
     report(f"per call, {envs} environments x 10 meshes (numpy input)", per_call, "set_poses")
 
 
+def rl_object(gen: np.random.Generator) -> trimesh.Trimesh:
+    """One random object of 0.5k-4k faces (closed; an icosphere, cylinder, capsule, torus, annulus or cone),
+    scaled per axis by 0.05-0.3."""
+    kind = int(gen.integers(6))
+    if kind == 0:
+        mesh = trimesh.creation.icosphere(subdivisions=3, radius=1.0)  # 1,280 faces
+    elif kind == 1:
+        mesh = trimesh.creation.cylinder(1.0, 2.0, sections=int(gen.integers(125, 1001)))  # 4 s faces
+    elif kind == 2:
+        count = int(gen.integers(16, 45))
+        mesh = trimesh.creation.capsule(height=1.0, radius=0.5, count=[count, count])  # ~2 c**2 faces
+    elif kind == 3:
+        minor = int(gen.integers(12, 33))
+        mesh = trimesh.creation.torus(1.0, 0.4, major_sections=2 * minor, minor_sections=minor)  # 4 m**2
+    elif kind == 4:
+        mesh = trimesh.creation.annulus(0.5, 1.0, 1.0, sections=int(gen.integers(63, 501)))  # 8 s faces
+    else:
+        mesh = trimesh.creation.cone(1.0, 2.0, sections=int(gen.integers(250, 2001)))  # 2 s faces
+    scale = gen.uniform(0.05, 0.3, 3) / np.abs(np.asarray(mesh.vertices)).max()
+    return trimesh.Trimesh(np.asarray(mesh.vertices) * scale, np.asarray(mesh.faces), process=False)
+
+
+def _rotation(q: np.ndarray) -> np.ndarray:
+    w, x, y, z = q
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def rl_scenes(envs: int, seed: int = 0) -> tuple[list, np.ndarray, np.ndarray]:
+    """``(meshes (E lists of 10), poses (E, 10, 7), spheres (E, 1000, 4) float32 of radius 0.02)``."""
+    gen = np.random.default_rng(seed)
+    meshes = [[rl_object(gen) for _ in range(10)] for _ in range(envs)]
+    poses = random_poses(gen, (envs, 10))
+    poses[..., :3] *= 0.25  # in a unit cube
+    centres = gen.uniform(-0.6, 0.6, (envs, _QUERY_POINTS, 3))
+    spheres = np.concatenate([centres, np.full((envs, _QUERY_POINTS, 1), 0.02)], axis=-1)
+    return meshes, poses, spheres.astype(np.float32)
+
+
+def warpgeo_rl(meshes, poses, spheres: torch.Tensor, env_index: torch.Tensor, device) -> tuple[float, float]:
+    """Seconds of (from_envs + first cost query, + every table in)."""
+    start = time.perf_counter()
+    world = warpgeo.MeshWorld.from_envs(meshes, poses=poses, device=device)
+    warpgeo.sphere_mesh_cost(spheres, world, env_index=env_index).sum().item()
+    sync(device)
+    first = time.perf_counter() - start
+    world.wait_tables()
+    sync(device)
+    return first, time.perf_counter() - start
+
+
+def open3d_rl(o3d, posed: list, centres: np.ndarray) -> float:
+    start = time.perf_counter()
+    total = 0.0
+    for e, env in enumerate(posed):
+        scene = o3d.t.geometry.RaycastingScene()
+        for vertices, faces in env:
+            scene.add_triangles(o3d.core.Tensor(vertices), o3d.core.Tensor(faces))
+        total += float(scene.compute_signed_distance(o3d.core.Tensor(centres[e])).numpy().sum())
+    return time.perf_counter() - start
+
+
+def bench_rl(args, o3d, device) -> None:
+    print(
+        "\ndistinct objects: E environments x 10 objects of 0.5k-4k faces, each its own (build + first cost "
+        "query of 1,000 spheres per environment)"
+    )
+    small, small_poses, small_spheres = rl_scenes(2, seed=99)  # compile (untimed)
+    warpgeo_rl(small, small_poses, torch.from_numpy(small_spheres).to(device),
+               torch.arange(2, device=device), device)  # fmt: skip
+    for envs in args.rl_envs:
+        meshes, poses, spheres = rl_scenes(envs)
+        faces = sum(len(m.faces) for env in meshes for m in env)
+        spheres_t = torch.from_numpy(spheres).to(device)
+        env_index = torch.arange(envs, device=device)
+        runs = [warpgeo_rl(meshes, poses, spheres_t, env_index, device) for _ in range(args.rl_repeat)]
+        first = statistics.median(r[0] for r in runs)
+        full = statistics.median(r[1] for r in runs)
+        line = f"  {envs:>6} envs {10 * envs:>7} objects {faces:>10,} faces  warpgeo {first:7.3f} s"
+        if o3d is not None:
+            posed = [
+                [
+                    (
+                        (np.asarray(m.vertices) @ _rotation(p[3:]).T + p[:3]).astype(np.float32),
+                        np.asarray(m.faces, dtype=np.uint32),
+                    )
+                    for m, p in zip(env, env_poses, strict=True)
+                ]
+                for env, env_poses in zip(meshes, poses, strict=True)
+            ]
+            theirs = statistics.median(
+                open3d_rl(o3d, posed, np.ascontiguousarray(spheres[..., :3])) for _ in range(args.rl_repeat)
+            )
+            line += f"  open3d {theirs:7.3f} s  {first / theirs:6.2f}x open3d"
+        print(line + f"  (tables in: {full:.3f} s)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -240,7 +350,22 @@ def main(argv: list[str] | None = None) -> None:
         default=16,
         help="largest E of the 'distinct' column (every mesh built)",
     )
+    parser.add_argument(
+        "--rl-envs", type=int, nargs="*", default=None, help="distinct-object environments (256 1024)"
+    )
+    parser.add_argument(
+        "--rl-repeat", type=int, default=None, help="timed runs of each (default 3; 1 --quick)"
+    )
+    parser.add_argument(
+        "--only", choices=("meshes", "envs", "rl"), nargs="*", default=None, help="cases to run (all)"
+    )
     args = parser.parse_args(argv)
+    if args.rl_envs is None:
+        args.rl_envs = [16] if args.quick else [256, 1024]
+    if args.rl_repeat is None:
+        args.rl_repeat = 1 if args.quick else 3
+    if args.only is None:
+        args.only = ["meshes", "envs", "rl"]
     if args.max_faces is None:
         args.max_faces = 100_000 if args.quick else 1_400_000
     if args.repeat is None:
@@ -250,8 +375,12 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     print_header(device, f"{_QUERY_POINTS} query points")
     o3d = import_peer("open3d", "open3d", " (on the CPU)")
-    bench_meshes(args, o3d, device)
-    bench_envs(args, device)
+    if "meshes" in args.only:
+        bench_meshes(args, o3d, device)
+    if "envs" in args.only:
+        bench_envs(args, device)
+    if "rl" in args.only:
+        bench_rl(args, o3d, device)
 
 
 if __name__ == "__main__":

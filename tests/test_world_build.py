@@ -23,6 +23,8 @@ import warpgeo
 from warpgeo import MeshWorld, _mesh_prep, signed_distance
 from warpgeo.world import WORLD_FIELDS
 
+_CPU = torch.device("cpu")
+
 
 def _sphere() -> trimesh.Trimesh:
     return trimesh.creation.icosphere(subdivisions=2, radius=0.5)  # closed and convex: every table
@@ -47,14 +49,14 @@ def background(monkeypatch):
     """Every mesh's tables on the background thread; ``hold.set()`` lets the build run."""
     monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1)
     hold = threading.Event()
-    built = _mesh_prep._mesh_tables
+    built = _mesh_prep.build_tables
 
-    def held(spec, device, *, background, alive=None):
-        if background:
+    def held(specs, device, *, alive=None):
+        if alive is not None:
             assert hold.wait(60), "the test never released the background build"
-        return built(spec, device, background=background, alive=alive)
+        return built(specs, device, alive=alive)
 
-    monkeypatch.setattr(_mesh_prep, "_mesh_tables", held)
+    monkeypatch.setattr(_mesh_prep, "build_tables", held)
     yield hold
     hold.set()
 
@@ -99,10 +101,10 @@ def test_tables_go_in_at_the_next_op_call_as_new_tensors(background):
     signed_distance(_points(10), world, env_index=torch.tensor([0] * 10))  # takes them in
     assert world._later is None
     after = world.kernel_args(torch.float64).world
-    assert after is args  # the same list, updated
     for name, tensor in held.items():
-        # a new tensor; the one an op on another thread may hold is left as it was
+        # a new tensor; the one an op on another thread may hold (in the list it was handed) is left as it was
         assert after[fields.index(name)] is not tensor and torch.equal(tensor, old[name]), name
+        assert args[fields.index(name)] is tensor, name
     assert world._tables["grid_flags"].tolist() == [[1, _mesh_prep._constants.FLAG_BOX | 1], [1, 0]]
     # both slots of the recurring sphere got rows of their own, equal (built once, copied)
     first, second = world._tables["topo_offsets"][:, 0, 0].tolist()
@@ -138,8 +140,8 @@ def test_any_mix_of_old_and_new_tables_is_exact(monkeypatch):
 
 def test_world_gone_stops_its_background_build(background, monkeypatch):
     steps = []
-    edge_pairs = _mesh_prep._edge_pairs
-    monkeypatch.setattr(_mesh_prep, "_edge_pairs", lambda *a: steps.append(1) or edge_pairs(*a))
+    edge_pairs = _mesh_prep.edge_pairs
+    monkeypatch.setattr(_mesh_prep, "edge_pairs", lambda *a: steps.append(1) or edge_pairs(*a))
     world = MeshWorld([_sphere()])
     future = world._later.future
     del world
@@ -225,8 +227,11 @@ def test_sliver_count_matches_warps_test():
     faces[50:60] = [197, 198, 199]
     expected = _numpy_slivers(vertices, faces)
     assert expected >= 60
-    points, indices = torch.from_numpy(vertices), torch.from_numpy(faces.reshape(-1))
-    assert _mesh_prep._face_checks(points, indices, len(faces), torch.device("cpu"))[0] == expected
+    sphere = trimesh.creation.icosphere(subdivisions=1)
+    clean = (np.asarray(sphere.vertices, np.float32), np.asarray(sphere.faces, np.int32))
+    # several meshes in one launch: each its own count
+    slivers, _ = _mesh_prep.face_checks([clean, (vertices, faces), clean, (vertices, faces[:45])], _CPU)
+    assert slivers.tolist() == [0, expected, 0, _numpy_slivers(vertices, faces[:45])]
 
 
 def _edges_pair_up(faces: np.ndarray) -> bool:
@@ -246,16 +251,14 @@ def test_edge_pairing_hash_tells_open_meshes():
     doubled = np.concatenate([closed, closed[:1, ::-1]])  # a face and its reverse: still pairs up
     cases = {"closed": closed, "open": closed[1:], "flipped": flipped, "doubled": doubled}
     torus = trimesh.creation.torus(1.0, 0.3)
-    for name, faces in cases.items():
-        points, indices = torch.from_numpy(vertices), torch.from_numpy(faces.reshape(-1).copy())
-        got = _mesh_prep._face_checks(points, indices, len(faces), torch.device("cpu"))[1]
-        assert got == _edges_pair_up(faces), name
-    faces = np.asarray(torus.faces, dtype=np.int32)
-    points = torch.from_numpy(np.asarray(torus.vertices, dtype=np.float32))
-    assert _mesh_prep._face_checks(
-        points, torch.from_numpy(faces.reshape(-1)), len(faces), torch.device("cpu")
-    )[1]
-    assert _edges_pair_up(faces)
+    meshes = [(vertices, faces) for faces in cases.values()]
+    meshes.append((np.asarray(torus.vertices, np.float32), np.asarray(torus.faces, np.int32)))
+    expected = [_edges_pair_up(faces) for _, faces in meshes]
+    assert expected[0] and expected[-1] and not expected[1] and not expected[2]
+    _, got = _mesh_prep.face_checks(meshes, _CPU)  # all in one launch
+    assert got.tolist() == expected
+    for mesh, pairs_up in zip(meshes, expected, strict=True):  # and each alone
+        assert _mesh_prep.face_checks([mesh], _CPU)[1].tolist() == [pairs_up]
 
 
 def test_forked_child_builds_the_tables_itself(monkeypatch):
@@ -263,14 +266,14 @@ def test_forked_child_builds_the_tables_itself(monkeypatch):
     monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1)
     parent = os.getpid()
     hold = threading.Event()
-    built = _mesh_prep._mesh_tables
+    built = _mesh_prep.build_tables
 
-    def held(spec, device, *, background, alive=None):
-        if background and os.getpid() == parent:
+    def held(specs, device, *, alive=None):
+        if alive is not None and os.getpid() == parent:
             assert hold.wait(60)
-        return built(spec, device, background=background, alive=alive)
+        return built(specs, device, alive=alive)
 
-    monkeypatch.setattr(_mesh_prep, "_mesh_tables", held)
+    monkeypatch.setattr(_mesh_prep, "build_tables", held)
     world = MeshWorld([_sphere()])
     context = multiprocessing.get_context("fork")
     results = context.Queue()
@@ -353,7 +356,7 @@ def test_background_launches_cover_every_row_and_stop_between_chunks(monkeypatch
     cpu = torch.device("cpu")
 
     def run(check):
-        slivers = torch.zeros(1, dtype=torch.int32)
+        slivers = torch.zeros(len(mesh.faces), dtype=torch.int32)
         hashes = torch.zeros(len(mesh.faces), dtype=torch.int64)
         _mesh_prep._launch_rows(
             kernel, len(mesh.faces), device=cpu, check=check, points=vertices, indices=indices,

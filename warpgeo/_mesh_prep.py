@@ -66,11 +66,12 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     """Load, validate and build every mesh of ``envs`` (one list per environment; ``methods`` nested alike)
     on ``device``; padding slots (``m >= len(envs[e])``) get mesh id ``NO_MESH`` and no tables.
 
-    What a query needs is built here: each mesh's Warp mesh (its BVH) and box. The tables of the kernels'
-    exact shortcuts (see :func:`_mesh_tables`) are built here too for a mesh of fewer than
-    :data:`BACKGROUND_FACES` faces, and on a background thread for a larger one on the CPU (:class:`Later`):
-    until they are in, its queries take the exact path without them (the same closest face, the mesh's own
-    sign method), only slower for points deep inside.
+    What a query needs is built here: each mesh's Warp mesh (its BVH) and box, the per-face checks of every
+    new mesh in one launch. The tables of the kernels' exact shortcuts (see :func:`build_tables`: every
+    mesh's in one batch of launches) are built here too, unless the world is on the CPU and a mesh has
+    :data:`BACKGROUND_FACES` faces or more, or its new meshes :data:`BACKGROUND_WORLD_FACES` in all: then on
+    a background thread (:class:`Later`); until they are in, its queries take the exact path without them
+    (the same closest face, the mesh's own sign method), only slower for points deep inside.
 
     An analytic primitive (:class:`~warpgeo.primitives.Primitive`) gets its box as ``bounds`` (from which the
     kernels read its sizes), its kind bit in ``grid_flags`` (with ``FLAG_CLOSED``), no grid nor other tables,
@@ -93,80 +94,74 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
         for item, method in zip(env, env_methods, strict=True)
     ):
         _check_winding_support(device)
-    meshes: list[list[Any]] = []
+    meshes: list[list[Any]] = [[None] * len(env) for env in envs]
     ids = np.zeros((num_envs, max_meshes), dtype=np.uint64)
     signs = np.zeros((num_envs, max_meshes), dtype=np.int32)
     bounds = np.zeros((num_envs, max_meshes, 2, 3), dtype=np.float32)
     assembly = _Assembly(num_envs, max_meshes)
-    loaded: dict[int, tuple[Any, tuple]] = {}  # id(item) -> (item, (vertices, faces, any sliver))
-    built: dict[tuple, _Built] = {}
-    deferred: dict[tuple, tuple[_MeshSpec, list[tuple[int, int]]]] = {}  # key -> (what to build, its slots)
-    wp_meshes: dict[tuple, Any] = {}
-    may_close: dict[int, bool] = {}  # Warp mesh id -> no sliver, and its edges may pair up
+    loaded: dict[int, tuple[Any, tuple]] = {}  # id(item) -> (item, (vertices, faces, content key))
+    wp_meshes: dict[tuple, Any] = {}  # primitives' box meshes, by content
+    # reading the caller's entries (the one loop over slots): each distinct mesh (content, winding support)
+    # once, each distinct table job (content, sign method) once, and the slots of each
+    new: dict[tuple, int] = {}  # (content, winding) -> index into `arrays`
+    arrays: list[tuple[np.ndarray, np.ndarray, bool, str]] = []  # (vertices, faces, winding, where)
+    jobs: dict[tuple, int] = {}  # (content, method) -> index into `job_meshes`
+    job_meshes: list[tuple[int, str]] = []  # (index into `arrays`, method)
+    slots: list[tuple[int, int, int]] = []  # (e, m, job) of every mesh slot, in slot order
     for e, env in enumerate(envs):
-        row = []
         for m, item in enumerate(env):
             if isinstance(item, PRIMITIVES):
                 mesh, box = _primitive_mesh(item, wp, wdev, wp_meshes)
-                row.append(mesh)
+                meshes[e][m] = mesh
                 ids[e, m] = mesh.id
                 signs[e, m] = _constants.SIGN_RAY  # any signed code: the kernels' closed forms are signed
                 bounds[e, m] = box
                 assembly.add(e, m, _Built(box, item._flag, (0, 0, 0), _empty(device), None, None))
                 continue
-            where = f"meshes[{m}]" if single else f"envs[{e}][{m}]"
             method = methods[e][m]
-            winding = method == "winding"
             signs[e, m] = SIGN_METHODS[method]
             known = loaded.get(id(item))
             if known is not None and known[0] is item:
                 vertices, faces, content = known[1]
             else:
-                vertices, faces = load_mesh(item, where)
+                vertices, faces = load_mesh(item, f"meshes[{m}]" if single else f"envs[{e}][{m}]")
                 content = _content_key(vertices, faces)
                 loaded[id(item)] = (item, (vertices, faces, content))
-            mesh = wp_meshes.get((content, winding))
-            if mesh is None:
-                points = torch.from_numpy(vertices).to(device)
-                indices = torch.from_numpy(faces.reshape(-1)).to(device)
-                # a cuboid's faces are halves of its box's sides: none is a sliver (and its world launches no
-                # kernel to build)
-                cuboid = len(faces) == 12 and _is_cuboid(vertices, faces, _box_of(vertices))
-                slivers, pairs_up = (0, True) if cuboid else _face_checks(points, indices, len(faces), device)
-                if slivers == len(faces):
-                    raise ValueError(
-                        f"{where}: every face has zero area (or is a sliver Warp's queries skip), so the mesh "
-                        f"has no surface to measure; got {len(faces)} degenerate faces"
-                    )
-                mesh = wp.Mesh(
-                    points=wp.from_torch(points, dtype=wp.vec3),
-                    indices=wp.from_torch(indices),
-                    support_winding_number=winding,
-                )
-                if winding and not getattr(mesh, "support_winding_number", False):
-                    raise RuntimeError(f"{where}: Warp did not build winding-number support for this mesh")
-                wp_meshes[(content, winding)] = mesh
-                may_close[mesh.id] = slivers == 0 and pairs_up
-            row.append(mesh)
-            ids[e, m] = mesh.id
-            key = (content, method)
-            tables = built.get(key)
-            if tables is None and key in deferred:
-                bounds[e, m] = deferred[key][0].box
-                deferred[key][1].append((e, m))
-                assembly.flags[e, m] = deferred[key][0].pending_flags
-                continue
-            if tables is None:
-                spec = _MeshSpec(mesh, vertices, faces, may_close[mesh.id], method)
-                if len(faces) >= BACKGROUND_FACES and device.type == "cpu" and not spec.cuboid:
-                    bounds[e, m] = spec.box
-                    deferred[key] = (spec, [(e, m)])
-                    assembly.flags[e, m] = spec.pending_flags
-                    continue
-                tables = built[key] = _mesh_tables(spec, device, background=False)
-            bounds[e, m] = tables.box
-            assembly.add(e, m, tables)
-        meshes.append(row)
+            key = (content, method == "winding")
+            index = new.get(key)
+            if index is None:
+                index = new[key] = len(arrays)
+                arrays.append((vertices, faces, key[1], f"meshes[{m}]" if single else f"envs[{e}][{m}]"))
+            job = jobs.get((content, method))
+            if job is None:
+                job = jobs[(content, method)] = len(job_meshes)
+                job_meshes.append((index, method))
+            slots.append((e, m, job))
+    built_meshes = _build_meshes(arrays, device)
+    specs = [
+        _MeshSpec(built_meshes[i][0], arrays[i][0], arrays[i][1], built_meshes[i][1], method)
+        for i, method in job_meshes
+    ]
+    total = sum(len(spec.faces) for spec in specs if not spec.cuboid)
+    later_jobs = [
+        device.type == "cpu"
+        and not spec.cuboid
+        and (len(spec.faces) >= BACKGROUND_FACES or total >= BACKGROUND_WORLD_FACES)
+        for spec in specs
+    ]
+    now = [k for k, later in enumerate(later_jobs) if not later]
+    tables_now = dict(zip(now, build_tables([specs[k] for k in now], device), strict=True))
+    deferred: dict[int, list[tuple[int, int]]] = {}
+    for e, m, job in slots:
+        spec = specs[job]
+        meshes[e][m] = spec.mesh
+        ids[e, m] = spec.mesh.id
+        bounds[e, m] = spec.box
+        if later_jobs[job]:
+            deferred.setdefault(job, []).append((e, m))
+            assembly.flags[e, m] = spec.pending_flags
+        else:
+            assembly.add(e, m, tables_now[job])
     if device.type == "cuda":
         # BVHs are built on Warp's stream; kernels run on torch's. Wait once, here, not per query.
         wp.synchronize_device(wdev)
@@ -181,8 +176,105 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
         for e, env in enumerate(envs)
         for m in range(len(env))
     )
-    later = Later(assembly, list(deferred.values()), device) if deferred else None
+    later = None
+    if deferred:
+        later = Later(assembly, [(specs[job], job_slots) for job, job_slots in deferred.items()], device)
     return Prepared(meshes, tables, bool(closed_forms), later)
+
+
+def _build_meshes(
+    arrays: list[tuple[np.ndarray, np.ndarray, bool, str]], device: torch.device
+) -> list[tuple]:
+    """``(Warp mesh, may be closed)`` of each new mesh ``(vertices, faces, winding, where)``: the per-face
+    checks of all of them in one launch (:func:`face_checks`), then their BVHs (on the CPU, many meshes on
+    two threads: Warp builds a host BVH with the GIL released). A cuboid's faces are halves of its box's
+    sides: none is a sliver, and it launches nothing."""
+    wp = _warp.warp()
+    if not arrays:
+        return []
+    vertex_rows = np.cumsum([0] + [len(a[0]) for a in arrays])
+    face_rows = np.cumsum([0] + [len(a[1]) for a in arrays])
+    points = torch.from_numpy(np.concatenate([a[0] for a in arrays])).to(device)
+    indices = torch.from_numpy(np.concatenate([a[1] for a in arrays]).reshape(-1)).to(device)
+    cuboid = [len(f) == 12 and _is_cuboid(v, f, _box_of(v)) for v, f, _, _ in arrays]
+    checked = [k for k, c in enumerate(cuboid) if not c]
+    slivers = np.zeros(len(arrays), dtype=np.int64)
+    pairs_up = np.ones(len(arrays), dtype=bool)
+    if checked:
+        slivers[checked], pairs_up[checked] = face_checks([arrays[k][:2] for k in checked], device)
+    for k, (_, faces, _, where) in enumerate(arrays):
+        if slivers[k] == len(faces):
+            raise ValueError(
+                f"{where}: every face has zero area (or is a sliver Warp's queries skip), so the mesh "
+                f"has no surface to measure; got {len(faces)} degenerate faces"
+            )
+
+    def build(k: int) -> Any:
+        v0, v1, f0, f1 = (
+            int(x) for x in (vertex_rows[k], vertex_rows[k + 1], face_rows[k], face_rows[k + 1])
+        )
+        winding, where = arrays[k][2], arrays[k][3]
+        mesh = wp.Mesh(
+            points=wp.from_torch(points[v0:v1], dtype=wp.vec3),
+            indices=wp.from_torch(indices[3 * f0 : 3 * f1]),
+            support_winding_number=winding,
+        )
+        if winding and not getattr(mesh, "support_winding_number", False):
+            raise RuntimeError(f"{where}: Warp did not build winding-number support for this mesh")
+        return mesh
+
+    if device.type == "cpu" and len(arrays) >= _THREADED_MESHES and torch.get_num_threads() > 1:
+        built = list(_mesh_pool(os.getpid()).map(build, range(len(arrays))))
+    else:
+        built = [build(k) for k in range(len(arrays))]
+    return [(mesh, slivers[k] == 0 and pairs_up[k]) for k, mesh in enumerate(built)]
+
+
+#: From this many new meshes, a CPU world builds their BVHs on two threads.
+_THREADED_MESHES = 8
+
+
+@functools.cache
+def _mesh_pool(pid: int) -> ThreadPoolExecutor:
+    # by process id: a forked child inherits the pool object but not its threads
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="warpgeo-bvh")
+
+
+def face_checks(
+    meshes: list[tuple[np.ndarray, np.ndarray]], device: torch.device
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(slivers (K,) int64, pairs_up (K,) bool)`` of meshes ``(vertices, faces)``, in one launch of
+    ``sdf_build.face_checks_rows`` over all their faces: how many faces Warp's queries skip as slivers, and
+    whether the directed edges may pair up with reversed ones (False for an open mesh: a boundary edge has no
+    reverse), from one O(F) hash sum per mesh: equal multisets of directed and reversed edges have equal sums
+    of a hash ``h(a) g(b)`` of each edge ``a -> b`` (wrapping uint64 arithmetic). True for a closed mesh;
+    then :func:`edge_pairs` decides, exactly. One host read."""
+    vertex_rows = np.cumsum([0] + [len(v) for v, _ in meshes])
+    face_rows = np.cumsum([0] + [len(f) for _, f in meshes])
+    points = torch.from_numpy(np.concatenate([v for v, _ in meshes])).to(device)
+    # each mesh's faces as indices into the concatenated points
+    shift = np.repeat(vertex_rows[:-1], np.diff(face_rows)).astype(np.int64)
+    faces = np.concatenate([f for _, f in meshes]).astype(np.int64) + shift[:, None]
+    if vertex_rows[-1] >= 2**31:
+        raise ValueError(f"a world's new meshes hold {vertex_rows[-1]} vertices in all; at most 2**31 - 1")
+    indices = torch.from_numpy(faces.astype(np.int32).reshape(-1)).to(device)
+    num_faces = int(face_rows[-1])
+    slivers = torch.empty(num_faces, dtype=torch.int32, device=device)
+    edge_hash = torch.empty(num_faces, dtype=torch.int64, device=device)
+    _launch.launch_rows(
+        build_kernels.BUILD["float32"].face_checks_rows,
+        num_faces,
+        device=device,
+        points=points,
+        indices=indices,
+        slivers=slivers,
+        edge_hash=edge_hash,
+    )
+    both = torch.stack([slivers.to(torch.int64), edge_hash]).cpu().numpy()
+    starts = face_rows[:-1]
+    counts = np.add.reduceat(both[0], starts)
+    rest = np.add.reduceat(both[1].view(np.uint64), starts)  # wraps modulo 2**64
+    return counts, rest == 0
 
 
 def _empty(device: torch.device) -> torch.Tensor:
@@ -317,10 +409,8 @@ class Later:
 
         def run() -> None:
             try:
-                results = [
-                    (_mesh_tables(spec, device, background=True, alive=alive), slots) for spec, slots in jobs
-                ]
-                future.set_result(results)
+                built = build_tables([spec for spec, _ in jobs], device, alive=alive)
+                future.set_result([(tables, slots) for tables, (_, slots) in zip(built, jobs, strict=True)])
             except BaseException as exc:  # handed to the world by take()
                 future.set_exception(exc)
 
@@ -359,27 +449,6 @@ class Later:
 
 class _Token:
     """A world's build token (weakly referenced by its background build)."""
-
-
-def _face_checks(points: Any, indices: Any, num_faces: int, device: torch.device) -> tuple[int, bool]:
-    """``(slivers, pairs_up)`` of a mesh (``sdf_build.face_checks_rows``): how many faces Warp's queries skip
-    as slivers, and whether its directed edges may pair up with reversed ones (False for an open mesh: a
-    boundary edge has no reverse), from one O(F) hash sum: equal multisets of directed and reversed edges have
-    equal sums of a hash ``h(a) g(b)`` of each edge ``a -> b`` (wrapping uint64 arithmetic). True for a
-    closed mesh; then :func:`_edge_pairs` decides, exactly. One host read."""
-    slivers = torch.zeros(1, dtype=torch.int32, device=device)
-    edge_hash = torch.empty(num_faces, dtype=torch.int64, device=device)
-    _launch.launch_rows(
-        build_kernels.BUILD["float32"].face_checks_rows,
-        num_faces,
-        device=device,
-        points=points,
-        indices=indices,
-        slivers=slivers,
-        edge_hash=edge_hash,
-    )
-    rest = edge_hash.cpu().numpy().view(np.uint64).sum(dtype=np.uint64)
-    return int(slivers.item()), bool(rest == 0)
 
 
 #: The 12 triangles of a box over its 8 corners (corner ``i`` at ``upper`` along axis ``k`` where bit ``k`` of
@@ -538,70 +607,124 @@ def _to_numpy(x: Any, name: str) -> np.ndarray:
 
 #: Mesh coordinates (mesh units) up to which Warp's float32 squared distances cannot overflow.
 _COORDINATE_LIMIT = 2.0**60
-#: Cells of a mesh's distance grid (about; at most _GRID_MAX_AXIS along an axis).
+#: Cells of a mesh's distance grid: about one per face, from _GRID_MIN_CELLS to _GRID_CELLS (at most
+#: _GRID_MAX_AXIS along an axis). A cell costs about what a query does (a closest point and a vote of three
+#: rays): a 500-face mesh gets 512 cells, a mesh of 8,192 faces or more 8,192.
 _GRID_CELLS = 8192
+_GRID_MIN_CELLS = 512
 _GRID_MAX_AXIS = 64
+#: A world whose new meshes hold this many faces in all (on the CPU) builds their tables on the background
+#: thread, however small each is (thousands of environments of small distinct objects).
+BACKGROUND_WORLD_FACES = 1 << 16
 
 
-def _mesh_tables(spec: _MeshSpec, device: torch.device, *, background: bool, alive: Any = None) -> _Built:
-    """The tables of one mesh: the exact shortcuts of the SDF kernels (see ``warpgeo._kernels.sdf``).
+def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = None) -> list[_Built]:
+    """The tables of many meshes, the exact shortcuts of the SDF kernels (see ``warpgeo._kernels.sdf``), each
+    step one batch over all of them: one launch of the closed-mesh check over every face, one of the grids
+    over every cell, NumPy over the concatenated faces for the edge pairs, pseudo-normals and convexity.
 
     A cuboid (exactly the surface of its box, see :func:`_is_cuboid`) gets none: the kernels compute its
-    distance in closed form. A closed mesh (see :func:`_edge_pairs`) gets a signed grid and its pseudo-normal
+    distance in closed form. A closed mesh (see :func:`edge_pairs`) gets a signed grid and its pseudo-normal
     tables (``topology = (face_neighbors (F, 3) int32, vertex_normals (V, 3) float64)``), and a convex one its
     plane tree (see :func:`_plane_tree`); an ``"unsigned"`` one an unsigned grid, any other none (its sign may
-    change away from its surface). ``background``: built on the background thread (:class:`Later`), its
-    kernels launched on that thread alone, stopping with :class:`_Cancelled` once ``alive()`` is None."""
+    change away from its surface). Each mesh's tables are those of building it alone. ``alive``: built on the
+    background thread (:class:`Later`), its kernels launched on that thread alone, stopping with
+    :class:`_Cancelled` once ``alive()`` is None."""
 
     def check() -> None:
         if alive is not None and alive() is None:
             raise _Cancelled
 
-    vertices, faces, box, method = spec.vertices, spec.faces, spec.box, spec.method
-    launches = check if background else None  # the background thread's launches check between chunks
-    if spec.cuboid:
-        return _Built(
-            box, _constants.FLAG_CLOSED | _constants.FLAG_BOX, (0, 0, 0), _empty(device), None, None
-        )
-    closed = False
-    topology = tree = None
-    if spec.may_be_closed:
+    launches = check if alive is not None else None  # the background thread's launches check between chunks
+    count = len(specs)
+    closed = np.zeros(count, dtype=bool)
+    topology: list[tuple | None] = [None] * count
+    trees: list[tuple | None] = [None] * count
+    candidates = [k for k, spec in enumerate(specs) if spec.may_be_closed]
+    if candidates:
         check()
-        pairs = _edge_pairs(faces, len(vertices))
+        pairs = edge_pairs([(specs[k].faces, len(specs[k].vertices)) for k in candidates])
         check()
-        if pairs is not None and _no_faces_meet(spec.mesh, len(faces), device, launches):
-            closed = True
+        paired = [(k, p) for k, p in zip(candidates, pairs, strict=True) if p is not None]
+        meet = faces_meet([specs[k] for k, _ in paired], device, launches)
+        paired = [(k, p) for (k, p), m in zip(paired, meet, strict=True) if not m]
+        if paired:
             check()
-            geometry = _Geometry(vertices, faces)
-            topology = _pseudo_normal_tables(geometry, pairs)
+            geometry = _Geometry([(specs[k].vertices, specs[k].faces) for k, _ in paired])
+            for (k, _), part in zip(
+                paired, _pseudo_normal_tables(geometry, [p for _, p in paired]), strict=True
+            ):
+                closed[k] = True
+                topology[k] = part
             check()
-            tree = _plane_tree(geometry, topology[0], check)
-    extent = (box[1] - box[0]).astype(np.float64)
-    if not (closed or method == "unsigned") or not (extent > 0).all():
-        return _Built(box, _constants.FLAG_CLOSED if closed else 0, (0, 0, 0), _empty(device), topology, tree)
+            convex = _is_convex(
+                geometry, [topology[k][0] for k, _ in paired], [specs[k].box for k, _ in paired]
+            )
+            for j, (k, _) in enumerate(paired):
+                if convex[j]:
+                    check()
+                    trees[k] = _plane_tree(geometry.part(j), check)
+    gridded = [
+        k
+        for k, spec in enumerate(specs)
+        if not spec.cuboid
+        and (closed[k] or spec.method == "unsigned")
+        and ((spec.box[1] - spec.box[0]).astype(np.float64) > 0).all()
+    ]
     check()
-    cell = float(np.prod(extent) / _GRID_CELLS) ** (1.0 / 3.0)
-    dims = np.clip(np.round(extent / cell), 1, _GRID_MAX_AXIS).astype(int)
-    size = (extent / dims).astype(np.float32)
-    wp = _warp.warp()
-    values = torch.empty(int(dims.prod()), dtype=torch.float32, device=device)
+    grids = dict(
+        zip(gridded, _grids([specs[k] for k in gridded], closed[gridded], device, launches), strict=True)
+    )
+    out = []
+    for k, spec in enumerate(specs):
+        if spec.cuboid:
+            flags = _constants.FLAG_CLOSED | _constants.FLAG_BOX
+            out.append(_Built(spec.box, flags, (0, 0, 0), _empty(device), None, None))
+            continue
+        dims, values = grids.get(k, ((0, 0, 0), _empty(device)))
+        flags = _constants.FLAG_CLOSED if closed[k] else 0
+        out.append(_Built(spec.box, flags, dims, values, topology[k], trees[k]))
+    return out
+
+
+def _grids(specs: list[_MeshSpec], signed: np.ndarray, device: torch.device, check: Any) -> list[tuple]:
+    """``(dims (3,), cell values)`` of each mesh's distance grid, in one launch of ``sdf_build.grid_cells_rows``
+    over every cell (values: views of one tensor)."""
+    if not specs:
+        return []
+    dims = np.zeros((len(specs), 4), dtype=np.int32)
+    sizes = np.zeros((len(specs), 3), dtype=np.float32)
+    lowers = np.zeros((len(specs), 3), dtype=np.float32)
+    for k, spec in enumerate(specs):
+        extent = (spec.box[1] - spec.box[0]).astype(np.float64)
+        target = min(_GRID_CELLS, max(_GRID_MIN_CELLS, len(spec.faces)))
+        cell = float(np.prod(extent) / target) ** (1.0 / 3.0)
+        dims[k, :3] = np.clip(np.round(extent / cell), 1, _GRID_MAX_AXIS).astype(int)
+        dims[k, 3] = int(signed[k] and spec.method != "unsigned")
+        sizes[k] = (extent / dims[k, :3]).astype(np.float32)
+        lowers[k] = spec.box[0]
+    first = np.concatenate([[0], np.cumsum(dims[:, :3].astype(np.int64).prod(axis=1))])
+    values = torch.empty(int(first[-1]), dtype=torch.float32, device=device)
+    ids = np.array([spec.mesh.id for spec in specs], dtype=np.uint64).view(np.int64)
+    faces = max(len(spec.faces) for spec in specs)
     _launch_rows(
-        build_kernels.BUILD["float32"].grid_centres,
+        build_kernels.BUILD["float32"].grid_cells_rows,
         values.shape[0],
         device=device,
-        check=launches,
+        check=check,
         # a cell costs two BVH queries (closest point, then the ray vote): split it across the cores
-        work_per_row=_GRID_QUERY_WORK * max(1, len(faces).bit_length()),
-        mesh=spec.mesh.id,
-        lower=wp.vec3(*box[0].tolist()),
-        size=wp.vec3(*size.tolist()),
-        ny=int(dims[1]),
-        nz=int(dims[2]),
-        with_sign=int(closed and method != "unsigned"),
+        work_per_row=_GRID_QUERY_WORK * max(1, faces.bit_length()),
+        mesh_ids=torch.from_numpy(ids).to(device),
+        lowers=torch.from_numpy(lowers).to(device),
+        sizes=torch.from_numpy(sizes).to(device),
+        dims=torch.from_numpy(dims).to(device),
+        first=torch.from_numpy(first).to(device),
         out=values,
     )
-    dims = tuple(int(n) for n in dims)
-    return _Built(box, _constants.FLAG_CLOSED if closed else 0, dims, values, topology, tree)
+    return [
+        (tuple(int(n) for n in dims[k, :3]), values[int(first[k]) : int(first[k + 1])])
+        for k in range(len(specs))
+    ]
 
 
 #: Rows per launch of a kernel on the background thread, between which it checks that its world still lives.
@@ -622,15 +745,35 @@ def _launch_rows(kernel: Any, rows: int, *, device: torch.device, check: Any, **
 
 
 class _Geometry:
-    """A mesh's float64 triangles and unit face normals, computed once for the tables that read them."""
+    """Meshes' float64 triangles and unit face normals, computed once for the tables that read them: the
+    meshes' vertices and faces concatenated (``faces``: indices into the concatenated vertices, int64), every
+    row computed as for the mesh alone."""
 
-    def __init__(self, vertices: np.ndarray, faces: np.ndarray) -> None:
-        self.vertices, self.faces = vertices, faces
-        self.points = vertices.astype(np.float64)
-        self.tri = self.points[faces]
+    def __init__(self, meshes: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        self.vertex_rows = np.cumsum([0] + [len(v) for v, _ in meshes])
+        self.face_rows = np.cumsum([0] + [len(f) for _, f in meshes])
+        self.vertices = np.concatenate([v for v, _ in meshes])
+        shift = np.repeat(self.vertex_rows[:-1], np.diff(self.face_rows)).astype(np.int64)
+        self.faces = np.concatenate([f for _, f in meshes]).astype(np.int64) + shift[:, None]
+        self.points = self.vertices.astype(np.float64)
+        self.tri = self.points[self.faces]
         normal = np.cross(self.tri[:, 1] - self.tri[:, 0], self.tri[:, 2] - self.tri[:, 0])
         normal /= np.linalg.norm(normal, axis=1, keepdims=True)
         self.normal = normal
+
+    def part(self, j: int) -> _Part:
+        """Mesh ``j``'s rows (views)."""
+        v0, v1 = int(self.vertex_rows[j]), int(self.vertex_rows[j + 1])
+        f0, f1 = int(self.face_rows[j]), int(self.face_rows[j + 1])
+        return _Part(self.points[v0:v1], self.tri[f0:f1], self.normal[f0:f1])
+
+
+class _Part(NamedTuple):
+    """One mesh's rows of a :class:`_Geometry`: its float64 points, triangles and unit face normals."""
+
+    points: np.ndarray
+    tri: np.ndarray
+    normal: np.ndarray
 
 
 #: The work (in launch_rows' units) of one BVH query per level of the tree: enough for a grid of a mesh of a
@@ -670,48 +813,74 @@ def _is_cuboid(vertices: np.ndarray, faces: np.ndarray, box: np.ndarray) -> bool
     return sorted(sides) == list(range(12))
 
 
-def _edge_pairs(faces: np.ndarray, num_vertices: int) -> np.ndarray | None:
-    """For a watertight, consistently wound mesh, its edges as pairs of directed edges (``(3F / 2, 2)``:
-    directed edge ``i`` is face ``i % F``'s edge ``i // F``, edges ab, bc, ca); None for any other mesh.
+def edge_pairs(meshes: list[tuple[np.ndarray, int]]) -> list[np.ndarray | None]:
+    """For each mesh ``(faces, number of vertices)`` that is watertight and consistently wound, its edges as
+    pairs of directed edges (``(3F / 2, 2)``: directed edge ``i`` is face ``i % F``'s edge ``i // F``, edges
+    ab, bc, ca); None for any other mesh. All meshes in one sort: their vertices numbered apart, no edge of
+    one mesh meets another's, and each mesh's pairs are those of sorting it alone.
 
-    Closed (see :func:`_mesh_tables`): every edge in exactly two faces, with opposite orientations, no
+    Closed (see :func:`build_tables`): every edge in exactly two faces, with opposite orientations, no
     sliver face (the caller has ruled them out), and no two faces without a shared vertex intersecting
-    (:func:`_no_faces_meet`). Inside is then well defined, and the ray vote, the winding number and the
+    (:func:`faces_meet`). Inside is then well defined, and the ray vote, the winding number and the
     pseudo-normal all compute it."""
-    if (3 * len(faces)) % 2:
-        return None
-    start = faces.reshape(-1, order="F").astype(np.int64)  # a of ab, bc, ca: column by column
-    end = np.roll(faces, -1, axis=1).reshape(-1, order="F").astype(np.int64)
-    # one integer per undirected edge; sorted, each must come exactly twice
-    key = np.minimum(start, end) * num_vertices + np.maximum(start, end)
+    out: list[np.ndarray | None] = [None] * len(meshes)
+    even = [k for k, (faces, _) in enumerate(meshes) if (3 * len(faces)) % 2 == 0]
+    if not even:
+        return out
+    counts = np.array([len(meshes[k][0]) for k in even], dtype=np.int64)
+    vertex_rows = np.cumsum([0] + [meshes[k][1] for k in even])
+    edge_rows = np.concatenate([[0], np.cumsum(3 * counts)])
+    # directed edge i of mesh j (face i % F, edge i // F) at row edge_rows[j] + i: each mesh column by column
+    start = np.concatenate(
+        [meshes[k][0].reshape(-1, order="F").astype(np.int64) + vertex_rows[j] for j, k in enumerate(even)]
+    )
+    end = np.concatenate(
+        [
+            np.roll(meshes[k][0], -1, axis=1).reshape(-1, order="F").astype(np.int64) + vertex_rows[j]
+            for j, k in enumerate(even)
+        ]
+    )
+    # one integer per undirected edge (a later mesh's above every earlier one's); sorted, each must come
+    # exactly twice: each mesh's edges are then a run of an even length at an even row, its own pairs
+    key = np.minimum(start, end) * int(vertex_rows[-1]) + np.maximum(start, end)
     order = _stable_argsort(key)
     ranked = key[order]
-    if not (ranked[0::2] == ranked[1::2]).all() or (ranked[1:-1:2] == ranked[2::2]).any():
-        return None
+    pair_mesh = np.searchsorted(edge_rows, 2 * np.arange(len(order) // 2), side="right") - 1
+    bad = np.zeros(len(even), dtype=bool)
+    bad[pair_mesh[ranked[0::2] != ranked[1::2]]] = True
+    bad[pair_mesh[:-1][ranked[1:-1:2] == ranked[2::2]]] = True
     pairs = order.reshape(-1, 2)
     # ... once in each direction
     forward = start < end
-    if (forward[pairs[:, 0]] == forward[pairs[:, 1]]).any():
-        return None
-    return pairs
+    bad[pair_mesh[forward[pairs[:, 0]] == forward[pairs[:, 1]]]] = True
+    for j, k in enumerate(even):
+        if not bad[j]:
+            out[k] = pairs[edge_rows[j] // 2 : edge_rows[j + 1] // 2] - edge_rows[j]
+    return out
 
 
-def _no_faces_meet(mesh: Any, num_faces: int, device: torch.device, check: Any = None) -> bool:
-    """Whether no two faces that share no vertex intersect (or touch, or come too near to tell); ``check``:
-    see :func:`_launch_rows`."""
-    found = torch.zeros(1, dtype=torch.int32, device=device)
+def faces_meet(specs: list[_MeshSpec], device: torch.device, check: Any = None) -> list[bool]:
+    """Whether, in each mesh, two faces that share no vertex intersect (or touch, or come too near to tell):
+    one launch of ``sdf_build.mesh_intersections_rows`` over every face of every mesh; ``check``: see
+    :func:`_launch_rows`."""
+    if not specs:
+        return []
+    first = np.concatenate([[0], np.cumsum([len(spec.faces) for spec in specs])]).astype(np.int64)
+    found = torch.zeros(len(specs), dtype=torch.int32, device=device)
+    ids = np.array([spec.mesh.id for spec in specs], dtype=np.uint64).view(np.int64)
+    faces = max(len(spec.faces) for spec in specs)
     _launch_rows(
-        build_kernels.BUILD["float32"].face_intersections_rows,
-        num_faces,
+        build_kernels.BUILD["float32"].mesh_intersections_rows,
+        int(first[-1]),
         device=device,
         check=check,
         # a face costs a box query of the BVH (a few dozen nodes and faces)
-        work_per_row=_GRID_QUERY_WORK * max(1, num_faces.bit_length()),
-        mesh=mesh.id,
-        num_faces=num_faces,
+        work_per_row=_GRID_QUERY_WORK * max(1, faces.bit_length()),
+        mesh_ids=torch.from_numpy(ids).to(device),
+        first=torch.from_numpy(first).to(device),
         found=found,
     )
-    return int(found.item()) == 0
+    return (found.cpu().numpy() != 0).tolist()
 
 
 @functools.cache
@@ -734,28 +903,37 @@ def _dense(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return out.copy_(torch.from_numpy(array))
 
 
-def _pseudo_normal_tables(geometry: _Geometry, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(face_neighbors (F, 3) int32, vertex_normals (V, 3) float64)`` of a closed mesh: the face across
-    each edge of each face (ab, bc, ca) and each vertex's angle-weighted normal (the sum of the unit normals
-    of its faces, each times the face's angle at the vertex), from which the kernels take the side of a point
-    whose closest point lies on an edge or a vertex."""
-    vertices, faces, tri, normal = geometry.vertices, geometry.faces, geometry.tri, geometry.normal
-    num_faces = len(faces)
-    # each undirected edge is a pair of directed edges (see _edge_pairs)
-    neighbors = np.full((3, num_faces), -1, dtype=np.int64)
-    first, second = pairs[:, 0], pairs[:, 1]
-    neighbors[first // num_faces, first % num_faces] = second % num_faces
-    neighbors[second // num_faces, second % num_faces] = first % num_faces
-    vertex_normals = np.zeros((len(vertices), 3))
+def _pseudo_normal_tables(
+    geometry: _Geometry, pairs: list[np.ndarray]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per mesh of ``geometry`` (closed; ``pairs``: its edge pairs, :func:`edge_pairs`), ``(face_neighbors
+    (F, 3) int32, vertex_normals (V, 3) float64)``: the face across each edge of each face (ab, bc, ca) and
+    each vertex's angle-weighted normal (the sum of the unit normals of its faces, each times the face's angle
+    at the vertex), from which the kernels take the side of a point whose closest point lies on an edge or a
+    vertex. The normals of all meshes are summed at once, each vertex's terms in the order of its mesh
+    alone."""
+    faces, tri, normal = geometry.faces, geometry.tri, geometry.normal
+    num_vertices = int(geometry.vertex_rows[-1])
+    vertex_normals = np.zeros((num_vertices, 3))
     for k in range(3):
         u = tri[:, (k + 1) % 3] - tri[:, k]
         v = tri[:, (k + 2) % 3] - tri[:, k]
         angle = np.arctan2(np.linalg.norm(np.cross(u, v), axis=1), (u * v).sum(axis=1))
         for axis in range(3):
             vertex_normals[:, axis] += np.bincount(
-                faces[:, k], weights=angle * normal[:, axis], minlength=len(vertices)
+                faces[:, k], weights=angle * normal[:, axis], minlength=num_vertices
             )
-    return np.ascontiguousarray(neighbors.T, dtype=np.int32), vertex_normals
+    out = []
+    for j, mesh_pairs in enumerate(pairs):
+        num_faces = int(geometry.face_rows[j + 1] - geometry.face_rows[j])
+        # each undirected edge is a pair of directed edges (see edge_pairs)
+        neighbors = np.full((3, num_faces), -1, dtype=np.int64)
+        first, second = mesh_pairs[:, 0], mesh_pairs[:, 1]
+        neighbors[first // num_faces, first % num_faces] = second % num_faces
+        neighbors[second // num_faces, second % num_faces] = first % num_faces
+        rows = slice(int(geometry.vertex_rows[j]), int(geometry.vertex_rows[j + 1]))
+        out.append((np.ascontiguousarray(neighbors.T, dtype=np.int32), vertex_normals[rows]))
+    return out
 
 
 #: Faces per leaf of a plane tree.
@@ -766,32 +944,45 @@ _CONVEX_TOL = 1.0e-6
 _CONE_PAD = 1.0e-3
 
 
-def _is_convex(geometry: _Geometry, neighbors: np.ndarray) -> bool:
-    """Whether a closed mesh (``neighbors``: the face across each edge of each face) is convex: one connected
-    surface, convex at every edge (the far corner of each neighbour face on the inner side of the face's
-    plane, up to rounding). Only decides whether a mesh gets a plane tree: the kernels' use of the tree is
-    exact on any mesh (see ``warpgeo._kernels.sdf``)."""
-    if (neighbors < 0).any():
-        return False
-    vertices, faces, points = geometry.vertices, geometry.faces, geometry.points
-    tri, normal = geometry.tri, geometry.normal
-    tol = _CONVEX_TOL * float(np.linalg.norm(vertices.max(axis=0) - vertices.min(axis=0)))
+def _is_convex(geometry: _Geometry, neighbors: list[np.ndarray], boxes: list[np.ndarray]) -> np.ndarray:
+    """Per closed mesh of ``geometry`` (``neighbors``: the face across each edge of each face; ``boxes``: its
+    box), whether it gets a plane tree: at least ``2 * _PLANE_LEAF`` faces, one connected surface, convex at
+    every edge (the far corner of each neighbour face on the inner side of the face's plane, up to rounding).
+    Only decides whether a mesh gets a plane tree: the kernels' use of the tree is exact on any mesh (see
+    ``warpgeo._kernels.sdf``). All meshes at once."""
+    face_rows = geometry.face_rows
+    counts = np.diff(face_rows)
+    across = np.concatenate(neighbors).astype(np.int64) + np.repeat(face_rows[:-1], counts)[:, None]
+    faces, points, tri, normal = geometry.faces, geometry.points, geometry.tri, geometry.normal
+    worst = np.full(len(faces), -np.inf)
     for k in range(3):
         # the neighbour's corner that is not on the shared edge: the one not among this face's vertices
-        # (the last such, or vertex 0 where there is none)
-        theirs = faces[neighbors[:, k]]
-        far = np.zeros(len(faces), dtype=np.int64)
+        # (the last such, or the mesh's vertex 0 where there is none)
+        theirs = faces[across[:, k]]
+        far = np.repeat(geometry.vertex_rows[:-1], counts).astype(np.int64)
         for j in range(3):
             corner = theirs[:, j]
             free = (corner != faces[:, 0]) & (corner != faces[:, 1]) & (corner != faces[:, 2])
             far = np.where(free, corner, far)
-        if ((points[far] - tri[:, 0]) * normal).sum(axis=1).max() > tol:
-            return False
-    return _connected(neighbors)
+        worst = np.maximum(worst, ((points[far] - tri[:, 0]) * normal).sum(axis=1))
+    tol = np.array([_CONVEX_TOL * float(np.linalg.norm(box[1] - box[0])) for box in boxes])
+    convex = (np.maximum.reduceat(worst, face_rows[:-1]) <= tol) & (counts >= 2 * _PLANE_LEAF)
+    if convex.any():
+        parent = _components(across)
+        same = parent == np.repeat(parent[face_rows[:-1]], counts)
+        convex &= np.logical_and.reduceat(same, face_rows[:-1])
+    return convex
 
 
 def _connected(neighbors: np.ndarray) -> bool:
-    """Whether the faces form one surface (``neighbors`` (F, 3): indices of adjacent faces, all valid).
+    """Whether the faces form one surface (``neighbors`` (F, 3): indices of adjacent faces, all valid)."""
+    parent = _components(neighbors)
+    return bool((parent == parent[0]).all())
+
+
+def _components(neighbors: np.ndarray) -> np.ndarray:
+    """Each face's component label (``neighbors`` (F, 3): indices of adjacent faces, all valid): faces are
+    connected iff their labels are equal.
 
     Min-label hooking with full path compression (Shiloach-Vishkin style): each round hooks every root that
     touches a smaller label onto the smallest one, so the number of roots at least halves: O(log F) rounds of
@@ -804,7 +995,7 @@ def _connected(neighbors: np.ndarray) -> bool:
         pu, pv = parent[u], parent[v]
         apart = pu != pv
         if not apart.any():
-            return bool((parent == parent[0]).all())
+            return parent
         pu, pv = pu[apart], pv[apart]
         # roots only: parent[high] <- the smallest root it touches (smaller than itself: no cycles)
         np.minimum.at(parent, np.maximum(pu, pv), np.minimum(pu, pv))
@@ -815,8 +1006,8 @@ def _connected(neighbors: np.ndarray) -> bool:
             parent = jumped
 
 
-def _plane_tree(geometry: _Geometry, neighbors: np.ndarray, check: Any = None) -> tuple | None:
-    """The plane tree of a convex closed mesh (None for any other): ``(nodes (1 + 2K, 4) float32, links
+def _plane_tree(geometry: _Part, check: Any = None) -> tuple:
+    """The plane tree of a convex closed mesh (:func:`_is_convex`): ``(nodes (1 + 2K, 4) float32, links
     (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``. ``check()`` is called between levels (it may
     raise to stop the build).
 
@@ -835,14 +1026,12 @@ def _plane_tree(geometry: _Geometry, neighbors: np.ndarray, check: Any = None) -
     array, and every per-node step is the one of a node built alone (the same sums, in the same order, and the
     same matrix-vector products per node; a stable sort as a sort of unique integer keys, the faces' ranks
     along the axis): the tables are bit for bit those of a node-by-node build."""
-    faces, points, tri, normal = geometry.faces, geometry.points, geometry.tri, geometry.normal
-    if len(faces) < 2 * _PLANE_LEAF or not _is_convex(geometry, neighbors):
-        return None
+    points, tri, normal = geometry.points, geometry.tri, geometry.normal
     if check is not None:
         check()
     origin = ((points.min(axis=0) + points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
     offset = (normal * (tri[:, 0] - origin)).sum(axis=1)
-    num_faces = len(faces)
+    num_faces = len(tri)
     sizes: dict[int, int] = {}
 
     def subtree(n: int) -> int:  # the nodes of the subtree over n faces

@@ -20,23 +20,12 @@ wp.set_module_options({"enable_backward": False})
 OPTIONS = {"enable_backward": False}
 
 
-def grid_centres(
-    mesh: wp.uint64,
-    lower: wp.vec3,
-    size: wp.vec3,
-    ny: int,
-    nz: int,
-    with_sign: int,
-    out: wp.array(dtype=float),
-    row_start: int,
-):
-    """Distance of the centre of grid cell ``row_start + tid`` (row-major ``(nx, ny, nz)`` cells of ``size``
-    from ``lower``), for a MeshWorld's grid. ``with_sign``: negative inside, and NaN (a cell of unknown side)
-    where Warp's pseudo-normal and a vote of three rays (``sdf.ray_vote_inside``: no second closest-point
-    search) disagree. Launched by rows (``_launch.launch_rows``)."""
-    i = wp.tid() + row_start
-    if i >= out.shape[0]:
-        return
+@wp.func
+def grid_centre(mesh: wp.uint64, lower: wp.vec3, size: wp.vec3, ny: int, nz: int, with_sign: int, i: int):
+    """Distance of the centre of grid cell ``i`` (row-major ``(nx, ny, nz)`` cells of ``size`` from ``lower``),
+    for a MeshWorld's grid. ``with_sign``: negative inside, and NaN (a cell of unknown side) where Warp's
+    pseudo-normal and a vote of three rays (``sdf.ray_vote_inside``: no second closest-point search)
+    disagree."""
     ix = i // (ny * nz)
     iy = (i // nz) % ny
     iz = i % nz
@@ -50,7 +39,68 @@ def grid_centres(
                 d = wp.nan
             elif q.sign < 0.0:
                 d = -d
-    out[i] = d
+    return d
+
+
+def grid_centres(
+    mesh: wp.uint64,
+    lower: wp.vec3,
+    size: wp.vec3,
+    ny: int,
+    nz: int,
+    with_sign: int,
+    out: wp.array(dtype=float),
+    row_start: int,
+):
+    """``grid_centre`` of cell ``row_start + tid`` of one mesh's grid, into ``out`` (its cells). Launched by
+    rows (``_launch.launch_rows``)."""
+    i = wp.tid() + row_start
+    if i >= out.shape[0] or ny <= 0 or nz <= 0:
+        return
+    out[i] = grid_centre(mesh, lower, size, ny, nz, with_sign, i)
+
+
+@wp.func
+def segment_of(first: wp.array(dtype=wp.int64), row: wp.int64):
+    """The segment ``k`` whose rows ``[first[k], first[k + 1])`` hold ``row`` (``first`` ascending, from 0);
+    -1 where none does."""
+    count = first.shape[0] - 1
+    if count <= 0 or row < first[0] or row >= first[count]:
+        return -1
+    lo = int(0)
+    hi = count - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if first[mid] <= row:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def grid_cells_rows(
+    mesh_ids: wp.array(dtype=wp.int64),
+    lowers: wp.array(dtype=wp.vec3),
+    sizes: wp.array(dtype=wp.vec3),
+    dims: wp.array(dtype=wp.vec4i),
+    first: wp.array(dtype=wp.int64),
+    out: wp.array(dtype=float),
+    row_start: int,
+):
+    """The grids of many meshes in one launch: row ``r = row_start + tid`` is cell ``r - first[k]`` of mesh
+    ``k`` (``first``: each mesh's first row, then the total), whose grid is ``dims[k] = (nx, ny, nz,
+    with_sign)`` cells of ``sizes[k]`` from ``lowers[k]``; ``out[r]`` its ``grid_centre``. Launched by rows."""
+    r = wp.int64(wp.tid() + row_start)
+    if r >= wp.int64(out.shape[0]):
+        return
+    k = segment_of(first, r)
+    if k < 0 or k >= mesh_ids.shape[0] or k >= lowers.shape[0] or k >= sizes.shape[0] or k >= dims.shape[0]:
+        return
+    n = dims[k]
+    i = r - first[k]
+    if n[0] <= 0 or n[1] <= 0 or n[2] <= 0 or i >= wp.int64(n[0]) * wp.int64(n[1]) * wp.int64(n[2]):
+        return
+    out[int(r)] = grid_centre(wp.uint64(mesh_ids[k]), lowers[k], sizes[k], n[1], n[2], n[3], int(i))
 
 
 @wp.func
@@ -252,6 +302,27 @@ def face_intersections_rows(mesh: wp.uint64, num_faces: int, found: wp.array(dty
         wp.atomic_add(found, 0, count)
 
 
+def mesh_intersections_rows(
+    mesh_ids: wp.array(dtype=wp.int64),
+    first: wp.array(dtype=wp.int64),
+    found: wp.array(dtype=wp.int32),
+    row_start: int,
+):
+    """``face_intersections`` of many meshes in one launch: row ``r = row_start + tid`` is face ``r - first[k]``
+    of mesh ``k`` (``first``: each mesh's first row, then the total); ``found[k]`` becomes nonzero where a pair
+    of mesh ``k``'s faces meets. Once one is found, that mesh's faces not yet tested are skipped. Launched by
+    rows."""
+    r = wp.int64(wp.tid() + row_start)
+    k = segment_of(first, r)
+    if k < 0 or k >= mesh_ids.shape[0] or k >= found.shape[0]:
+        return
+    if found[k] != 0:
+        return
+    count = face_meets(wp.uint64(mesh_ids[k]), int(r - first[k]), int(first[k + 1] - first[k]))
+    if count > 0:
+        wp.atomic_add(found, k, count)
+
+
 #: Warp's mesh queries skip a face whose ``|e0 x e1| / (|e0|^2 + |e1|^2 + |e2|^2)`` is below this (a sliver).
 SLIVER_RATIO = wp.constant(1.0e-6)
 
@@ -280,22 +351,23 @@ def face_checks_rows(
     edge_hash: wp.array(dtype=wp.int64),
     row_start: int,
 ):
-    """Per face ``row_start + tid``: count it into ``slivers[0]`` if Warp's mesh queries skip it as a sliver
-    (their own float32 test; a NaN ratio, all three corners at one point, counts too), and write
-    ``edge_hash[f]``, the sum over its directed edges ``a -> b`` of ``h(a) g(b) - h(b) g(a)`` (wrapping 64-bit
-    integers, as int64). Where every directed edge of a mesh has its reverse, the hashes of all faces sum to 0
-    (mod 2**64); an open mesh's boundary edges almost surely leave a rest (``_mesh_prep``: whether a mesh may
-    be closed, before the exact edge pairing). The face indices were checked on the host
-    (``_mesh_prep.load_mesh``); launched by rows (``_launch.launch_rows``)."""
+    """Per face ``f = row_start + tid``: ``slivers[f]`` = 1 if Warp's mesh queries skip it as a sliver (their
+    own float32 test; a NaN ratio, all three corners at one point, counts too), else 0, and ``edge_hash[f]``,
+    the sum over its directed edges ``a -> b`` of ``h(a) g(b) - h(b) g(a)`` (wrapping 64-bit integers, as
+    int64). Where every directed edge of a mesh has its reverse, the hashes of all its faces sum to 0 (mod
+    2**64); an open mesh's boundary edges almost surely leave a rest (``_mesh_prep``: whether a mesh may be
+    closed, before the exact edge pairing). Many meshes go in one launch: their points concatenated, their
+    faces' indices into the concatenation (the host sums each mesh's rows). The face indices were checked on
+    the host (``_mesh_prep.load_mesh``); launched by rows (``_launch.launch_rows``)."""
     f = wp.tid() + row_start
-    if f >= edge_hash.shape[0] or 3 * f + 2 >= indices.shape[0]:
+    if f >= edge_hash.shape[0] or f >= slivers.shape[0] or 3 * f + 2 >= indices.shape[0]:
         return
     i = indices[3 * f]
     j = indices[3 * f + 1]
     k = indices[3 * f + 2]
     n = points.shape[0]
     if i < 0 or j < 0 or k < 0 or i >= n or j >= n or k >= n:
-        wp.atomic_add(slivers, 0, 1)  # cannot happen (checked on the host); counted as unusable
+        slivers[f] = 1  # cannot happen (checked on the host); counted as unusable
         edge_hash[f] = wp.int64(1)
         return
     edge_hash[f] = wp.int64(edge_term(i, j) + edge_term(j, k) + edge_term(k, i))
@@ -304,8 +376,9 @@ def face_checks_rows(
     e1 = points[k] - p
     e2 = points[k] - points[j]
     ratio = wp.length(wp.cross(e0, e1)) / (wp.dot(e0, e0) + wp.dot(e1, e1) + wp.dot(e2, e2))
+    slivers[f] = 0
     if not (ratio >= SLIVER_RATIO):
-        wp.atomic_add(slivers, 0, 1)
+        slivers[f] = 1
 
 
 def winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float)):
@@ -314,11 +387,19 @@ def winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float)):
     out_sign[0] = q.sign
 
 
-#: ``BUILD["float32"].grid_centres`` / ``.face_intersections_rows`` / ``.face_checks_rows``: what building a
-#: world launches (``face_intersections``: the same test as one launch that counts every pair).
+#: ``BUILD["float32"].grid_cells_rows`` / ``.mesh_intersections_rows`` / ``.face_checks_rows``: what building a
+#: world launches, each over every new mesh at once (``grid_centres``, ``face_intersections_rows``: one mesh's
+#: grid and closed-mesh check; ``face_intersections``: the same test as one launch that counts every pair).
 BUILD = KernelTable(
     f"{__name__}.build",
-    (grid_centres, face_intersections, face_intersections_rows, face_checks_rows),
+    (
+        grid_centres,
+        grid_cells_rows,
+        face_intersections,
+        face_intersections_rows,
+        mesh_intersections_rows,
+        face_checks_rows,
+    ),
     {"float32": {}},
     options=OPTIONS,
 )
