@@ -3,6 +3,16 @@
     python benchmarks/bench_fps.py                        # CPU, B=1, N=100k, K=4096
     python benchmarks/bench_fps.py --device cuda --batch 1 8
     python benchmarks/bench_fps.py --quick                # B=1, N=10k, K=512: seconds
+    python benchmarks/bench_fps.py --device cuda --cases 1x100000x4096 8x100000x4096 32x8192x512 \
+        --designs --no-numpy --no-torch-loop --json $OUT/fps.json      # what gpu_check runs on a GPU
+
+``--designs`` times each of warpgeo's CUDA designs, forced (``warpgeo.fps._FORCED_DESIGN``), in the same
+run: ``block`` (one block per cloud), ``steps`` (a group of blocks per cloud, a launch per step; also
+replayed from a CUDA graph), ``persistent`` (the same steps in one launch, a group barrier between two), and
+the design the size chooses (``auto``); each one's indices are checked against auto's. On the CPU it runs
+CUDA's algorithms on CPU tensors (a smoke test of the flow: Warp's CPU blocks, not a timing). ``--json``
+writes the figures (CUDA-event medians in ms on CUDA): ``fps_b{B}_n{N}_k{K}_ms`` (auto),
+``fps_b{B}_n{N}_k{K}_{design}_ms``, ``torch_fps_b{B}_n{N}_k{K}_ms`` and ``..._designs_agree``.
 
 Prints the median time of each implementation and its ratio to warpgeo. Peers on the device of the run:
 
@@ -18,7 +28,9 @@ skipped on CUDA unless --peers-on-cpu. A peer that is not installed is skipped w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import json
 import os
 import statistics
 import subprocess
@@ -45,15 +57,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[1])
     parser.add_argument("--points", type=int, default=None, help="N (default 100k; 10k with --quick)")
     parser.add_argument("--samples", type=int, default=None, help="K (default 4096; 512 with --quick)")
+    parser.add_argument(
+        "--cases",
+        type=_case,
+        nargs="+",
+        default=None,
+        help="BxNxK sizes (instead of --batch/--points/--samples)",
+    )
     parser.add_argument("--repeat", type=int, default=None, help="timed runs (default 3; 2 with --quick)")
     parser.add_argument("--peers-on-cpu", action="store_true", help="also time the CPU peers for a CUDA run")
     parser.add_argument("--no-numpy", action="store_true", help="skip the (slow) numpy reference")
     parser.add_argument("--no-torch-loop", action="store_true", help="skip the (slow) plain-torch loop")
     parser.add_argument("--no-cold-start", action="store_true", help="skip the cold-start figure (CPU)")
+    parser.add_argument("--designs", action="store_true", help="A/B of warpgeo's CUDA designs, forced")
+    parser.add_argument("--json", type=str, default=None, help="write the figures to this JSON file")
     args = parser.parse_args(argv)
     fill_sizes(args, points=(100_000, 10_000), samples=(4096, 512), repeat=(3, 2))
     device = torch.device(args.device)
-    print_header(device, f"N={args.points}, K={args.samples}")
+    cases = args.cases or [(batch, args.points, args.samples) for batch in args.batch]
+    shown = ", ".join(f"B={b} N={n} K={k}" for b, n, k in cases)
+    print_header(device, shown)
 
     peers = {
         "torch_fps": import_peer("torch_fps", "torch-fps"),
@@ -62,8 +85,21 @@ def main(argv: list[str] | None = None) -> None:
 
     if device.type == "cpu" and not args.no_cold_start:
         cold_start()
-    for batch in args.batch:
-        bench_batch(batch, args, device, peers)
+    figures: dict[str, float | bool] = {}
+    for batch, n, k in cases:
+        figures.update(bench_batch(batch, n, k, args, device, peers))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
+        print(f"\nwrote {args.json}")
+
+
+def _case(text: str) -> tuple[int, int, int]:
+    try:
+        b, n, k = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected BxNxK, e.g. 1x100000x4096; got {text!r}") from None
+    return b, n, k
 
 
 #: fpsample's functions (every one it has), as the rows they are reported under. The vanilla one is the
@@ -148,11 +184,15 @@ def _agreement(name: str, theirs: torch.Tensor, ours: torch.Tensor) -> None:
     print(f"  {name} picks the same indices as warpgeo: {same}{where}")
 
 
-def bench_batch(batch: int, args: argparse.Namespace, device: torch.device, peers: dict) -> None:
+def bench_batch(
+    batch: int, n: int, k: int, args: argparse.Namespace, device: torch.device, peers: dict
+) -> dict[str, float | bool]:
+    """Every row of one size; returns its figures for ``--json`` (ms)."""
     gen = torch.Generator().manual_seed(0)
-    points = torch.rand(batch, args.points, 3, generator=gen).to(device)
+    points = torch.rand(batch, n, 3, generator=gen).to(device)
     clouds = [c.numpy() for c in points.cpu()]
-    k = args.samples
+    name = f"b{batch}_n{n}_k{k}"
+    figures: dict[str, float | bool] = {}
     rows = [
         (
             "warpgeo",
@@ -161,17 +201,29 @@ def bench_batch(batch: int, args: argparse.Namespace, device: torch.device, peer
     ]
     ours_t = warpgeo.farthest_point_sampling(points, k)
     ours = ours_t.cpu().numpy()
-    print(f"\nB={batch}:")
+    print(f"\nB={batch}, N={n}, K={k}:")
+    if args.designs:
+        timed, agree = time_designs(points, k, device, repeat=args.repeat)
+        rows[0] = ("warpgeo", timed.pop("auto") / 1e3)
+        figures[f"fps_{name}_ms"] = rows[0][1] * 1e3
+        for design, ms in timed.items():
+            rows.append((f"warpgeo, {design}", ms / 1e3))
+            figures[f"fps_{name}_{design.replace(' ', '_')}_ms"] = ms
+        figures[f"fps_{name}_designs_agree"] = agree
+    else:
+        figures[f"fps_{name}_ms"] = rows[0][1] * 1e3
     torch_fps = peers.get("torch_fps")
     if torch_fps is not None:
-        mask = torch.ones(batch, args.points, dtype=torch.bool, device=device)
+        mask = torch.ones(batch, n, dtype=torch.bool, device=device)
         start = torch.zeros(batch, dtype=torch.int64, device=device)
 
         def run_torch_fps():
             return torch_fps.farthest_point_sampling(points, mask, k, start_idx=start, random_start=False)
 
         _agreement("torch-fps", run_torch_fps(), ours_t)
-        rows.append(("torch-fps", timeit(run_torch_fps, device, repeat=args.repeat)))
+        seconds = median_ms(run_torch_fps, device, repeat=args.repeat) / 1e3
+        rows.append(("torch-fps", seconds))
+        figures[f"torch_fps_{name}_ms"] = seconds * 1e3
     if not args.no_torch_loop:
         # one timed run, which also gives the indices to compare (the loop is slow on the CPU)
         sync(device)
@@ -213,7 +265,90 @@ def bench_batch(batch: int, args: argparse.Namespace, device: torch.device, peer
                 timeit(lambda: [fps_reference(c, k) for c in clouds], "cpu", repeat=1, warmup=0),
             )
         )
-    report(f"farthest point sampling, B={batch}, N={args.points}, K={k} ({device})", rows, "warpgeo")
+    report(f"farthest point sampling, B={batch}, N={n}, K={k} ({device})", rows, "warpgeo")
+    return figures
+
+
+def median_ms(fn, device: torch.device, *, repeat: int, warmup: int = 1) -> float:
+    """Median time of ``fn()`` in ms: CUDA events on CUDA (the GPU's time), the wall clock on the CPU."""
+    if device.type != "cuda":
+        return timeit(fn, device, repeat=repeat, warmup=warmup) * 1e3
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end))
+    return statistics.median(times)
+
+
+@contextlib.contextmanager
+def forced_design(design: str | None, device: torch.device):
+    """warpgeo's FPS on CUDA's algorithms with ``design`` forced (None: chosen by size); on the CPU, CUDA's
+    algorithms on CPU tensors (Warp's CPU blocks)."""
+    from warpgeo import _warp, fps
+
+    previous = fps._FORCED_DESIGN
+    fps._FORCED_DESIGN = design
+    on_cpu = device.type == "cpu"
+    wp = _warp.warp()
+    blocks = wp.config.enable_cpu_blocks
+    if on_cpu:
+        _warp.PATHS.cuda_on_cpu = True
+        wp.config.enable_cpu_blocks = True
+    try:
+        yield
+    finally:
+        fps._FORCED_DESIGN = previous
+        if on_cpu:
+            _warp.PATHS.cuda_on_cpu = False
+            wp.config.enable_cpu_blocks = blocks
+
+
+#: The designs ``--designs`` times (None: the one the size chooses), by row name.
+DESIGNS = {"auto": None, "block": "block", "steps": "steps", "persistent": "persistent"}
+
+
+def time_designs(
+    points: torch.Tensor, k: int, device: torch.device, *, repeat: int
+) -> tuple[dict[str, float], bool]:
+    """Each design's median ms (value checks off; ``steps in a CUDA graph``: the per-step launches captured
+    once, replayed), and whether every design picked auto's indices."""
+    from warpgeo import fps
+
+    timed: dict[str, float] = {}
+    agree = True
+    auto = None
+    with warpgeo.value_checks(False):
+        for row, design in DESIGNS.items():
+            with forced_design(design, device):
+                if row == "auto":
+                    print(
+                        f"  auto takes the {fps._cuda_design(device, points.shape[0], points.shape[1])[0]} design"
+                    )
+                got = warpgeo.farthest_point_sampling(points, k)
+                auto = got if auto is None else auto
+                same = torch.equal(got, auto)
+                agree = agree and same
+                if not same:
+                    print(f"  {row} picks other indices than auto: wrong")
+                timed[row] = median_ms(
+                    lambda: warpgeo.farthest_point_sampling(points, k), device, repeat=repeat
+                )
+        if device.type == "cuda":
+            with forced_design("steps", device):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    captured = warpgeo.farthest_point_sampling(points, k)
+                graph.replay()
+                agree = agree and torch.equal(captured, auto)
+                timed["steps in a CUDA graph"] = median_ms(graph.replay, device, repeat=repeat)
+    print(f"  every design picks the same indices: {agree}")
+    return timed, agree
 
 
 if __name__ == "__main__":

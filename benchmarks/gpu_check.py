@@ -13,9 +13,11 @@
 part 1 with ``eval "$(bash .gpu/unpack 2)" && python benchmarks/gpu_check.py --out $OUT/check.md``. Measured
 on an H200 (2026-11-26, ``benchmarks/results/2026-11-26-nvidia-h200.md``), an empty Warp cache each time:
 graph + sync tests 51 s, every CUDA-parametrised test 83 s (NVRTC compiles included), ``bench_targets``
-~40 s, ``bench_fps --batch 1 8`` ~60 s (the plain-torch loop and torch-fps are most of it), each other
+~40 s, ``bench_fps --batch 1 8`` ~60 s (the plain-torch loop and torch-fps were most of it; it now A/Bs the
+FPS designs at three sizes without the loop: estimated 30-60 s, NVRTC builds included), each other
 benchmark < 45 s: about 6 minutes in all, under the 540 s ``--budget`` of one call, which an H100 (same SMs,
-less bandwidth) also fits. Copy ``$OUT/check.md`` here as ``benchmarks/results/<date>-<gpu>.md``.
+less bandwidth) also fits. Copy ``$OUT/check.md`` here as ``benchmarks/results/<date>-<gpu>.md`` (and
+``$OUT/check.json``, the figures, as ``<date>-<gpu>.json``).
 
 Steps, each a subprocess whose output is kept:
 
@@ -25,7 +27,9 @@ Steps, each a subprocess whose output is kept:
   ``tests/conftest.py`` lists in ``CUDA_ONLY``; the CPU halves are CI's). On the CPU, ``--quick`` runs the
   codegen test (CUDA code generation through NVRTC) in their place. ``-rs`` prints every skip with its
   reason: what did not run on CUDA.
-* bench: every ``benchmarks/bench_*.py`` (found by name) with ``--device`` (and ``--quick``).
+* bench: every ``benchmarks/bench_*.py`` (found by name) with ``--device`` (and ``--quick``); the figures of
+  those in ``JSON_FIGURES`` (``--json``) go into ``<results>.json`` beside the results file (FPS: each CUDA
+  design, torch-fps, issue 36's keys).
 
 The results file (default ``benchmarks/results/<date>-<device slug>.md``) gets the device, versions, each
 pytest summary line and every benchmark's output. It is rewritten after each step, so a command stopped
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import re
 import subprocess
@@ -57,7 +62,21 @@ GRAPH_TESTS = "tests/test_cuda_graphs.py"
 SYNC_TESTS = "tests/test_sync_free.py"
 CODEGEN_TESTS = "tests/test_codegen.py"
 #: extra arguments of a benchmark in full mode on CUDA (the GPU figures worth a GPU's time)
-FULL_CUDA_ARGS = {"bench_fps": ["--batch", "1", "8", "--no-numpy"]}
+FULL_CUDA_ARGS = {
+    # issue 35: the FPS designs A/B'd (block, steps, steps in a CUDA graph, persistent, auto) beside torch-fps
+    "bench_fps": [
+        "--cases",
+        "1x100000x4096",
+        "8x100000x4096",
+        "32x8192x512",
+        "--designs",
+        "--no-numpy",
+        "--no-torch-loop",
+    ],
+}
+#: benchmarks that write a flat ``{figure: value}`` with ``--json``: their figures go into the results JSON
+#: (``<results>.json`` beside the .md; issue 36's keys, e.g. ``fps_b1_n100000_k4096_ms``)
+JSON_FIGURES = ("bench_fps",)
 _SECTION = re.compile(r"<!-- gpu_check:(\w+) -->\n(.*?)<!-- /gpu_check:\1 -->\n", re.S)
 
 
@@ -214,10 +233,15 @@ def bench_section(args: argparse.Namespace, device: torch.device, budget: Budget
         elif device.type == "cuda":
             cmd += FULL_CUDA_ARGS.get(script.stem, [])
         shown = " ".join(["python", *cmd[1:]])
+        figures = Path(args.scratch) / f"{script.stem}.json"
+        if script.stem in JSON_FIGURES:
+            cmd += ["--json", str(figures)]
         if budget.left() < 20:
             lines += [f"### `{shown}`", "", "not run (out of time: --budget)", ""]
             continue
         rc, output, seconds = run_step(cmd, budget, share=len(scripts) - i)
+        if figures.exists():
+            args.figures.update(json.loads(figures.read_text()))
         status = "" if rc == 0 else f" — **exit {rc}**"
         lines += [f"### `{shown}`", "", f"{seconds:.0f} s{status}", "", "```", output.rstrip(), "```", ""]
         report(lines)
@@ -342,8 +366,14 @@ def main(argv: list[str] | None = None) -> int:
         sections[key] = tests_section(args, device, budget, lambda lines: report(lines, key))
         write_sections(out, sections)
     if args.only in (None, "bench"):
+        args.figures = {}
         sections["bench"] = bench_section(args, device, budget, lambda lines: report(lines, "bench"))
         write_sections(out, sections)
+        figures_out = out.with_suffix(".json")
+        known = json.loads(figures_out.read_text()) if figures_out.exists() else {}
+        known.update({"device": device_name(device), "commit": git_commit(), **args.figures})
+        figures_out.write_text(json.dumps(known, indent=1) + "\n")
+        print(f"figures: {figures_out}")
     print(f"\nresults: {out}")
     return 0
 
