@@ -1,15 +1,17 @@
 """Neighbour queries: k nearest neighbours (:func:`knn`) and pointnet2's ball query (:func:`ball_query`).
 
-Both search a uniform grid of cells built per call (a stable counting sort of the points by cell; see
-``warpgeo/_kernels/neighbors.py``): memory is ``O(B * (N + M * k))``, never ``O(B * M * N)``. Small clouds
-are scanned directly instead (no grid to build). Distances are compared in float64 whatever the input
+Both search a uniform grid of cells built per call by one Warp launch (see ``warpgeo/_kernels/neighbors.py``;
+its arrays in a per-thread workspace, not allocated per call): memory is ``O(B * (N + M * k))``, never
+``O(B * M * N)``. Small clouds are scanned directly instead (no grid to build: one launch). Distances are compared in float64 whatever the input
 dtype, so results do not depend on it, and ties go to the lowest index; float64 clouds are first scaled by a
-power of two (exact), so that squared distances neither overflow nor underflow at any finite scale.
+power of two (exact, in the kernels), so that squared distances neither overflow nor underflow at any finite
+scale.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, NamedTuple
 
 import torch
@@ -32,11 +34,9 @@ _BALL_CELL = 0.5
 _ROW_WORK = 256
 #: ``k`` is below this whatever M is (the output's int32 byte strides: 8-byte entries).
 _MAX_K = INT32_LIMIT // 8
-#: float64 inputs are scaled by a power of two (exact) so that the largest |coordinate| of each cloud, its
-#: queries and points together, lies in [2**(e - 1), 2**e) for this e, as FPS does
-#: (``warpgeo.fps._SCALED_EXPONENT``): squared distances and their sums then neither overflow nor lose the
-#: small ones to underflow, at any finite float64 scale (1e-300 .. 1e308).
-_SCALED_EXPONENT = 509
+#: On CUDA's algorithms clouds of at most this many points are scanned (one launch: a GPU scans 4k points
+#: per query in less time than two more launches take).
+_CUDA_BRUTE_MAX_POINTS = 4096
 #: Compute dtype -> the key of the neighbour kernel tables (``warpgeo._kernels.neighbors.TYPES``).
 _KEY = {torch.float32: "float32", torch.float64: "float64"}
 
@@ -169,141 +169,164 @@ def _check_values(queries, points, query_lengths, point_lengths, names=_NAMES):
 
 
 # --------------------------------------------------------------------------------------------------------
-# the grid
+# the grid, the scale, the workspace
 # --------------------------------------------------------------------------------------------------------
 
 
-def _empty_lengths(t: torch.Tensor | None, device: torch.device) -> torch.Tensor:
-    """Per-cloud lengths as the kernels take them: int64, empty meaning "all"."""
+def lengths_arg(t: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+    """Per-cloud lengths as the kernels take them: int64, empty meaning "all" (one shared empty tensor per
+    device: nothing is allocated per call)."""
     if t is None:
-        return torch.empty(0, dtype=torch.int64, device=device)
-    return t.to(torch.int64)
+        found = _NO_LENGTHS.get(device)
+        if found is None:
+            found = _NO_LENGTHS[device] = torch.empty(0, dtype=torch.int64, device=device)
+        return found
+    return t if t.dtype == torch.int64 else t.to(torch.int64)
 
 
-def _power_of_two(exponent: torch.Tensor) -> torch.Tensor:
-    """``2.0 ** exponent`` in float64, exact for |exponent| <= 1023."""
-    return torch.ldexp(torch.ones_like(exponent, dtype=torch.float64), exponent)
+_NO_LENGTHS: dict[torch.device, torch.Tensor] = {}
 
 
-def _times_power_of_two(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """``x * 2**shift`` for float64 ``x``, ``shift`` int64 of ``x``'s leading shape (one exponent per cloud,
-    per vector ...): exact (two factors keep each in range) unless the result overflows or underflows."""
-    half = shift // 2
-    view = tuple(shift.shape) + (1,) * (x.dim() - shift.dim())
-    return x * _power_of_two(half).reshape(view) * _power_of_two(shift - half).reshape(view)
+def no_params(device: torch.device) -> torch.Tensor:
+    """An empty ``params`` (float32 clouds: not scaled), shared per device."""
+    found = _NO_PARAMS.get(device)
+    if found is None:
+        found = _NO_PARAMS[device] = torch.empty(0, kernels.PARAMS, dtype=torch.float64, device=device)
+    return found
 
 
-def _largest(x: torch.Tensor, lengths: torch.Tensor | None, bounds) -> torch.Tensor:
-    """(B,) the largest |coordinate| of each cloud's valid rows (0 for none; NaN / inf where one is)."""
-    if x.shape[1] == 0:
-        return x.new_zeros(x.shape[0])
-    if bounds is None:
-        bounds = _bounds(x, None if lengths is None else lengths.clamp(0, x.shape[1]))
-    lo, hi = bounds
-    top = torch.maximum(-lo, hi).amax(dim=1)
-    return torch.where(top == -torch.inf, 0.0, top)  # a cloud with no valid row: (inf, -inf)
+_NO_PARAMS: dict[torch.device, torch.Tensor] = {}
 
 
-def _scale(queries, points, query_lengths, point_lengths, query_bounds, bounds):
-    """float64 queries and points scaled by ``2**shift[b]`` (see ``_SCALED_EXPONENT``): ``(queries, points,
-    bounds, shift)``; float32 ones as they are (their squared distances fit float64), ``shift`` None.
-    Computed on the device: no host read."""
-    if points.dtype != torch.float64:
-        return queries, points, bounds, None
-    top = torch.maximum(
-        _largest(queries, query_lengths, query_bounds), _largest(points, point_lengths, bounds)
-    )
-    _, exponent = torch.frexp(top)  # top = m * 2**exponent, m in [0.5, 1); NaN / inf give 0
-    shift = _SCALED_EXPONENT - exponent.to(torch.int64)
-    if bounds is not None:
-        bounds = tuple(_times_power_of_two(b, shift) for b in bounds)
-    return _times_power_of_two(queries, shift), _times_power_of_two(points, shift), bounds, shift
+class Workspace:
+    """Scratch memory of one call, carved into typed arrays: one buffer per thread, device and stream, kept
+    and grown between calls (no allocation per call), or a fresh one while a CUDA graph is captured (a
+    graph keeps its own). Calls on one thread and stream run in order (on CUDA, in stream order), so they
+    never use the buffer at once; another thread or stream has its own."""
+
+    def __init__(self, device: torch.device, nbytes: int) -> None:
+        self.buffer = _scratch(device, nbytes)
+        self.offset = 0
+
+    def take(self, dtype: torch.dtype, *shape: int) -> torch.Tensor:
+        count = math.prod(shape)
+        size = count * _ITEM[dtype]
+        start = self.offset
+        self.offset = start + -(-size // _ALIGN) * _ALIGN
+        return self.buffer[start : start + size].view(dtype).view(shape)
 
 
-def _grid(
-    kernels: Any, points, point_lengths, mode: int, cell_size: torch.Tensor, method: str, bounds=None
-) -> dict[str, torch.Tensor]:
-    """The grid of ``points`` (B, N, 3) in compute dtype: the query kernels' grid arguments by name.
+#: Bytes per element of the dtypes a workspace holds; every array starts on a 16-byte boundary.
+_ITEM = {torch.float64: 8, torch.int64: 8, torch.int32: 4, torch.float32: 4}
+_ALIGN = 16
 
-    ``kernels``: the search's module (``KNN_GRID`` / ``BALL_QUERY_GRID`` of the points' precision), which
-    holds the grid kernels too. ``cell_size``: float64 ``(B,)``, the least cell width per cloud (ball query),
-    or empty (kNN: from the density). ``method``: ``"counting"`` (a Warp counting sort, a thread per cloud: the CPU
-    path) or ``"sort"`` (``torch.sort``, stable, and ``searchsorted``: the CUDA path). Both give the same
-    layout.
-    """
+
+def workspace_bytes(*arrays: tuple[torch.dtype, int]) -> int:
+    """The bytes a :class:`Workspace` needs for arrays of ``(dtype, element count)``."""
+    return sum(-(-count * _ITEM[dtype] // _ALIGN) * _ALIGN for dtype, count in arrays)
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(device: torch.device, nbytes: int) -> torch.Tensor:
+    """At least ``nbytes`` bytes of this thread's scratch on ``device`` (its current stream on CUDA)."""
+    nbytes = max(nbytes, 1)
+    if device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            return torch.empty(nbytes, dtype=torch.uint8, device=device)
+        key = (device, torch.cuda.current_stream(device).cuda_stream)
+    else:
+        key = (device, 0)
+    try:
+        held = _SCRATCH.buffers
+    except AttributeError:
+        held = _SCRATCH.buffers = {}
+    found = held.get(key)
+    if found is None or found.numel() < nbytes:
+        grown = nbytes if found is None else max(nbytes, 2 * found.numel())
+        found = held[key] = torch.empty(grown, dtype=torch.uint8, device=device)
+    return found
+
+
+def _grid(table, queries, query_lengths, points, point_lengths, mode, cell_size, method, ws, extra=()):
+    """Build the grid of ``points`` (B, N, 3) (one launch): the query kernels' grid arguments by name.
+
+    ``table``: the search's module (``KNN_GRID`` / ``BALL_QUERY_GRID`` of the precision), which holds the
+    builds. ``cell_size``: the least cell width (ball query, in the caller's units), 0 for kNN. ``method``:
+    ``"counting"`` (a thread per cloud, a counting sort: the CPU) or ``"sort"`` (a block per cloud,
+    histogram and scan: CUDA's). ``ws``: a :class:`Workspace` sized by :func:`_grid_bytes`."""
     batch, n = points.shape[0], points.shape[1]
     device = points.device
-    lengths = _empty_lengths(point_lengths, device)
-    lo, hi = _bounds(points, point_lengths) if bounds is None else bounds
-    cap = 1 << max(n - 1, 1).bit_length()  # cells per cloud: the power of two >= N
-    f64 = {"dtype": torch.float64, "device": device}
+    cap = _cap(n)
     grid = {
-        "origin": torch.empty(batch, 3, **f64),
-        "inv_cell": torch.empty(batch, **f64),
-        "cell": torch.empty(batch, **f64),
-        "dims": torch.empty(batch, 3, dtype=torch.int32, device=device),
-        "slack": torch.empty(batch, **f64),
+        "params": ws.take(torch.float64, batch, kernels.PARAMS),
+        "dims": ws.take(torch.int32, batch, 3),
+        "cell_start": ws.take(torch.int32, batch, cap + 2),
+        "sorted_points": ws.take(torch.float64, batch, n, 3),
+        "sorted_index": ws.take(torch.int32, batch, n),
     }
-    _launch.launch(
-        kernels.grid_setup,
-        batch,
-        device=device,
-        lo=lo.to(torch.float64).contiguous(),
-        hi=hi.to(torch.float64).contiguous(),
-        lengths=lengths,
-        num_points=n,
-        mode=mode,
-        cell_size=cell_size,
-        points_per_cell=_KNN_POINTS_PER_CELL,
-        cap=cap,
+    args = {
+        "queries": queries,
+        "query_lengths": query_lengths,
+        "points": points,
+        "point_lengths": point_lengths,
+        "mode": mode,
+        "cell_size": float(cell_size),
+        "points_per_cell": _KNN_POINTS_PER_CELL,
+        "scaled": int(points.dtype == torch.float64),
         **grid,
-    )
-    cells = torch.empty(batch, n, dtype=torch.int32, device=device)
-    _launch.launch(
-        kernels.assign_cells,
-        [batch, n],
-        device=device,
-        points=points,
-        lengths=lengths,
-        origin=grid["origin"],
-        inv_cell=grid["inv_cell"],
-        dims=grid["dims"],
-        cap=cap,
-        out_cell=cells,
-    )
+    }
     if method == "counting":
-        cell_start = torch.empty(batch, cap + 2, dtype=torch.int32, device=device)
-        sorted_points = torch.empty_like(points)
-        sorted_index = torch.empty(batch, n, dtype=torch.int32, device=device)
-        _launch.launch_rows(
-            kernels.counting_sort_rows,
+        _launch.launch_rows(table.grid_build_rows, batch, device=device, work_per_row=n + cap, **args)
+    elif method == "sort":
+        _launch.launch(
+            table.grid_build_block,
             batch,
             device=device,
-            work_per_row=n + cap,
-            points=points,
-            cells=cells,
-            cell_start=cell_start,
-            sorted_points=sorted_points,
-            sorted_index=sorted_index,
+            tiled=True,
+            block_dim=_build_block_dim(device),
+            rank=ws.take(torch.int32, batch, n),
+            **args,
         )
-    elif method == "sort":
-        sorted_cells, order = torch.sort(cells, dim=1, stable=True)
-        bounds = torch.arange(cap + 2, dtype=torch.int32, device=device).expand(batch, -1).contiguous()
-        cell_start = torch.searchsorted(sorted_cells, bounds, out_int32=True)
-        sorted_points = torch.gather(points, 1, order[..., None].expand(-1, -1, 3))
-        sorted_index = order.to(torch.int32)
     else:
         raise ValueError(f"internal error: unknown grid method {method!r}")
-    grid.update(sorted_points=sorted_points, sorted_index=sorted_index.contiguous(), cell_start=cell_start)
     return grid
 
 
+def _build_block_dim(device: torch.device) -> int:
+    """Lanes of the grid build's block: its table's on CUDA and in Warp's CPU blocks; one elsewhere on the
+    CPU (there Warp runs each thread of a tiled launch as a block of one)."""
+    if device.type == "cuda" or _warp.warp().config.enable_cpu_blocks:
+        return kernels.BUILD_BLOCK_DIM
+    return 1
+
+
+def _cap(n: int) -> int:
+    """Cells per cloud: the power of two >= N."""
+    return 1 << max(n - 1, 1).bit_length()
+
+
+def _grid_bytes(batch: int, n: int) -> int:
+    cap = _cap(n)
+    return workspace_bytes(
+        (torch.float64, batch * kernels.PARAMS),
+        (torch.int32, batch * 3),
+        (torch.int32, batch * (cap + 2)),
+        (torch.float64, batch * n * 3),
+        (torch.int32, batch * n),
+        (torch.int32, batch * n),
+    )
+
+
 def _method(points: torch.Tensor, method: str | None) -> str:
+    """``"brute"`` (a scan: small clouds), ``"counting"`` (the CPU's grid) or ``"sort"`` (CUDA's grid)."""
     if method is not None:
         return method
-    if points.shape[1] <= _BRUTE_MAX_POINTS:
+    cuda = _warp.cuda_algorithms(points.device)
+    if points.shape[1] <= (_CUDA_BRUTE_MAX_POINTS if cuda else _BRUTE_MAX_POINTS):
         return "brute"
-    return "sort" if _warp.cuda_algorithms(points.device) else "counting"
+    return "sort" if cuda else "counting"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -355,40 +378,76 @@ def _ball_query(
     query_bounds=None,
 ):
     """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort";
-    ``bounds`` / ``query_bounds``: the boxes of the valid points / queries, when the value checks made them)."""
+    ``bounds`` / ``query_bounds``: unused, kept for callers that pass the value checks' boxes). One launch
+    for small clouds (two in float64: the scale first), two on a grid."""
     batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
     device = queries.device
     out = torch.empty(batch, m, k, dtype=torch.int64, device=device)
     if n == 0 or batch * m == 0:
         return out.fill_(SENTINEL_INDEX)
     queries, points = _warp.to_compute(queries), _warp.to_compute(points)
-    queries, points, bounds, shift = _scale(
-        queries, points, query_lengths, point_lengths, query_bounds, bounds
-    )
     key = _KEY[points.dtype]
-    # per cloud, in the units of the (scaled) points: inf where it overflows (every point is in the ball)
-    radii = torch.full((batch,), float(radius), dtype=torch.float64, device=device)
-    if shift is not None:
-        radii = _times_power_of_two(radii, shift)
+    scaled = points.dtype == torch.float64
+    query_lengths = lengths_arg(query_lengths, device)
+    point_lengths = lengths_arg(point_lengths, device)
     common = {
         "queries": queries,
-        "query_lengths": _empty_lengths(query_lengths, device),
-        "radius": radii,
+        "query_lengths": query_lengths,
+        "radius": float(radius),
         "inclusive": int(inclusive),
-        "out_idx": out,
+        "out_idx": out.view(batch * m, k),
     }
     method = _method(points, method)
     if method == "brute":
-        kernel = kernels.BALL_QUERY_BRUTE[key].ball_query_brute
-        extra = {"points": points, "point_lengths": _empty_lengths(point_lengths, device)}
-        work = n
-    else:
-        grid = kernels.BALL_QUERY_GRID[key]
-        kernel = grid.ball_query_rows
-        extra = _grid(grid, points, point_lengths, MODE_BALL, radii * _BALL_CELL, method, bounds)
-        work = _ROW_WORK
-    _launch.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
+        table = kernels.BALL_QUERY_BRUTE[key]
+        params = _scale(table, queries, query_lengths, points, point_lengths) if scaled else no_params(device)
+        _launch.launch_rows(
+            table.ball_query_brute,
+            batch * m,
+            device=device,
+            work_per_row=n,
+            points=points,
+            point_lengths=point_lengths,
+            params=params,
+            **common,
+        )
+        return out
+    table = kernels.BALL_QUERY_GRID[key]
+    ws = Workspace(device, _grid_bytes(batch, n))
+    grid = _grid(
+        table, queries, query_lengths, points, point_lengths, MODE_BALL, radius * _BALL_CELL, method, ws
+    )
+    _launch.launch_rows(
+        table.ball_query_rows,
+        batch * m,
+        device=device,
+        work_per_row=_ROW_WORK,
+        ordered=int(method == "counting"),
+        **grid,
+        **common,
+    )
     return out
+
+
+def _scale(table, queries, query_lengths, points, point_lengths) -> torch.Tensor:
+    """float64 clouds' ``params`` (B, PARAMS) with each cloud's scale (one launch; only the scale columns
+    are set), in this thread's workspace."""
+    batch = points.shape[0]
+    params = Workspace(points.device, workspace_bytes((torch.float64, batch * kernels.PARAMS))).take(
+        torch.float64, batch, kernels.PARAMS
+    )
+    _launch.launch_rows(
+        table.cloud_scale_rows,
+        batch,
+        device=points.device,
+        work_per_row=points.shape[1] + queries.shape[1],
+        queries=queries,
+        query_lengths=query_lengths,
+        points=points,
+        point_lengths=point_lengths,
+        params=params,
+    )
+    return params
 
 
 _ball_query_op = Op(
@@ -486,40 +545,55 @@ def _knn_fake(queries, points, query_lengths, point_lengths, k):
 
 def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=None, query_bounds=None):
     """The launches behind the op (``method``: None = by size and device, or "brute" / "counting" / "sort";
-    ``bounds`` / ``query_bounds``: the boxes of the valid points / queries, when the value checks made them)."""
+    ``bounds`` / ``query_bounds``: unused, kept for callers that pass the value checks' boxes). The outputs
+    are allocated once, in their final dtype (half inputs: float32, then cast); one launch for small clouds
+    (two in float64: the scale first), two on a grid."""
     batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
     device = queries.device
     dtype = points.dtype
+    compute = _warp.compute_dtype(dtype)
     idx = torch.empty(batch, m, k, dtype=torch.int64, device=device)
-    dists = torch.empty(batch, m, k, dtype=torch.float64, device=device)
+    dists = torch.empty(batch, m, k, dtype=compute, device=device)
     if n == 0 or batch * m == 0:
         return dists.fill_(FAR).to(dtype), idx.fill_(SENTINEL_INDEX)
     queries, points = _warp.to_compute(queries), _warp.to_compute(points)
-    queries, points, bounds, shift = _scale(
-        queries, points, query_lengths, point_lengths, query_bounds, bounds
-    )
-    key = _KEY[points.dtype]
+    key = _KEY[compute]
+    rows = batch * m
+    query_lengths = lengths_arg(query_lengths, device)
+    point_lengths = lengths_arg(point_lengths, device)
+    method = _method(points, method)
+    grid_bytes = 0 if method == "brute" else _grid_bytes(batch, n)
+    scratch = 0 if compute == torch.float64 else rows * k  # float64 clouds keep the list in their output
+    ws = Workspace(device, grid_bytes + workspace_bytes((torch.float64, scratch)))
+    out_dist = dists.view(rows, k)
     common = {
         "queries": queries,
-        "query_lengths": _empty_lengths(query_lengths, device),
-        "out_idx": idx,
-        "out_d2": dists,
+        "query_lengths": query_lengths,
+        "work_d2": out_dist if scratch == 0 else ws.take(torch.float64, rows, k),
+        "out_idx": idx.view(rows, k),
+        "out_dist": out_dist,
     }
-    method = _method(points, method)
     if method == "brute":
-        kernel = kernels.KNN_BRUTE[key].knn_brute
-        extra = {"points": points, "point_lengths": _empty_lengths(point_lengths, device)}
-        work = n
+        table = kernels.KNN_BRUTE[key]
+        if compute == torch.float64:
+            params = _scale(table, queries, query_lengths, points, point_lengths)
+        else:
+            params = no_params(device)
+        _launch.launch_rows(
+            table.knn_brute,
+            rows,
+            device=device,
+            work_per_row=n,
+            points=points,
+            point_lengths=point_lengths,
+            params=params,
+            **common,
+        )
     else:
-        grid = kernels.KNN_GRID[key]
-        kernel = grid.knn_rows
-        no_cell_size = torch.empty(0, dtype=torch.float64, device=device)
-        extra = _grid(grid, points, point_lengths, MODE_KNN, no_cell_size, method, bounds)
-        work = _ROW_WORK
-    _launch.launch_rows(kernel, batch * m, device=device, work_per_row=work, **common, **extra)
-    if shift is not None:  # back to the caller's units: exact, a power of two
-        dists = _times_power_of_two(dists, -shift)
-    return dists.to(dtype), idx
+        table = kernels.KNN_GRID[key]
+        grid = _grid(table, queries, query_lengths, points, point_lengths, MODE_KNN, 0.0, method, ws)
+        _launch.launch_rows(table.knn_rows, rows, device=device, work_per_row=_ROW_WORK, **grid, **common)
+    return (dists if dists.dtype == dtype else dists.to(dtype)), idx
 
 
 def _setup_knn(ctx, inputs, output) -> None:
@@ -564,6 +638,19 @@ def _backward_knn(ctx, grad_dists, _grad_idx):
         )
         grad_points = grad_points.to(points.dtype)
     return _knn_op.grads(queries=grad_queries, points=grad_points)
+
+
+def _power_of_two(exponent: torch.Tensor) -> torch.Tensor:
+    """``2.0 ** exponent`` in float64, exact for |exponent| <= 1023."""
+    return torch.ldexp(torch.ones_like(exponent, dtype=torch.float64), exponent)
+
+
+def _times_power_of_two(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """``x * 2**shift`` for float64 ``x``, ``shift`` int64 of ``x``'s leading shape (one exponent per
+    vector ...): exact (two factors keep each in range) unless the result overflows or underflows."""
+    half = shift // 2
+    view = tuple(shift.shape) + (1,) * (x.dim() - shift.dim())
+    return x * _power_of_two(half).reshape(view) * _power_of_two(shift - half).reshape(view)
 
 
 def _scaled_rows(diff: torch.Tensor) -> torch.Tensor:

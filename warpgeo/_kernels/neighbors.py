@@ -1,40 +1,40 @@
-"""Neighbour queries: k nearest neighbours and ball query, on a uniform grid of cells.
+"""Neighbour queries: k nearest neighbours and ball query, by a scan of small clouds or on a grid of cells.
 
-The grid (one per cloud of the batch) is built in three steps, all without a host read:
+Per cloud ``b`` of the batch, ``params[b]`` (``PARAMS`` float64) holds what every kernel of a call reads:
+the grid's origin, ``1 / cell``, ``cell`` and rounding ``slack``, and the float64 scale ``f1 * f2`` (a
+power of two in two exact factors: the coordinates are multiplied by it as they are read, so that squared
+distances neither overflow nor underflow at any finite scale) with its inverse ``g1 * g2`` (distances go
+back to the caller's units). float32 clouds are not scaled (their squared distances fit float64).
 
-1. :func:`grid_setup` (a thread per cloud): from the cloud's bounding box (computed by the host with torch
-   reductions), a cubic cell size and the cells per axis, at most ``cap`` cells in all (so the cell table
-   is ``O(N)`` whatever the coordinates). Ball query asks for cells at least as large as the radius (a ball
-   then touches at most 3 x 3 x 3 of them, 4 where rounding puts it on a boundary); kNN asks for cells that
-   hold about ``POINTS_PER_CELL`` points at the cloud's mean density.
-2. :func:`assign_cells`: the cell of every valid point (the invalid ones, beyond ``point_lengths``, get the
-   sentinel ``cap`` and are left out of the grid).
-3. A stable counting sort by cell: :func:`counting_sort_rows` on the CPU (a thread per cloud); on CUDA the
-   host uses ``torch.sort(stable=True)`` + ``searchsorted`` and the same layout results: the points of cell
-   ``c`` are ``sorted_points[b, cell_start[b, c] : cell_start[b, c + 1]]`` in ascending index order,
-   ``sorted_index`` holds their original indices.
+The grid is built by **one launch**, without a host read and without torch:
 
-Queries (a thread per query row ``b * M + m``):
+* :func:`grid_build_rows` (the CPU): a thread per cloud: the scale, the box of the valid points, the cell
+  size (:func:`grid_layout`: at most ``cap`` cells, ``cap`` the power of two >= N, so the table is ``O(N)``
+  whatever the coordinates; ball query asks for cells of half a radius, kNN for ``points_per_cell`` points
+  a cell at the cloud's mean density) and a stable counting sort by cell;
+* :func:`grid_build_block` (CUDA): a block per cloud: the scale and the box by block reductions, a cell
+  histogram with atomics (each point keeps its rank in its cell), one scan of the histogram, the scatter.
+  A cell's points are then in no particular order (the atomics'): kNN orders by (distance, index) anyway,
+  and the ball query keeps the ``k`` smallest indices whatever the order it meets them in.
 
-* :func:`ball_query_rows`: visits the cells the ball's bounding box overlaps (skipping those farther than
-  the radius) and keeps the ``k`` smallest indices within the radius (pointnet2's "first k in index order").
-  Cells list their points by ascending index, so once ``k`` are found a cell is left at the first index
-  above the k-th.
-* :func:`knn_rows`: visits shells of cells around the query's cell (Chebyshev rings 0, 1, 2, ...), skipping
-  cells farther than the current k-th distance, and stops once every unvisited cell is farther than it.
-  The candidates are ordered by (squared distance, index): ties go to the lowest index.
-* :func:`ball_query_brute` / :func:`knn_brute`: the same answers by scanning every point in index order,
-  for small clouds (no grid to build).
+Either way the points of cell ``c`` of cloud ``b`` are ``sorted_points[b, cell_start[b, c] :
+cell_start[b, c + 1]]`` (scaled, float64), their original indices in ``sorted_index``.
 
-Each search is compiled apart, per point precision (:class:`KernelTable`): ``KNN_BRUTE``, ``KNN_GRID``,
-``BALL_QUERY_BRUTE``, ``BALL_QUERY_GRID``, each ``table["float32" | "float64"].<kernel name>``, a Warp
-module per entry created on first lookup (the grid kernels are compiled into both grid modules).
+Queries (a thread per query row ``b * M + m``), on the grid or by a scan (small clouds: one launch in all):
 
-Distances are computed in float64 from the points' compute dtype (``vec3f`` or ``vec3d``: the difference of
-two float32 values is exact in float64), so the order does not depend on the input dtype. Every cell
-coordinate is clamped into the grid and NaN is mapped to cell 0, so no input can make a kernel read out of
-bounds; a point whose coordinates a cell boundary splits by rounding is still found because the box
-distances used for pruning subtract ``slack`` (a bound on the rounding of the cell assignment).
+* ball query: the ``k`` smallest indices within the radius (pointnet2's "first k in index order");
+* kNN: shells of cells around the query's cell (Chebyshev rings 0, 1, 2, ...), skipping cells farther than
+  the current k-th distance, stopping once every unvisited cell is farther than it; candidates ordered by
+  (squared distance, index): ties go to the lowest index. The row's list is kept in ``work_d2`` /
+  ``work_idx`` (float64 squared distances: the order never depends on the output dtype); the distances are
+  written at the end into ``out_dist`` in the output's own dtype.
+
+The search functions take the row's list as 2-D arrays ``(rows, k)``, so chamfer distance
+(``warpgeo/_kernels/chamfer.py``) runs the same searches with ``k = 1``.
+
+Distances are computed in float64; every cell coordinate is clamped into the grid and NaN is mapped to cell
+0, so no input can make a kernel read out of bounds; a point whose coordinates a cell boundary splits by
+rounding is still found because the box distances used for pruning subtract ``slack``.
 """
 
 from typing import Any
@@ -46,7 +46,7 @@ from warpgeo._kernels._table import KernelTable
 
 #: Index written where a row has no (more) neighbours.
 SENTINEL_INDEX = wp.constant(wp.int64(_constants.SENTINEL_INDEX))
-#: Distance written with the sentinel index (and the squared distance of an empty slot while searching).
+#: Distance written with the sentinel index.
 FAR = wp.constant(wp.float64(_constants.FAR))
 #: Cells per axis never exceed this (cell ids stay far from int32 overflow).
 MAX_CELLS_PER_AXIS = wp.constant(wp.float64(1048576.0))
@@ -54,9 +54,23 @@ MAX_CELLS_PER_AXIS = wp.constant(wp.float64(1048576.0))
 CELL_GROWTH = wp.constant(wp.float64(1.25))
 #: Relative rounding slack: the cell of a point is computed as floor((x - origin) / cell) in float64.
 REL_SLACK = wp.constant(wp.float64(1.0e-9))
-#: ``grid_setup`` modes.
+#: ``grid_layout`` modes.
 MODE_BALL = wp.constant(_constants.MODE_BALL)
 MODE_KNN = wp.constant(_constants.MODE_KNN)
+#: float64 clouds are scaled by the power of two that brings the largest |coordinate| of the cloud, its
+#: queries and points together, into [2**(e - 1), 2**e) for this e (as FPS does): squared distances and
+#: their sums then neither overflow nor lose the small ones to underflow (1e-300 .. 1e308).
+SCALED_EXPONENT = wp.constant(509)
+
+#: ``params[b, :]``: origin x, y, z, 1 / cell, cell, slack, f1, f2 (scale), g1, g2 (unscale).
+PARAMS = 10
+P_INV = wp.constant(3)
+P_CELL = wp.constant(4)
+P_SLACK = wp.constant(5)
+P_F1 = wp.constant(6)
+P_F2 = wp.constant(7)
+P_G1 = wp.constant(8)
+P_G2 = wp.constant(9)
 
 
 @wp.func
@@ -66,6 +80,120 @@ def valid_count(b: int, lengths: wp.array(dtype=wp.int64), n: int):
     if b < lengths.shape[0]:
         out = int(wp.clamp(lengths[b], wp.int64(0), wp.int64(n)))
     return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# the float64 scale: exact powers of two
+# --------------------------------------------------------------------------------------------------------
+
+
+@wp.func
+def frexp_exponent(x: wp.float64):
+    """``e`` with ``x = m * 2**e``, ``m`` in [0.5, 1) (as ``torch.frexp``) for finite ``x > 0``; 0 for 0, NaN
+    and inf. Halving and doubling are exact (subnormals included)."""
+    e = int(0)
+    if x > wp.float64(0.0) and x < wp.float64(wp.inf):
+        y = x
+        while y >= wp.float64(1.0):
+            y = y * wp.float64(0.5)
+            e += 1
+        while y < wp.float64(0.5):
+            y = y * wp.float64(2.0)
+            e -= 1
+    return e
+
+
+@wp.func
+def pow2(e: int):
+    """``2.0 ** e`` exactly, for ``-1074 <= e <= 1023``."""
+    out = wp.float64(1.0)
+    if e >= 0:
+        for _ in range(e):
+            out = out * wp.float64(2.0)
+    else:
+        for _ in range(-e):
+            out = out * wp.float64(0.5)
+    return out
+
+
+@wp.func
+def scale_factors(top: wp.float64):
+    """For a cloud whose largest |coordinate| is ``top``: ``(f1, f2, g1, g2)``, ``f1 * f2 = 2**shift`` that
+    brings ``top`` to ``[2**(SCALED_EXPONENT - 1), 2**SCALED_EXPONENT)`` and ``g1 * g2 = 2**-shift``, each a
+    factor of two in range (``2**shift`` itself may not be)."""
+    shift = SCALED_EXPONENT - frexp_exponent(top)
+    h = shift // 2  # floor division
+    back = -shift
+    h2 = back // 2
+    return pow2(h), pow2(shift - h), pow2(h2), pow2(back - h2)
+
+
+@wp.func
+def rows_top(x: wp.array2d(dtype=Any), b: int, count: int, first: int, stride: int):
+    """The largest |coordinate| of rows ``first, first + stride, ...`` below ``count`` of cloud ``b``."""
+    top = wp.float64(0.0)
+    for i in range(first, count, stride):
+        p = x[b, i]
+        top = wp.max(top, wp.max(wp.abs(wp.float64(p[0])), wp.abs(wp.float64(p[1]))))
+        top = wp.max(top, wp.abs(wp.float64(p[2])))
+    return top
+
+
+@wp.func
+def write_scale(params: wp.array2d(dtype=wp.float64), b: int, scaled: int, top: wp.float64):
+    """``params[b]``'s scale (``scaled``: float64 clouds) or ones."""
+    f1 = wp.float64(1.0)
+    f2 = wp.float64(1.0)
+    g1 = wp.float64(1.0)
+    g2 = wp.float64(1.0)
+    if scaled != 0:
+        f1, f2, g1, g2 = scale_factors(top)
+    params[b, P_F1] = f1
+    params[b, P_F2] = f2
+    params[b, P_G1] = g1
+    params[b, P_G2] = g2
+
+
+@wp.func
+def factors(params: wp.array2d(dtype=wp.float64), b: int):
+    """Cloud ``b``'s ``(f1, f2, g1, g2)``; ones where ``params`` is empty (float32: not scaled)."""
+    f1 = wp.float64(1.0)
+    f2 = wp.float64(1.0)
+    g1 = wp.float64(1.0)
+    g2 = wp.float64(1.0)
+    if b < params.shape[0]:
+        f1 = params[b, P_F1]
+        f2 = params[b, P_F2]
+        g1 = params[b, P_G1]
+        g2 = params[b, P_G2]
+    return f1, f2, g1, g2
+
+
+@wp.func
+def scaled_point(p: Any, f1: wp.float64, f2: wp.float64):
+    """``p`` in float64 times ``f1 * f2`` (one factor at a time: exact)."""
+    return wp.vec3d(wp.float64(p[0]), wp.float64(p[1]), wp.float64(p[2])) * f1 * f2
+
+
+def cloud_scale_rows(
+    queries: wp.array2d(dtype=Any),
+    query_lengths: wp.array(dtype=wp.int64),
+    points: wp.array2d(dtype=Any),
+    point_lengths: wp.array(dtype=wp.int64),
+    params: wp.array2d(dtype=wp.float64),
+    row_start: wp.int32,
+):
+    """A thread per cloud: ``params[b]``'s scale from the valid queries and points (float64 scans)."""
+    b = wp.tid() + row_start
+    m = valid_count(b, query_lengths, queries.shape[1])
+    n = valid_count(b, point_lengths, points.shape[1])
+    top = wp.max(rows_top(queries, b, m, 0, 1), rows_top(points, b, n, 0, 1))
+    write_scale(params, b, 1, top)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the grid
+# --------------------------------------------------------------------------------------------------------
 
 
 @wp.func
@@ -78,38 +206,30 @@ def finite_extent(x: wp.float64):
     return out
 
 
-def grid_setup(
-    lo: wp.array(dtype=wp.vec3d),
-    hi: wp.array(dtype=wp.vec3d),
-    lengths: wp.array(dtype=wp.int64),
-    num_points: int,
+@wp.func
+def grid_layout(
+    lo: wp.vec3d,
+    hi: wp.vec3d,
+    count: int,
     mode: int,
-    cell_size: wp.array(dtype=wp.float64),
+    cell_size: wp.float64,
     points_per_cell: wp.float64,
     cap: int,
-    origin: wp.array(dtype=wp.vec3d),
-    inv_cell: wp.array(dtype=wp.float64),
-    cell: wp.array(dtype=wp.float64),
-    dims: wp.array2d(dtype=wp.int32),
-    slack: wp.array(dtype=wp.float64),
 ):
-    """A thread per cloud: cell size and cells per axis (product <= cap) for the box [lo, hi]. ``cell_size``
-    (B,): the least cell width of a ball query (empty for kNN, whose cells follow the density)."""
-    b = wp.tid()
-    o = lo[b]
-    ex = finite_extent(hi[b][0] - o[0])
-    ey = finite_extent(hi[b][1] - o[1])
-    ez = finite_extent(hi[b][2] - o[2])
+    """Origin, cell size, cells per axis (product <= cap) and rounding slack for the box [lo, hi] of
+    ``count`` points; ``cell_size``: the least cell width (ball query; kNN's cells follow the density)."""
+    o = lo
+    ex = finite_extent(hi[0] - o[0])
+    ey = finite_extent(hi[1] - o[1])
+    ez = finite_extent(hi[2] - o[2])
     if not (wp.abs(o[0]) < wp.float64(wp.inf) and wp.abs(o[1]) < wp.float64(wp.inf)):
         o = wp.vec3d(0.0, 0.0, 0.0)
     if not (wp.abs(o[2]) < wp.float64(wp.inf)):
         o = wp.vec3d(0.0, 0.0, 0.0)
     longest = wp.max(ex, wp.max(ey, ez))
-    size = wp.float64(0.0)
-    if b < cell_size.shape[0]:
-        size = cell_size[b]
+    size = cell_size
     if mode == MODE_KNN:
-        n = wp.float64(wp.max(valid_count(b, lengths, num_points), 1))
+        n = wp.float64(wp.max(count, 1))
         # a flat (or straight) cloud has no volume: give each side at least a cell's share of the longest
         floor_side = longest / wp.pow(n, wp.float64(1.0) / wp.float64(3.0))
         volume = wp.max(ex, floor_side) * wp.max(ey, floor_side) * wp.max(ez, floor_side)
@@ -131,14 +251,31 @@ def grid_setup(
         nx = wp.float64(1.0)
         ny = wp.float64(1.0)
         nz = wp.float64(1.0)
-    origin[b] = o
-    cell[b] = size
-    inv_cell[b] = wp.float64(1.0) / size
-    dims[b, 0] = int(nx)
-    dims[b, 1] = int(ny)
-    dims[b, 2] = int(nz)
     scale = wp.max(wp.max(wp.abs(o[0]), wp.abs(o[1])), wp.abs(o[2])) + longest
-    slack[b] = REL_SLACK * (scale + size)
+    return o, size, int(nx), int(ny), int(nz), REL_SLACK * (scale + size)
+
+
+@wp.func
+def write_layout(
+    params: wp.array2d(dtype=wp.float64),
+    dims: wp.array2d(dtype=wp.int32),
+    b: int,
+    o: wp.vec3d,
+    size: wp.float64,
+    nx: int,
+    ny: int,
+    nz: int,
+    slack: wp.float64,
+):
+    params[b, 0] = o[0]
+    params[b, 1] = o[1]
+    params[b, 2] = o[2]
+    params[b, P_INV] = wp.float64(1.0) / size
+    params[b, P_CELL] = size
+    params[b, P_SLACK] = slack
+    dims[b, 0] = wp.int32(nx)
+    dims[b, 1] = wp.int32(ny)
+    dims[b, 2] = wp.int32(nz)
 
 
 @wp.func
@@ -171,64 +308,209 @@ def grid_dims(dims: wp.array2d(dtype=wp.int32), b: int, cap: int):
     return nx, ny, nz
 
 
-def assign_cells(
+@wp.func
+def point_cell(p: wp.vec3d, o: wp.vec3d, inv: wp.float64, nx: int, ny: int, nz: int):
+    cx = cell_of(p[0], o[0], inv, nx)
+    cy = cell_of(p[1], o[1], inv, ny)
+    cz = cell_of(p[2], o[2], inv, nz)
+    return cell_id(cx, cy, cz, ny, nz)
+
+
+@wp.func
+def box_part(
+    points: wp.array2d(dtype=Any), b: int, n: int, first: int, stride: int, f1: wp.float64, f2: wp.float64
+):
+    """Box of the scaled points ``first, first + stride, ...`` below ``n``: ``(inf, -inf)`` for none."""
+    lo = wp.vec3d(wp.float64(wp.inf), wp.float64(wp.inf), wp.float64(wp.inf))
+    hi = -lo
+    for i in range(first, n, stride):
+        p = scaled_point(points[b, i], f1, f2)
+        lo = wp.min(lo, p)
+        hi = wp.max(hi, p)
+    return lo, hi
+
+
+@wp.func
+def build_rows(
+    b: int,
+    queries: wp.array2d(dtype=Any),
+    query_lengths: wp.array(dtype=wp.int64),
     points: wp.array2d(dtype=Any),
-    lengths: wp.array(dtype=wp.int64),
-    origin: wp.array(dtype=wp.vec3d),
-    inv_cell: wp.array(dtype=wp.float64),
+    point_lengths: wp.array(dtype=wp.int64),
+    mode: int,
+    cell_size: wp.float64,
+    points_per_cell: wp.float64,
+    scaled: int,
+    params: wp.array2d(dtype=wp.float64),
     dims: wp.array2d(dtype=wp.int32),
-    cap: int,
-    out_cell: wp.array2d(dtype=wp.int32),
-):
-    """``out_cell[b, i]``: the cell of point i, or ``cap`` for a point beyond ``lengths[b]``."""
-    b, i = wp.tid()
-    c = cap
-    if i < valid_count(b, lengths, points.shape[1]):
-        nx, ny, nz = grid_dims(dims, b, cap)
-        p = points[b, i]
-        o = origin[b]
-        inv = inv_cell[b]
-        cx = cell_of(wp.float64(p[0]), o[0], inv, nx)
-        cy = cell_of(wp.float64(p[1]), o[1], inv, ny)
-        cz = cell_of(wp.float64(p[2]), o[2], inv, nz)
-        c = cell_id(cx, cy, cz, ny, nz)
-    out_cell[b, i] = wp.int32(c)
-
-
-def counting_sort_rows(
-    points: wp.array2d(dtype=Any),
-    cells: wp.array2d(dtype=wp.int32),
     cell_start: wp.array2d(dtype=wp.int32),
-    sorted_points: wp.array2d(dtype=Any),
+    sorted_points: wp.array2d(dtype=wp.vec3d),
     sorted_index: wp.array2d(dtype=wp.int32),
-    row_start: wp.int32,
 ):
-    """A thread per cloud (the CPU path): stable counting sort of the points by cell.
-
-    ``cell_start`` is ``(B, cap + 2)``; cells outside ``[0, cap)`` (the sentinel) are left out. Afterwards
-    cell ``c`` holds ``sorted_*[b, cell_start[b, c] : cell_start[b, c + 1]]``, ascending original index.
-    """
-    b = wp.tid() + row_start
-    n = points.shape[1]
-    size = cell_start.shape[1]
-    cap = size - 2
-    for c in range(size):
+    """Cloud ``b``'s grid by one thread (see the module docstring); ``cell_start`` is ``(B, cap + 2)``."""
+    n = valid_count(b, point_lengths, points.shape[1])
+    top = wp.float64(0.0)
+    if scaled != 0:
+        m = valid_count(b, query_lengths, queries.shape[1])
+        top = wp.max(rows_top(queries, b, m, 0, 1), rows_top(points, b, n, 0, 1))
+    write_scale(params, b, scaled, top)
+    f1 = params[b, P_F1]
+    f2 = params[b, P_F2]
+    lo, hi = box_part(points, b, n, 0, 1, f1, f2)
+    size_ = cell_start.shape[1]
+    cap = size_ - 2
+    o, size, nx, ny, nz, slack = grid_layout(lo, hi, n, mode, cell_size * f1 * f2, points_per_cell, cap)
+    write_layout(params, dims, b, o, size, nx, ny, nz, slack)
+    inv = wp.float64(1.0) / size
+    for c in range(size_):
         cell_start[b, c] = 0
     for i in range(n):
-        c = int(cells[b, i])
-        if c >= 0 and c < cap:
-            cell_start[b, c + 2] = cell_start[b, c + 2] + 1
-    for c in range(2, size):
+        c = point_cell(scaled_point(points[b, i], f1, f2), o, inv, nx, ny, nz)
+        cell_start[b, c + 2] = cell_start[b, c + 2] + 1
+    for c in range(2, size_):
         cell_start[b, c] = cell_start[b, c] + cell_start[b, c - 1]
     # cell_start[b, c + 1] is now where cell c begins; each placement moves it on by one, so that at the
     # end it is where cell c ends (= where cell c + 1 begins)
     for i in range(n):
-        c = int(cells[b, i])
-        if c >= 0 and c < cap:
-            pos = int(cell_start[b, c + 1])
-            sorted_points[b, pos] = points[b, i]
-            sorted_index[b, pos] = wp.int32(i)
-            cell_start[b, c + 1] = wp.int32(pos + 1)
+        p = scaled_point(points[b, i], f1, f2)
+        c = point_cell(p, o, inv, nx, ny, nz)
+        pos = int(cell_start[b, c + 1])
+        sorted_points[b, pos] = p
+        sorted_index[b, pos] = wp.int32(i)
+        cell_start[b, c + 1] = wp.int32(pos + 1)
+
+
+@wp.func
+def block_barrier(lane: int):
+    """Every lane of the block waits here (a block reduction); the result is used so that nothing drops it."""
+    return wp.tile_sum(wp.tile(lane))[0]
+
+
+@wp.func
+def build_block(
+    b: int,
+    lane: int,
+    nthreads: int,
+    queries: wp.array2d(dtype=Any),
+    query_lengths: wp.array(dtype=wp.int64),
+    points: wp.array2d(dtype=Any),
+    point_lengths: wp.array(dtype=wp.int64),
+    mode: int,
+    cell_size: wp.float64,
+    points_per_cell: wp.float64,
+    scaled: int,
+    params: wp.array2d(dtype=wp.float64),
+    dims: wp.array2d(dtype=wp.int32),
+    cell_start: wp.array2d(dtype=wp.int32),
+    sorted_points: wp.array2d(dtype=wp.vec3d),
+    sorted_index: wp.array2d(dtype=wp.int32),
+    rank: wp.array2d(dtype=wp.int32),
+):
+    """Cloud ``b``'s grid by the lanes of one block: the same layout as :func:`build_rows` (cells in any
+    order inside). ``rank`` ``(B, N)``: scratch, each point's place in its cell."""
+    n = valid_count(b, point_lengths, points.shape[1])
+    top = wp.float64(0.0)
+    if scaled != 0:
+        m = valid_count(b, query_lengths, queries.shape[1])
+        mine = wp.max(rows_top(queries, b, m, lane, nthreads), rows_top(points, b, n, lane, nthreads))
+        top = wp.tile_max(wp.tile(mine))[0]
+    f1 = wp.float64(1.0)
+    f2 = wp.float64(1.0)
+    g1 = wp.float64(1.0)
+    g2 = wp.float64(1.0)
+    if scaled != 0:
+        f1, f2, g1, g2 = scale_factors(top)
+    plo, phi = box_part(points, b, n, lane, nthreads, f1, f2)
+    lo = wp.vec3d(
+        wp.tile_min(wp.tile(plo[0]))[0], wp.tile_min(wp.tile(plo[1]))[0], wp.tile_min(wp.tile(plo[2]))[0]
+    )
+    hi = wp.vec3d(
+        wp.tile_max(wp.tile(phi[0]))[0], wp.tile_max(wp.tile(phi[1]))[0], wp.tile_max(wp.tile(phi[2]))[0]
+    )
+    size_ = cell_start.shape[1]
+    cap = size_ - 2
+    o, size, nx, ny, nz, slack = grid_layout(lo, hi, n, mode, cell_size * f1 * f2, points_per_cell, cap)
+    if lane == 0:
+        params[b, P_F1] = f1
+        params[b, P_F2] = f2
+        params[b, P_G1] = g1
+        params[b, P_G2] = g2
+        write_layout(params, dims, b, o, size, nx, ny, nz, slack)
+    inv = wp.float64(1.0) / size
+    for c in range(lane, size_, nthreads):
+        cell_start[b, c] = 0
+    block_barrier(lane)
+    # histogram: cell c's count at c + 1 (so that an inclusive scan gives each cell's start at c)
+    for i in range(lane, n, nthreads):
+        c = point_cell(scaled_point(points[b, i], f1, f2), o, inv, nx, ny, nz)
+        rank[b, i] = wp.atomic_add(cell_start, b, c + 1, wp.int32(1))
+    block_barrier(lane)
+    # inclusive scan in place: each lane sums a segment, the block scans the sums, each lane runs its segment
+    seg = (size_ + nthreads - 1) // nthreads
+    first = wp.min(lane * seg, size_)
+    last = wp.min(first + seg, size_)
+    total = int(0)
+    for c in range(first, last):
+        total += int(cell_start[b, c])
+    running = wp.untile(wp.tile_scan_exclusive(wp.tile(wp.int32(total))))
+    for c in range(first, last):
+        running += cell_start[b, c]
+        cell_start[b, c] = running
+    block_barrier(lane)
+    for i in range(lane, n, nthreads):
+        p = scaled_point(points[b, i], f1, f2)
+        c = point_cell(p, o, inv, nx, ny, nz)
+        pos = wp.clamp(int(cell_start[b, c]) + int(rank[b, i]), 0, sorted_points.shape[1] - 1)
+        sorted_points[b, pos] = p
+        sorted_index[b, pos] = wp.int32(i)
+
+
+def grid_build_rows(
+    queries: wp.array2d(dtype=Any),
+    query_lengths: wp.array(dtype=wp.int64),
+    points: wp.array2d(dtype=Any),
+    point_lengths: wp.array(dtype=wp.int64),
+    mode: int,
+    cell_size: wp.float64,
+    points_per_cell: wp.float64,
+    scaled: int,
+    params: wp.array2d(dtype=wp.float64),
+    dims: wp.array2d(dtype=wp.int32),
+    cell_start: wp.array2d(dtype=wp.int32),
+    sorted_points: wp.array2d(dtype=wp.vec3d),
+    sorted_index: wp.array2d(dtype=wp.int32),
+    row_start: wp.int32,
+):
+    """A thread per cloud (the CPU): :func:`build_rows`."""
+    b = wp.tid() + row_start
+    build_rows(
+        b, queries, query_lengths, points, point_lengths, mode, cell_size, points_per_cell, scaled, params,
+        dims, cell_start, sorted_points, sorted_index,
+    )  # fmt: skip
+
+
+def grid_build_block(
+    queries: wp.array2d(dtype=Any),
+    query_lengths: wp.array(dtype=wp.int64),
+    points: wp.array2d(dtype=Any),
+    point_lengths: wp.array(dtype=wp.int64),
+    mode: int,
+    cell_size: wp.float64,
+    points_per_cell: wp.float64,
+    scaled: int,
+    params: wp.array2d(dtype=wp.float64),
+    dims: wp.array2d(dtype=wp.int32),
+    cell_start: wp.array2d(dtype=wp.int32),
+    sorted_points: wp.array2d(dtype=wp.vec3d),
+    sorted_index: wp.array2d(dtype=wp.int32),
+    rank: wp.array2d(dtype=wp.int32),
+):
+    """A block per cloud (CUDA; launched tiled): :func:`build_block`."""
+    b, lane = wp.tid()
+    build_block(
+        b, lane, wp.block_dim(), queries, query_lengths, points, point_lengths, mode, cell_size,
+        points_per_cell, scaled, params, dims, cell_start, sorted_points, sorted_index, rank,
+    )  # fmt: skip
 
 
 @wp.func
@@ -252,16 +534,11 @@ def axis_gap(q: wp.float64, o: wp.float64, size: wp.float64, c: int, slack: wp.f
 
 
 @wp.func
-def sq_dist(p: Any, q: wp.vec3d):
-    dx = wp.float64(p[0]) - q[0]
-    dy = wp.float64(p[1]) - q[1]
-    dz = wp.float64(p[2]) - q[2]
+def sq_dist(p: wp.vec3d, q: wp.vec3d):
+    dx = p[0] - q[0]
+    dy = p[1] - q[1]
+    dz = p[2] - q[2]
     return dx * dx + dy * dy + dz * dz
-
-
-@wp.func
-def to_vec3d(p: Any):
-    return wp.vec3d(wp.float64(p[0]), wp.float64(p[1]), wp.float64(p[2]))
 
 
 @wp.func
@@ -270,28 +547,33 @@ def finite3(q: wp.vec3d):
     return ok and wp.abs(q[2]) < wp.float64(wp.inf)
 
 
+@wp.func
+def origin_of(params: wp.array2d(dtype=wp.float64), b: int):
+    return wp.vec3d(params[b, 0], params[b, 1], params[b, 2])
+
+
 # --------------------------------------------------------------------------------------------------------
 # ball query
 # --------------------------------------------------------------------------------------------------------
 
 
 @wp.func
-def insert_index(out_idx: wp.array3d(dtype=wp.int64), b: int, m: int, count: int, i: wp.int64):
-    """Insert ``i`` into the ascending ``out_idx[b, m, :count]`` (dropping the largest when full)."""
-    k = out_idx.shape[2]
+def insert_index(out_idx: wp.array2d(dtype=wp.int64), row: int, count: int, i: wp.int64):
+    """Insert ``i`` into the ascending ``out_idx[row, :count]`` (dropping the largest when full)."""
+    k = out_idx.shape[1]
     pos = count
     if count == k:
         pos = k - 1
     else:
         count += 1
     while pos > 0:
-        prev = out_idx[b, m, pos - 1]
+        prev = out_idx[row, pos - 1]
         if prev > i:
-            out_idx[b, m, pos] = prev
+            out_idx[row, pos] = prev
             pos -= 1
         else:
             break
-    out_idx[b, m, pos] = i
+    out_idx[row, pos] = i
     return count
 
 
@@ -304,54 +586,45 @@ def within(d2: wp.float64, r2: wp.float64, inclusive: int):
 
 
 @wp.func
-def ball_radius(radius: wp.array(dtype=wp.float64), b: int):
-    """Cloud ``b``'s radius (in the units of its points: float64 clouds are scaled by a power of two, and the
-    radius with them); NaN (no point within) if ``radius`` is too short."""
-    out = wp.float64(wp.nan)
-    if b < radius.shape[0]:
-        out = radius[b]
-    return out
-
-
-@wp.func
-def pad_indices(out_idx: wp.array3d(dtype=wp.int64), b: int, m: int, count: int):
-    for j in range(count, out_idx.shape[2]):
-        out_idx[b, m, j] = SENTINEL_INDEX
+def pad_indices(out_idx: wp.array2d(dtype=wp.int64), row: int, count: int):
+    for j in range(count, out_idx.shape[1]):
+        out_idx[row, j] = SENTINEL_INDEX
 
 
 def ball_query_rows(
     queries: wp.array2d(dtype=Any),
     query_lengths: wp.array(dtype=wp.int64),
-    sorted_points: wp.array2d(dtype=Any),
+    sorted_points: wp.array2d(dtype=wp.vec3d),
     sorted_index: wp.array2d(dtype=wp.int32),
     cell_start: wp.array2d(dtype=wp.int32),
-    origin: wp.array(dtype=wp.vec3d),
-    inv_cell: wp.array(dtype=wp.float64),
-    cell: wp.array(dtype=wp.float64),
+    params: wp.array2d(dtype=wp.float64),
     dims: wp.array2d(dtype=wp.int32),
-    slack: wp.array(dtype=wp.float64),
-    radius: wp.array(dtype=wp.float64),
+    radius: wp.float64,
     inclusive: int,
-    out_idx: wp.array3d(dtype=wp.int64),
+    ordered: int,
+    out_idx: wp.array2d(dtype=wp.int64),
     row_start: wp.int32,
 ):
-    """Row ``b * M + m``: the k smallest indices within ``radius[b]`` of query m, ascending, then -1."""
+    """Row ``b * M + m``: the k smallest indices within ``radius`` (scaled with the cloud) of query m,
+    ascending, then -1. ``ordered``: each cell lists its points by ascending index (the CPU's counting sort),
+    so a full row leaves a cell at its first index above the k-th."""
     r = wp.tid() + row_start
     num_queries = queries.shape[1]
     b = r // num_queries
     m = r % num_queries
-    k = out_idx.shape[2]
+    k = out_idx.shape[1]
     n = sorted_points.shape[1]
     count = int(0)
     if m < valid_count(b, query_lengths, num_queries):
-        q = to_vec3d(queries[b, m])
+        f1, f2, _g1, _g2 = factors(params, b)
+        q = scaled_point(queries[b, m], f1, f2)
         if finite3(q):
             nx, ny, nz = grid_dims(dims, b, cell_start.shape[1] - 2)
-            o = origin[b]
-            inv = inv_cell[b]
-            size = cell[b]
-            sl = slack[b]
-            rb = ball_radius(radius, b)
+            o = origin_of(params, b)
+            inv = params[b, P_INV]
+            size = params[b, P_CELL]
+            sl = params[b, P_SLACK]
+            rb = radius * f1 * f2  # inf where it overflows: every point is in the ball
             r2 = rb * rb
             # the box [q - reach, q + reach]: a hair wider than the ball, for the rounding of q +- radius
             reach = rb * (wp.float64(1.0) + REL_SLACK) + sl
@@ -371,12 +644,16 @@ def ball_query_rows(
                             s, e = cell_range(b, cell_id(cx, cy, cz, ny, nz), cell_start, n)
                             for j in range(s, e):
                                 i = wp.int64(sorted_index[b, j])
+                                take = True
                                 if count == k:  # noqa: SIM102
-                                    if i > out_idx[b, m, k - 1]:
-                                        break  # this cell's later points have larger indices still
-                                if within(sq_dist(sorted_points[b, j], q), r2, inclusive):
-                                    count = insert_index(out_idx, b, m, count, i)
-    pad_indices(out_idx, b, m, count)
+                                    if i > out_idx[r, k - 1]:
+                                        if ordered != 0:
+                                            break  # this cell's later points have larger indices still
+                                        take = False
+                                if take:  # noqa: SIM102
+                                    if within(sq_dist(sorted_points[b, j], q), r2, inclusive):
+                                        count = insert_index(out_idx, r, count, i)
+    pad_indices(out_idx, r, count)
 
 
 def ball_query_brute(
@@ -384,9 +661,10 @@ def ball_query_brute(
     query_lengths: wp.array(dtype=wp.int64),
     points: wp.array2d(dtype=Any),
     point_lengths: wp.array(dtype=wp.int64),
-    radius: wp.array(dtype=wp.float64),
+    params: wp.array2d(dtype=wp.float64),
+    radius: wp.float64,
     inclusive: int,
-    out_idx: wp.array3d(dtype=wp.int64),
+    out_idx: wp.array2d(dtype=wp.int64),
     row_start: wp.int32,
 ):
     """Row ``b * M + m`` by a scan of the points in index order, stopping at k hits (small clouds)."""
@@ -394,19 +672,20 @@ def ball_query_brute(
     num_queries = queries.shape[1]
     b = r // num_queries
     m = r % num_queries
-    k = out_idx.shape[2]
+    k = out_idx.shape[1]
     count = int(0)
     if m < valid_count(b, query_lengths, num_queries):
-        q = to_vec3d(queries[b, m])
-        rb = ball_radius(radius, b)
+        f1, f2, _g1, _g2 = factors(params, b)
+        q = scaled_point(queries[b, m], f1, f2)
+        rb = radius * f1 * f2
         r2 = rb * rb
         n = valid_count(b, point_lengths, points.shape[1])
         for i in range(n):
             if count < k:  # noqa: SIM102
-                if within(sq_dist(points[b, i], q), r2, inclusive):
-                    out_idx[b, m, count] = wp.int64(i)
+                if within(sq_dist(scaled_point(points[b, i], f1, f2), q), r2, inclusive):
+                    out_idx[r, count] = wp.int64(i)
                     count += 1
-    pad_indices(out_idx, b, m, count)
+    pad_indices(out_idx, r, count)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -416,81 +695,187 @@ def ball_query_brute(
 
 @wp.func
 def insert_neighbour(
-    out_idx: wp.array3d(dtype=wp.int64),
-    out_d2: wp.array3d(dtype=wp.float64),
-    b: int,
-    m: int,
+    work_idx: wp.array2d(dtype=wp.int64),
+    work_d2: wp.array2d(dtype=wp.float64),
+    row: int,
     count: int,
     i: wp.int64,
     d2: wp.float64,
 ):
     """Insert ``(d2, i)`` into the row kept ascending by (squared distance, index); the caller has checked
     that it beats the last entry when the row is full."""
-    k = out_idx.shape[2]
+    k = work_idx.shape[1]
     pos = count
     if count == k:
         pos = k - 1
     else:
         count += 1
     while pos > 0:
-        pd = out_d2[b, m, pos - 1]
-        pi = out_idx[b, m, pos - 1]
+        pd = work_d2[row, pos - 1]
+        pi = work_idx[row, pos - 1]
         if pd > d2 or (pd == d2 and pi > i):
-            out_d2[b, m, pos] = pd
-            out_idx[b, m, pos] = pi
+            work_d2[row, pos] = pd
+            work_idx[row, pos] = pi
             pos -= 1
         else:
             break
-    out_d2[b, m, pos] = d2
-    out_idx[b, m, pos] = i
+    work_d2[row, pos] = d2
+    work_idx[row, pos] = i
     return count
 
 
 @wp.func
 def beats_last(
-    out_idx: wp.array3d(dtype=wp.int64),
-    out_d2: wp.array3d(dtype=wp.float64),
-    b: int,
-    m: int,
+    work_idx: wp.array2d(dtype=wp.int64),
+    work_d2: wp.array2d(dtype=wp.float64),
+    row: int,
     count: int,
     i: wp.int64,
     d2: wp.float64,
 ):
     """Does ``(d2, i)`` enter the row? Always while it has free slots; NaN distances never do."""
-    k = out_idx.shape[2]
+    k = work_idx.shape[1]
     ok = d2 == d2
     if count == k:
-        wd = out_d2[b, m, k - 1]
-        ok = d2 < wd or (d2 == wd and i < out_idx[b, m, k - 1])
+        wd = work_d2[row, k - 1]
+        ok = d2 < wd or (d2 == wd and i < work_idx[row, k - 1])
     return ok
 
 
 @wp.func
-def finish_knn(
-    out_idx: wp.array3d(dtype=wp.int64), out_d2: wp.array3d(dtype=wp.float64), b: int, m: int, count: int
+def knn_search_grid(
+    q: wp.vec3d,
+    b: int,
+    row: int,
+    sorted_points: wp.array2d(dtype=wp.vec3d),
+    sorted_index: wp.array2d(dtype=wp.int32),
+    cell_start: wp.array2d(dtype=wp.int32),
+    params: wp.array2d(dtype=wp.float64),
+    dims: wp.array2d(dtype=wp.int32),
+    work_idx: wp.array2d(dtype=wp.int64),
+    work_d2: wp.array2d(dtype=wp.float64),
 ):
-    """Squared distances -> distances; free slots -> (-1, inf)."""
-    for j in range(out_idx.shape[2]):
+    """The k nearest of the (scaled) query ``q`` in cloud ``b``'s grid into ``work_*[row]``; returns how
+    many were found."""
+    k = work_idx.shape[1]
+    n = sorted_points.shape[1]
+    count = int(0)
+    nx, ny, nz = grid_dims(dims, b, cell_start.shape[1] - 2)
+    o = origin_of(params, b)
+    inv = params[b, P_INV]
+    size = params[b, P_CELL]
+    sl = params[b, P_SLACK]
+    qx = cell_of(q[0], o[0], inv, nx)
+    qy = cell_of(q[1], o[1], inv, ny)
+    qz = cell_of(q[2], o[2], inv, nz)
+    last = wp.max(wp.max(wp.max(qx, nx - 1 - qx), wp.max(qy, ny - 1 - qy)), wp.max(qz, nz - 1 - qz))
+    s = int(0)
+    while s <= last:
+        x0 = wp.max(qx - s, 0)
+        x1 = wp.min(qx + s, nx - 1)
+        y0 = wp.max(qy - s, 0)
+        y1 = wp.min(qy + s, ny - 1)
+        for cx in range(x0, x1 + 1):
+            gx = axis_gap(q[0], o[0], size, cx, sl)
+            for cy in range(y0, y1 + 1):
+                gy = axis_gap(q[1], o[1], size, cy, sl)
+                # inside the ring's x-y outline only its top and bottom cells are on the shell
+                cz = wp.max(qz - s, 0)
+                z_end = wp.min(qz + s, nz - 1)
+                step = int(1)
+                if wp.abs(cx - qx) != s and wp.abs(cy - qy) != s:
+                    cz = qz - s
+                    z_end = qz + s
+                    step = 2 * s
+                while cz <= z_end:
+                    if cz >= 0 and cz < nz:
+                        gz = axis_gap(q[2], o[2], size, cz, sl)
+                        gap2 = gx * gx + gy * gy + gz * gz
+                        visit = True
+                        if count == k:
+                            visit = gap2 <= work_d2[row, k - 1]
+                        if visit:
+                            cs, ce = cell_range(b, cell_id(cx, cy, cz, ny, nz), cell_start, n)
+                            for j in range(cs, ce):
+                                i = wp.int64(sorted_index[b, j])
+                                d2 = sq_dist(sorted_points[b, j], q)
+                                if beats_last(work_idx, work_d2, row, count, i, d2):
+                                    count = insert_neighbour(work_idx, work_d2, row, count, i, d2)
+                    cz += step
+        # every cell not yet visited lies beyond a face of the block of rings 0..s
+        bound = wp.float64(wp.inf)
+        if qx - s > 0:
+            bound = wp.min(bound, q[0] - (o[0] + wp.float64(qx - s) * size))
+        if qx + s < nx - 1:
+            bound = wp.min(bound, o[0] + wp.float64(qx + s + 1) * size - q[0])
+        if qy - s > 0:
+            bound = wp.min(bound, q[1] - (o[1] + wp.float64(qy - s) * size))
+        if qy + s < ny - 1:
+            bound = wp.min(bound, o[1] + wp.float64(qy + s + 1) * size - q[1])
+        if qz - s > 0:
+            bound = wp.min(bound, q[2] - (o[2] + wp.float64(qz - s) * size))
+        if qz + s < nz - 1:
+            bound = wp.min(bound, o[2] + wp.float64(qz + s + 1) * size - q[2])
+        bound = bound - sl
+        if count == k and bound > wp.float64(0.0):  # noqa: SIM102
+            if work_d2[row, k - 1] < bound * bound:
+                break
+        s += 1
+    return count
+
+
+@wp.func
+def knn_search_brute(
+    q: wp.vec3d,
+    b: int,
+    row: int,
+    points: wp.array2d(dtype=Any),
+    n: int,
+    f1: wp.float64,
+    f2: wp.float64,
+    work_idx: wp.array2d(dtype=wp.int64),
+    work_d2: wp.array2d(dtype=wp.float64),
+):
+    """The k nearest of the (scaled) query ``q`` among cloud ``b``'s first ``n`` points, by a scan."""
+    count = int(0)
+    for i in range(n):
+        d2 = sq_dist(scaled_point(points[b, i], f1, f2), q)
+        if beats_last(work_idx, work_d2, row, count, wp.int64(i), d2):
+            count = insert_neighbour(work_idx, work_d2, row, count, wp.int64(i), d2)
+    return count
+
+
+@wp.func
+def finish_knn(
+    work_idx: wp.array2d(dtype=wp.int64),
+    work_d2: wp.array2d(dtype=wp.float64),
+    out_dist: wp.array2d(dtype=Any),
+    row: int,
+    count: int,
+    g1: wp.float64,
+    g2: wp.float64,
+):
+    """Squared distances -> distances in the caller's units and ``out_dist``'s dtype; free slots -> (-1, inf).
+    ``out_dist`` may be ``work_d2`` itself (float64)."""
+    for j in range(work_idx.shape[1]):
         if j < count:
-            out_d2[b, m, j] = wp.sqrt(out_d2[b, m, j])
+            out_dist[row, j] = out_dist.dtype(wp.sqrt(work_d2[row, j]) * g1 * g2)
         else:
-            out_d2[b, m, j] = FAR
-            out_idx[b, m, j] = SENTINEL_INDEX
+            out_dist[row, j] = out_dist.dtype(FAR)
+            work_idx[row, j] = SENTINEL_INDEX
 
 
 def knn_rows(
     queries: wp.array2d(dtype=Any),
     query_lengths: wp.array(dtype=wp.int64),
-    sorted_points: wp.array2d(dtype=Any),
+    sorted_points: wp.array2d(dtype=wp.vec3d),
     sorted_index: wp.array2d(dtype=wp.int32),
     cell_start: wp.array2d(dtype=wp.int32),
-    origin: wp.array(dtype=wp.vec3d),
-    inv_cell: wp.array(dtype=wp.float64),
-    cell: wp.array(dtype=wp.float64),
+    params: wp.array2d(dtype=wp.float64),
     dims: wp.array2d(dtype=wp.int32),
-    slack: wp.array(dtype=wp.float64),
-    out_idx: wp.array3d(dtype=wp.int64),
-    out_d2: wp.array3d(dtype=wp.float64),
+    work_d2: wp.array2d(dtype=wp.float64),
+    out_idx: wp.array2d(dtype=wp.int64),
+    out_dist: wp.array2d(dtype=Any),
     row_start: wp.int32,
 ):
     """Row ``b * M + m``: the k nearest points of query m by (distance, index), then (-1, inf)."""
@@ -498,73 +883,14 @@ def knn_rows(
     num_queries = queries.shape[1]
     b = r // num_queries
     m = r % num_queries
-    k = out_idx.shape[2]
-    n = sorted_points.shape[1]
     count = int(0)
+    f1, f2, g1, g2 = factors(params, b)
     if m < valid_count(b, query_lengths, num_queries):
-        q = to_vec3d(queries[b, m])
-        nx, ny, nz = grid_dims(dims, b, cell_start.shape[1] - 2)
-        o = origin[b]
-        inv = inv_cell[b]
-        size = cell[b]
-        sl = slack[b]
-        qx = cell_of(q[0], o[0], inv, nx)
-        qy = cell_of(q[1], o[1], inv, ny)
-        qz = cell_of(q[2], o[2], inv, nz)
-        last = wp.max(wp.max(wp.max(qx, nx - 1 - qx), wp.max(qy, ny - 1 - qy)), wp.max(qz, nz - 1 - qz))
-        s = int(0)
-        while s <= last:
-            x0 = wp.max(qx - s, 0)
-            x1 = wp.min(qx + s, nx - 1)
-            y0 = wp.max(qy - s, 0)
-            y1 = wp.min(qy + s, ny - 1)
-            for cx in range(x0, x1 + 1):
-                gx = axis_gap(q[0], o[0], size, cx, sl)
-                for cy in range(y0, y1 + 1):
-                    gy = axis_gap(q[1], o[1], size, cy, sl)
-                    # inside the ring's x-y outline only its top and bottom cells are on the shell
-                    cz = wp.max(qz - s, 0)
-                    z_end = wp.min(qz + s, nz - 1)
-                    step = int(1)
-                    if wp.abs(cx - qx) != s and wp.abs(cy - qy) != s:
-                        cz = qz - s
-                        z_end = qz + s
-                        step = 2 * s
-                    while cz <= z_end:
-                        if cz >= 0 and cz < nz:
-                            gz = axis_gap(q[2], o[2], size, cz, sl)
-                            gap2 = gx * gx + gy * gy + gz * gz
-                            visit = True
-                            if count == k:
-                                visit = gap2 <= out_d2[b, m, k - 1]
-                            if visit:
-                                cs, ce = cell_range(b, cell_id(cx, cy, cz, ny, nz), cell_start, n)
-                                for j in range(cs, ce):
-                                    i = wp.int64(sorted_index[b, j])
-                                    d2 = sq_dist(sorted_points[b, j], q)
-                                    if beats_last(out_idx, out_d2, b, m, count, i, d2):
-                                        count = insert_neighbour(out_idx, out_d2, b, m, count, i, d2)
-                        cz += step
-            # every cell not yet visited lies beyond a face of the block of rings 0..s
-            bound = wp.float64(wp.inf)
-            if qx - s > 0:
-                bound = wp.min(bound, q[0] - (o[0] + wp.float64(qx - s) * size))
-            if qx + s < nx - 1:
-                bound = wp.min(bound, o[0] + wp.float64(qx + s + 1) * size - q[0])
-            if qy - s > 0:
-                bound = wp.min(bound, q[1] - (o[1] + wp.float64(qy - s) * size))
-            if qy + s < ny - 1:
-                bound = wp.min(bound, o[1] + wp.float64(qy + s + 1) * size - q[1])
-            if qz - s > 0:
-                bound = wp.min(bound, q[2] - (o[2] + wp.float64(qz - s) * size))
-            if qz + s < nz - 1:
-                bound = wp.min(bound, o[2] + wp.float64(qz + s + 1) * size - q[2])
-            bound = bound - sl
-            if count == k and bound > wp.float64(0.0):  # noqa: SIM102
-                if out_d2[b, m, k - 1] < bound * bound:
-                    break
-            s += 1
-    finish_knn(out_idx, out_d2, b, m, count)
+        q = scaled_point(queries[b, m], f1, f2)
+        count = knn_search_grid(
+            q, b, r, sorted_points, sorted_index, cell_start, params, dims, out_idx, work_d2
+        )
+    finish_knn(out_idx, work_d2, out_dist, r, count, g1, g2)
 
 
 def knn_brute(
@@ -572,8 +898,10 @@ def knn_brute(
     query_lengths: wp.array(dtype=wp.int64),
     points: wp.array2d(dtype=Any),
     point_lengths: wp.array(dtype=wp.int64),
-    out_idx: wp.array3d(dtype=wp.int64),
-    out_d2: wp.array3d(dtype=wp.float64),
+    params: wp.array2d(dtype=wp.float64),
+    work_d2: wp.array2d(dtype=wp.float64),
+    out_idx: wp.array2d(dtype=wp.int64),
+    out_dist: wp.array2d(dtype=Any),
     row_start: wp.int32,
 ):
     """Row ``b * M + m`` by a scan of every valid point (small clouds)."""
@@ -582,14 +910,12 @@ def knn_brute(
     b = r // num_queries
     m = r % num_queries
     count = int(0)
+    f1, f2, g1, g2 = factors(params, b)
     if m < valid_count(b, query_lengths, num_queries):
-        q = to_vec3d(queries[b, m])
+        q = scaled_point(queries[b, m], f1, f2)
         n = valid_count(b, point_lengths, points.shape[1])
-        for i in range(n):
-            d2 = sq_dist(points[b, i], q)
-            if beats_last(out_idx, out_d2, b, m, count, wp.int64(i), d2):
-                count = insert_neighbour(out_idx, out_d2, b, m, count, wp.int64(i), d2)
-    finish_knn(out_idx, out_d2, b, m, count)
+        count = knn_search_brute(q, b, r, points, n, f1, f2, out_idx, work_d2)
+    finish_knn(out_idx, work_d2, out_dist, r, count, g1, g2)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -599,21 +925,43 @@ def knn_brute(
 #: Options of every neighbour kernel module: warpgeo writes every backward itself (no adjoints: half the
 #: compile time).
 OPTIONS = {"enable_backward": False}
-#: The Warp types of the point arrays, per point precision (the keys of every neighbour kernel table); each
-#: kernel takes those it has.
+#: Threads per block of the CUDA grid build (a block per cloud).
+BUILD_BLOCK_DIM = 256
+#: The Warp types of the generic arrays, per point precision (the keys of every neighbour kernel table);
+#: each kernel takes those it has. ``out_dist``: the distances in the compute precision.
 TYPES = {
-    precision: dict.fromkeys(("queries", "points", "sorted_points"), wp.array2d(dtype=vec))
-    for precision, vec in (("float32", wp.vec3f), ("float64", wp.vec3d))
+    precision: {
+        **dict.fromkeys(("queries", "points", "x", "y"), wp.array2d(dtype=vec)),
+        "out_dist": wp.array2d(dtype=scalar),
+        "out_dist_xy": wp.array2d(dtype=scalar),
+        "out_dist_yx": wp.array2d(dtype=scalar),
+        "dist_xy": wp.array2d(dtype=scalar),
+        "dist_yx": wp.array2d(dtype=scalar),
+        "out_loss": wp.array(dtype=scalar),
+        "grad_x": wp.array2d(dtype=vec),
+        "grad_y": wp.array2d(dtype=vec),
+        "grad_dist_xy": wp.array2d(dtype=scalar),
+        "grad_dist_yx": wp.array2d(dtype=scalar),
+        "grad_loss": wp.array(dtype=scalar),
+    }
+    for precision, vec, scalar in (("float32", wp.vec3f, wp.float32), ("float64", wp.vec3d, wp.float64))
 }
-#: The grid kernels every grid search launches (``counting_sort_rows`` on the CPU only: CUDA sorts with
-#: torch).
-_GRID = (grid_setup, assign_cells, counting_sort_rows)
+#: The grid builds every grid search launches (rows on the CPU, a block per cloud on CUDA).
+_GRID = (grid_build_rows, grid_build_block)
 
-#: Small clouds: a scan of every point (one kernel).
-KNN_BRUTE = KernelTable(f"{__name__}.knn_brute", (knn_brute,), TYPES, options=OPTIONS)
-BALL_QUERY_BRUTE = KernelTable(f"{__name__}.ball_query_brute", (ball_query_brute,), TYPES, options=OPTIONS)
-#: Larger clouds: the grid (built per call) and the search over it.
-KNN_GRID = KernelTable(f"{__name__}.knn_grid", (*_GRID, knn_rows), TYPES, options=OPTIONS)
+#: Small clouds: a scan of every point (one kernel; float64 clouds first get their scale).
+KNN_BRUTE = KernelTable(f"{__name__}.knn_brute", (cloud_scale_rows, knn_brute), TYPES, options=OPTIONS)
+BALL_QUERY_BRUTE = KernelTable(
+    f"{__name__}.ball_query_brute", (cloud_scale_rows, ball_query_brute), TYPES, options=OPTIONS
+)
+#: Larger clouds: the grid (built per call, one launch) and the search over it.
+KNN_GRID = KernelTable(
+    f"{__name__}.knn_grid", (*_GRID, knn_rows), TYPES, options=OPTIONS, block_dim=BUILD_BLOCK_DIM
+)
 BALL_QUERY_GRID = KernelTable(
-    f"{__name__}.ball_query_grid", (*_GRID, ball_query_rows), TYPES, options=OPTIONS
+    f"{__name__}.ball_query_grid",
+    (*_GRID, ball_query_rows),
+    TYPES,
+    options=OPTIONS,
+    block_dim=BUILD_BLOCK_DIM,
 )
