@@ -182,6 +182,24 @@ def test_int32_and_int64_pairs_agree(device, index):
     assert torch.equal(got, want)
 
 
+def test_strided_inputs(device):
+    """Pairs with a strided last dimension, every other sphere, coordinates not adjacent, a strided margin."""
+    links = _arm(4, 3)
+    pairs = _pairs(links, device).t().contiguous().t()
+    assert pairs.stride(-1) != 1
+    wide = _spheres((5,), 2 * len(links), device=device)[:, ::2]
+    spread = torch.zeros(5, len(links), 4, 2, dtype=torch.float64, device=device)
+    spread[..., 0] = wide
+    spheres = spread[..., 0]
+    assert spheres.stride(-1) == 2 and wide.stride(-2) == 8
+    margin = torch.rand(2 * len(links), dtype=torch.float64, device=device)[::2] * 0.05
+    for s in (wide, spheres):
+        for reduction in REDUCTIONS:
+            got = self_collision_cost(s, pairs, margin=margin, reduction=reduction)
+            ref = self_collision_reference(s, pairs, margin=margin, reduction=reduction)
+            torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_margin_float_and_tensor(device, reduction):
     links = _arm(4, 3)
@@ -651,8 +669,8 @@ def test_hostile_pairs_with_checks_off_never_crash(device, index):
 def test_docstring_examples_run():
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    names = {name: getattr(warpgeo, name) for name in warpgeo.__all__}
-    for test in finder.find(self_collision, "warpgeo.self_collision", globs={"torch": torch, **names}):
+    names = {"torch": torch, "collision_pairs": collision_pairs, "self_collision_cost": self_collision_cost}
+    for test in finder.find(self_collision, "warpgeo.self_collision", globs=names):
         runner.run(test, clear_globs=True)
     results = runner.summarize(verbose=False)
     assert results.failed == 0 and results.attempted >= 6

@@ -333,7 +333,11 @@ def _cost_impl(
     work = _warp.to_compute(spheres)
     device = spheres.device
     table = kernels.SELF_COLLISION[_PRECISION[work.dtype], _INDEX[pairs.dtype]]
-    common = {"pairs": pairs, "margin": _margin_tensor(margin, work), "margin_value": float(margin_value)}
+    common = {
+        "pairs": _pair_rows(pairs),
+        "margin": _margin_tensor(margin, work),
+        "margin_value": float(margin_value),
+    }
     arg = torch.empty(batch if reduction == "max" else 0, dtype=torch.int32, device=device)
     if reduction == "none":
         cost = torch.empty(batch, pairs.shape[0], dtype=work.dtype, device=device)
@@ -385,6 +389,11 @@ def _check_values(spheres, pairs, margin) -> None:
         if low < SENTINEL_INDEX or high >= count:
             bad = int(low) if low < SENTINEL_INDEX else int(high)
             raise IndexError(f"pairs must lie in [0, S={count}) (-1 = no pair); found {bad}")
+
+
+def _pair_rows(pairs: torch.Tensor) -> torch.Tensor:
+    """``pairs`` as the kernels read them: each row one vector of two indices (a dense last dimension)."""
+    return pairs if pairs.stride(-1) == 1 else pairs.contiguous()
 
 
 #: Per (device, dtype), the empty margin tensor the kernels read as "no per-sphere margin" (never written).
@@ -444,7 +453,7 @@ def _grad_impl(
         per_batch={"arg": arg.to(torch.int32) if reduction == "max" else _no_arg(work.device)},
         work_per_row=1 if reduction == "max" else max(pairs.shape[0], 1),
         what="spheres",
-        pairs=pairs,
+        pairs=_pair_rows(pairs),
         margin=_margin_tensor(margin, work),
         margin_value=float(margin_value),
         mode=_MODES[reduction],

@@ -28,10 +28,11 @@ REDUCE_SUM = wp.constant(1)
 REDUCE_NONE = wp.constant(2)
 #: "No pair" / "no sphere": a skipped index, and the arg-max of a configuration with no penetration.
 NO_PAIR = wp.constant(-1)
-#: Where the largest |coordinate difference| lies in [LOW, HIGH], the sum of squares neither overflows nor
-#: loses precision to subnormals, in float32 and float64 alike; outside, the difference is scaled first.
-SQUARE_LOW = wp.constant(2.0**-60)
-SQUARE_HIGH = wp.constant(2.0**60)
+#: Where a squared distance lies in [LOW, HIGH], no square of a coordinate difference overflowed and none
+#: that matters lost precision to subnormals (float32 and float64 alike): its square root is the distance.
+#: Outside, the difference is scaled by its largest coordinate first (exact at any finite scale).
+SQUARE_LOW = wp.constant(2.0**-120)
+SQUARE_HIGH = wp.constant(2.0**120)
 #: The unit direction of ``c_i - c_j`` taken at coincident centres (x component; y and z are 0).
 DIRECTION_X = wp.constant(1.0)
 
@@ -39,22 +40,12 @@ OPTIONS = {"enable_backward": False}
 
 
 @wp.func
-def sphere_index(i: Any, count: int) -> int:
-    """``i`` (int32 or int64) as a sphere index where it lies in ``[0, count)``, else ``NO_PAIR``. Compared at
-    64 bits before narrowing: an int64 of 2**32 + 5 is out of range, never sphere 5."""
-    wide = wp.int64(i)
-    k = int(NO_PAIR)
-    if wide >= wp.int64(0) and wide < wp.int64(count):
-        k = int(wide)
-    return k
-
-
-@wp.func
 def norm3(dx: Any, dy: Any, dz: Any):
     """``sqrt(dx^2 + dy^2 + dz^2)`` without overflow or underflow of the squares at any finite scale."""
+    d2 = dx * dx + dy * dy + dz * dz
+    if d2 >= type(d2)(SQUARE_LOW) and d2 <= type(d2)(SQUARE_HIGH):
+        return wp.sqrt(d2)
     m = wp.max(wp.max(wp.abs(dx), wp.abs(dy)), wp.abs(dz))
-    if m >= type(m)(SQUARE_LOW) and m <= type(m)(SQUARE_HIGH):
-        return wp.sqrt(dx * dx + dy * dy + dz * dz)
     if m == type(m)(0.0) or not wp.isfinite(m):
         return m
     sx = dx / m
@@ -73,14 +64,19 @@ def grown_radius(radius: Any, margin: wp.array(dtype=Any), margin_value: Any, i:
 
 
 @wp.func
-def pair_spheres(pairs: wp.array2d(dtype=Any), p: int, count: int):
-    """The two sphere indices of pair ``p``, or ``NO_PAIR`` twice where it is skipped (an index out of
-    range, ``-1`` padding, a sphere paired with itself)."""
-    i = sphere_index(pairs[p, 0], count)
-    j = sphere_index(pairs[p, 1], count)
-    if i < 0 or j < 0 or i == j:
-        i = int(NO_PAIR)
-        j = int(NO_PAIR)
+def pair_spheres(pairs: wp.array(dtype=Any), p: int, count: int):
+    """The two sphere indices of pair ``p`` (a vector of two int32 or int64), or ``NO_PAIR`` twice where it is
+    skipped: an index outside ``[0, count)`` (``-1`` padding), a sphere paired with itself. Compared at 64
+    bits before narrowing: an int64 of 2**32 + 5 is out of range, never sphere 5."""
+    ij = pairs[p]
+    a = wp.int64(ij[0])
+    b = wp.int64(ij[1])
+    n = wp.int64(count)
+    i = int(NO_PAIR)
+    j = int(NO_PAIR)
+    if a >= wp.int64(0) and a < n and b >= wp.int64(0) and b < n and a != b:
+        i = int(a)
+        j = int(b)
     return i, j
 
 
@@ -108,7 +104,7 @@ def penetration(
 
 def self_collision_max(
     spheres: wp.array2d(dtype=Any),
-    pairs: wp.array2d(dtype=Any),
+    pairs: wp.array(dtype=Any),
     margin: wp.array(dtype=Any),
     margin_value: Any,
     cost: wp.array(dtype=Any),
@@ -122,23 +118,22 @@ def self_collision_max(
         count = spheres.shape[1]
         best = type(margin_value)(0.0)
         best_pair = int(NO_PAIR)
-        if pairs.shape[1] >= 2:
-            p = int(0)  # a bare literal would be a constant to Warp, not a loop counter
-            while p < pairs.shape[0]:
-                i, j = pair_spheres(pairs, p, count)
-                if i >= 0:
-                    pen, enabled = penetration(spheres, margin, margin_value, b, i, j)
-                    if enabled and pen > best:  # strictly: the lowest pair keeps a tie
-                        best = pen
-                        best_pair = p
-                p += 1
+        p = int(0)  # a bare literal would be a constant to Warp, not a loop counter
+        while p < pairs.shape[0]:
+            i, j = pair_spheres(pairs, p, count)
+            if i >= 0:
+                pen, enabled = penetration(spheres, margin, margin_value, b, i, j)
+                if enabled and pen > best:  # strictly: the lowest pair keeps a tie
+                    best = pen
+                    best_pair = p
+            p += 1
         cost[b] = best
         arg[b] = wp.int32(best_pair)
 
 
 def self_collision_sum(
     spheres: wp.array2d(dtype=Any),
-    pairs: wp.array2d(dtype=Any),
+    pairs: wp.array(dtype=Any),
     margin: wp.array(dtype=Any),
     margin_value: Any,
     cost: wp.array(dtype=Any),
@@ -150,21 +145,20 @@ def self_collision_sum(
         count = spheres.shape[1]
         zero = type(margin_value)(0.0)
         total = zero
-        if pairs.shape[1] >= 2:
-            p = int(0)
-            while p < pairs.shape[0]:
-                i, j = pair_spheres(pairs, p, count)
-                if i >= 0:
-                    pen, enabled = penetration(spheres, margin, margin_value, b, i, j)
-                    if enabled and pen > zero:
-                        total = total + pen
-                p += 1
+        p = int(0)
+        while p < pairs.shape[0]:
+            i, j = pair_spheres(pairs, p, count)
+            if i >= 0:
+                pen, enabled = penetration(spheres, margin, margin_value, b, i, j)
+                if enabled and pen > zero:
+                    total = total + pen
+            p += 1
         cost[b] = total
 
 
 def self_collision_pairs(
     spheres: wp.array2d(dtype=Any),
-    pairs: wp.array2d(dtype=Any),
+    pairs: wp.array(dtype=Any),
     margin: wp.array(dtype=Any),
     margin_value: Any,
     costs: wp.array2d(dtype=Any),
@@ -179,7 +173,7 @@ def self_collision_pairs(
         p = int(0)
         while p < width:
             value = zero
-            if p < pairs.shape[0] and pairs.shape[1] >= 2:
+            if p < pairs.shape[0]:
                 i, j = pair_spheres(pairs, p, count)
                 if i >= 0:
                     pen, enabled = penetration(spheres, margin, margin_value, b, i, j)
@@ -222,7 +216,7 @@ def add_pair_gradient(
 
 def self_collision_backward(
     spheres: wp.array2d(dtype=Any),
-    pairs: wp.array2d(dtype=Any),
+    pairs: wp.array(dtype=Any),
     margin: wp.array(dtype=Any),
     margin_value: Any,
     grad_cost: wp.array2d(dtype=Any),
@@ -243,12 +237,7 @@ def self_collision_backward(
         while k < grad_spheres.shape[1]:
             grad_spheres[b, k] = zero4
             k += 1
-        if (
-            b < spheres.shape[0]
-            and b < grad_cost.shape[0]
-            and grad_cost.shape[1] >= 1
-            and pairs.shape[1] >= 2
-        ):
+        if b < spheres.shape[0] and b < grad_cost.shape[0] and grad_cost.shape[1] >= 1:
             count = wp.min(spheres.shape[1], grad_spheres.shape[1])
             zero = type(margin_value)(0.0)
             if mode == REDUCE_MAX:
@@ -284,7 +273,7 @@ def _types(precision: str, index: str) -> dict:
     scalar, vec4 = _PRECISIONS[precision]
     return {
         "spheres": wp.array2d(dtype=vec4),
-        "pairs": wp.array2d(dtype=_INDICES[index]),
+        "pairs": wp.array(dtype=wp.types.vector(2, _INDICES[index])),
         "margin": wp.array(dtype=scalar),
         "margin_value": scalar,
         "cost": wp.array(dtype=scalar),
