@@ -209,6 +209,40 @@ def test_sample_errors(files, capsys):
     run_error(capsys, ["sample", str(files / "cloud.abc"), "-o", out], "unknown file type")
 
 
+def test_transposed_tables_are_refused(files, capsys):
+    """Points stored as columns ((3, N): x, y and z as rows) would read as 3 points with N - 3 attributes."""
+    rng = np.random.default_rng(6)
+    columns = rng.random((3, 5000))
+    np.save(files / "t.npy", columns)
+    np.savetxt(files / "t.xyz", columns[:, :50])
+    np.save(files / "t_batch.npy", rng.random((2, 3, 100)))  # channels-first batches
+    np.save(files / "t4.npy", rng.random((4, 100)))  # x, y, z, intensity as rows
+    out = str(files / "out.npy")
+    for name in ("t.npy", "t.xyz", "t4.npy"):
+        line = run_error(capsys, ["sample", str(files / name), "-k", "16", "-o", out], "looks transposed")
+        assert len(line.replace(str(files), "")) < 300 and "save array.T" in line
+    mesh = str(files / "sphere.obj")
+    for name in ("t.npy", "t_batch.npy"):
+        line = run_error(capsys, ["sdf", mesh, str(files / name), "-o", out], "looks transposed")
+        assert len(line.replace(str(files), "")) < 300
+    assert not (files / "out.npy").exists()
+    # a few points with a few attributes each are rows, as written: (3, 6) is 3 points with r, g, b
+    np.save(files / "rgb.npy", np.concatenate([rng.random((3, 3)), np.ones((3, 3))], axis=1))
+    assert main(["sample", str(files / "rgb.npy"), "-k", "2", "-o", out, "-q", "--device", "cpu"]) == 0
+    assert "3 points with 3 attributes" in capsys.readouterr().out
+
+
+def test_sample_names_at_most_a_few_attributes(files, capsys):
+    rng = np.random.default_rng(7)
+    np.save(files / "wide.npy", rng.random((400, 3 + 300)))  # 300 feature columns per point
+    out = files / "wide_out.npy"
+    assert main(["sample", str(files / "wide.npy"), "-k", "8", "-o", str(out), "-q", "--device", "cpu"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert "300 attributes (c3, c4," in line and "c302" not in line, line
+    assert len(line.replace(str(files), "")) < 200, line
+    assert np.load(out).shape == (8, 303)
+
+
 def test_debug_shows_the_exception(files):
     with pytest.raises(CliError, match="input file not found"):
         main(["sample", str(files / "missing.ply"), "-o", str(files / "o.ply"), "--debug"])

@@ -43,6 +43,11 @@ _INDEX_OUT_SUFFIXES = (".npy", ".txt")
 #: The most surface samples ``sample`` draws from a mesh (trimesh holds them in float64: 1.5 GiB at this size).
 MAX_SURFACE_SAMPLES = 2**26
 _OTHER_DEVICE_TYPES = ("mps", "meta", "xpu", "xla", "hip", "ipu", "hpu", "mtia", "lazy", "vulkan", "ve")
+#: A table of at most this many rows with more attribute columns than rows reads as points stored as
+#: columns (x, y, z and a few attributes as rows): refused as transposed.
+_TRANSPOSED_MAX_ROWS = 8
+#: The most attribute names a summary line prints.
+_NAMES_SHOWN = 6
 
 
 class CliError(Exception):
@@ -104,6 +109,29 @@ def _float(array: np.ndarray) -> np.ndarray:
     return array if array.dtype in (np.float32, np.float64) else array.astype(np.float64)
 
 
+def _names(names) -> str:
+    """Attribute names for a summary line: the first few, then how many more."""
+    names = list(names)
+    shown = ", ".join(names[:_NAMES_SHOWN])
+    return shown if len(names) <= _NAMES_SHOWN else f"{shown}, ... {len(names) - _NAMES_SHOWN} more"
+
+
+def _check_not_transposed(shape: tuple[int, ...], path: Path) -> None:
+    """Refuse a table ``(..., R, C)`` that reads as a few points with more attributes than points: points
+    stored as columns, ``(3, N)`` (x, y, z as rows) or ``(3 + a, N)``. A few points with a few attributes
+    each (``(3, 6)``: r, g, b) are read as written."""
+    if len(shape) < 2:
+        return
+    rows, columns = shape[-2], shape[-1]
+    if 3 <= rows <= _TRANSPOSED_MAX_ROWS and columns - 3 > rows:
+        fix = "array.T" if len(shape) == 2 else "array.swapaxes(-1, -2)"
+        raise CliError(
+            f"cannot read {path}: an array of shape {shape} looks transposed: it would be {rows} points "
+            f"with {columns - 3} attributes each. Points are rows, x, y, z first: save {fix} (shape "
+            f"{(*shape[:-2], columns, rows)})"
+        )
+
+
 def _table(array: np.ndarray, path: Path) -> Cloud:
     """An ``(N, C >= 3)`` array as a cloud: x, y, z first, the other columns as attributes."""
     if array.ndim == 1 and array.size >= 3:  # a one-point text file
@@ -112,6 +140,7 @@ def _table(array: np.ndarray, path: Path) -> Cloud:
         raise CliError(f"cannot read {path}: it holds no points (an empty array of shape {array.shape})")
     if array.ndim != 2 or array.shape[1] < 3 or array.shape[0] == 0:
         raise CliError(f"cannot read {path}: expected an (N, 3) array of points, got shape {array.shape}")
+    _check_not_transposed(array.shape, path)
     cloud = Cloud(_float(array[:, :3]), {f"c{i}": array[:, i] for i in range(3, array.shape[1])})
     _check_finite(cloud.points, path)
     return cloud
@@ -215,6 +244,7 @@ def read_points(path: str) -> tuple[np.ndarray, int]:
             raise CliError(
                 f"cannot read {p}: expected a numeric (..., 3) array, got {array.dtype} {array.shape}"
             )
+        _check_not_transposed(array.shape, p)
         points = _float(array[..., :3])
         _check_finite(points, p)
         return points, array.shape[-1] - 3
@@ -418,9 +448,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
             cloud = loaded if not args.xyz_only else Cloud(loaded.points)
             source = _plural(len(cloud.points), "point")
             if cloud.attributes:
-                source += (
-                    f" with {_plural(len(cloud.attributes), 'attribute')} ({', '.join(cloud.attributes)})"
-                )
+                source += f" with {_plural(len(cloud.attributes), 'attribute')} ({_names(cloud.attributes)})"
         else:
             import trimesh
 
