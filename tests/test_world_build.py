@@ -405,3 +405,197 @@ def test_writing_into_the_callers_arrays_after_the_build_changes_nothing(backgro
     )  # built from the mesh as given
     points = _points(200, seed=4)
     torch.testing.assert_close(signed_distance(points, world), _sphere_distance(points), atol=1e-6, rtol=0)
+
+
+def test_a_large_plane_tree_built_in_two_halves_is_the_same(monkeypatch):
+    """A large convex mesh's plane tree: its root, then its two halves on two threads, gives the tables of the
+    one-loop build (every node built alike), whose nodes each bound their faces (checked against the faces)."""
+    sphere = trimesh.creation.icosphere(subdivisions=4, radius=0.7)  # 5,120 faces
+    vertices, faces = np.asarray(sphere.vertices, np.float32), np.asarray(sphere.faces, np.int32)
+    part = _mesh_prep._Geometry([(vertices, faces)]).part(0)
+    monkeypatch.setattr(_mesh_prep, "_PARALLEL_TREE_FACES", 1 << 40)
+    one_loop = _mesh_prep._plane_tree(part)
+    monkeypatch.setattr(_mesh_prep, "_PARALLEL_TREE_FACES", 64)
+    halves = _mesh_prep._plane_tree(part, None, _mesh_prep._helper_pool(False))
+    for mine, theirs in zip(halves, one_loop, strict=True):
+        assert mine.dtype == theirs.dtype and mine.tobytes() == theirs.tobytes()
+    nodes, links, _, order = halves
+    assert sorted(order.tolist()) == list(range(len(faces)))  # every face in one leaf
+    normals = np.cross(*(vertices[faces][:, k] - vertices[faces][:, 0] for k in (1, 2))).astype(np.float64)
+    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+    # each node's cone holds the normals of the faces of its subtree (leaves: rows [first, first + count))
+    for k, after in enumerate(links[:, 0].tolist()):
+        leaves = [j for j in range(k, after) if links[j, 2] > 0]
+        below = np.concatenate([order[links[j, 1] : links[j, 1] + links[j, 2]] for j in leaves])
+        axis, cos = nodes[1 + 2 * k, :3].astype(np.float64), float(nodes[2 + 2 * k, 0])
+        assert (normals[below] @ axis >= cos - 1e-6).all(), k
+
+
+def _slot_tables(world: MeshWorld, e: int, m: int) -> dict[str, np.ndarray]:
+    """One slot's tables, read out of the world's flat tables at its offsets."""
+    t = {name: world._tables[name].numpy() for name in world._tables}
+    nx, ny, nz, first = t["grid_dims"][e, m].tolist()
+    out = {
+        "flags": t["grid_flags"][e, m],
+        "dims": (nx, ny, nz),
+        "grid": t["grid_cells"][first : first + nx * ny * nz],
+    }
+    faces = len(world._wp_meshes[e][m].indices) // 3
+    vertices = len(world._wp_meshes[e][m].points)
+    face_row, vertex_row = t["topo_offsets"][e, m].tolist()
+    if face_row >= 0:
+        out["neighbors"] = t["face_neighbors"][face_row : face_row + faces]
+        out["normals"] = t["vertex_normals"][vertex_row : vertex_row + vertices]
+    node_row, link_row, plane_row, count = t["cone_offsets"][e, m].tolist()
+    if count >= 0:
+        out["nodes"] = t["cone_nodes"][node_row : node_row + 1 + 2 * count]
+        out["links"] = t["cone_links"][link_row : link_row + count]
+        out["planes"] = t["cone_planes"][plane_row : plane_row + faces]
+        out["cone_faces"] = t["cone_faces"][plane_row : plane_row + faces]
+    return out
+
+
+def test_a_batch_of_meshes_gets_the_tables_of_each_mesh_alone():
+    """Every step of a batch (edge pairs in one sort, one launch of the closed-mesh check, of the grids) gives
+    each mesh the tables of a world of that mesh alone, whatever sits beside it: open meshes and cuboids (no
+    grid) between gridded ones, unsigned and signed grids, convex and not."""
+    box = trimesh.creation.box((0.3, 0.2, 0.4))
+    entries = [
+        (trimesh.Trimesh(box.vertices, box.faces[:-2], process=False), "ray"),  # open: no grid
+        (trimesh.creation.icosphere(2, radius=0.3), "ray"),  # convex: a plane tree
+        (box, "ray"),  # a cuboid: a closed form
+        (trimesh.creation.torus(0.4, 0.1, major_sections=24, minor_sections=12), "normal"),
+        (trimesh.creation.annulus(0.1, 0.2, 0.1), "unsigned"),  # an unsigned grid
+        (trimesh.creation.cylinder(0.1, 0.3, sections=40), "winding"),
+        (trimesh.Trimesh(box.vertices, box.faces[:-2], process=False), "unsigned"),  # open, unsigned grid
+    ]
+    world = MeshWorld([m for m, _ in entries], sign_method=[s for _, s in entries])
+    assert world._later is None  # small: every table at once
+    kinds = set()
+    for m, (mesh, method) in enumerate(entries):
+        alone = _slot_tables(MeshWorld([mesh], sign_method=method), 0, 0)
+        mine = _slot_tables(world, 0, m)
+        assert mine.keys() == alone.keys(), m
+        for name in alone:
+            assert np.asarray(mine[name]).tobytes() == np.asarray(alone[name]).tobytes(), (m, name)
+        kinds.add((int(mine["flags"]), mine["dims"][0] > 0, "nodes" in mine))
+    assert {
+        (0, False, False),
+        (1, True, True),
+        (3, False, False),
+        (1, True, False),
+        (0, True, False),
+    } <= kinds
+
+
+def test_grids_are_sized_to_the_mesh():
+    """About one cell a face, from 512 (a 500-face cylinder) to 8,192 cells."""
+    cylinder = trimesh.creation.cylinder(0.2, 0.5, sections=125)  # 500 faces
+    sphere = trimesh.creation.icosphere(4)  # 5,120 faces
+    world = MeshWorld([cylinder, sphere])
+    cells = world._tables["grid_dims"][0, :, :3].prod(dim=1).tolist()
+    assert 256 <= cells[0] <= 1024 and 2560 <= cells[1] <= 10240, cells
+    box = trimesh.creation.box((1.0, 1.0, 1.0)).subdivide()  # 48 faces: 512 cells (8 x 8 x 8)
+    assert MeshWorld([box])._tables["grid_dims"][0, 0, :3].tolist() == [8, 8, 8]
+
+
+def _reference_pairs(faces: np.ndarray) -> set | None:
+    """Closed and consistently wound: every undirected edge in exactly two faces, once each way; then its
+    pairs of directed edges (edge i = face i % F's edge i // F: ab, bc, ca), as a set of frozensets."""
+    num_faces = len(faces)
+    by_edge: dict = {}
+    for f in range(num_faces):
+        for k in range(3):
+            a, b = int(faces[f, k]), int(faces[f, (k + 1) % 3])
+            by_edge.setdefault((min(a, b), max(a, b)), []).append((k * num_faces + f, a < b))
+    pairs = set()
+    for members in by_edge.values():
+        if len(members) != 2 or members[0][1] == members[1][1]:
+            return None
+        pairs.add(frozenset((members[0][0], members[1][0])))
+    return pairs
+
+
+def test_edge_pairs_of_many_meshes_in_one_sort():
+    sphere = trimesh.creation.icosphere(2)
+    closed = np.asarray(sphere.faces)
+    flipped = closed.copy()
+    flipped[5] = flipped[5, ::-1]
+    tripled = np.concatenate([closed, closed[:1], closed[:1, ::-1]])  # an edge in four faces
+    torus = trimesh.creation.torus(1.0, 0.3, major_sections=16, minor_sections=8)
+    meshes = [
+        (closed, len(sphere.vertices)),
+        (closed[1:], len(sphere.vertices)),  # open (and an odd number of faces: 3F / 2 is no integer)
+        (flipped, len(sphere.vertices)),
+        (np.asarray(torus.faces), len(torus.vertices)),
+        (tripled, len(sphere.vertices)),
+        (closed[2:], len(sphere.vertices)),  # open, an even number of faces
+        (closed, len(sphere.vertices)),
+    ]
+    got = _mesh_prep.edge_pairs(meshes)
+    for k, ((faces, _), pairs) in enumerate(zip(meshes, got, strict=True)):
+        expected = _reference_pairs(faces)
+        assert (pairs is None) == (expected is None), k
+        if expected is not None:
+            assert {frozenset(p) for p in pairs.tolist()} == expected, k
+    assert [p is None for p in got] == [False, True, True, False, True, True, False]
+
+
+def test_many_small_meshes_build_their_tables_in_the_background(monkeypatch):
+    """A CPU world whose small meshes add up to BACKGROUND_WORLD_FACES defers their tables: queries before are
+    exact (signs against brute-force winding numbers), equal after, and the tables those of building at once."""
+    monkeypatch.setattr(_mesh_prep, "BACKGROUND_WORLD_FACES", 1000)
+    spheres = [trimesh.creation.icosphere(2, radius=0.2 + 0.05 * k) for k in range(3)]  # 320 faces each
+    torus = trimesh.creation.torus(0.3, 0.1, major_sections=16, minor_sections=8)
+    envs = [[spheres[0], torus], [spheres[1]], [spheres[2], spheres[0]]]
+    poses = np.zeros((3, 2, 7))
+    poses[..., 3] = 1.0
+    poses[0, 1, :3] = (0.5, 0.0, 0.0)
+    gen = np.random.default_rng(7)
+    points = torch.from_numpy(gen.uniform(-0.6, 0.9, (3, 300, 3)))
+    env_index = torch.arange(3)
+    world = MeshWorld.from_envs(envs, poses=poses)
+    assert world._later is not None
+    before = signed_distance(points, world, env_index=env_index)
+    assert world.wait_tables(timeout=120)
+    assert (world._tables["grid_flags"][[0, 0, 1, 2, 2], [0, 1, 0, 0, 1]] == 1).all()
+    after = signed_distance(points, world, env_index=env_index)
+    assert torch.equal(before, after)
+    for e, env in enumerate(envs):  # the union's distance: the least of its meshes' (signs by winding number)
+        local = []
+        for m, mesh in enumerate(env):
+            p = points[e].numpy() - poses[e, m, :3]
+            _, unsigned, _ = trimesh.proximity.closest_point(mesh, p)
+            local.append(np.where(_winding_numbers(mesh, p) > 0.5, -unsigned, unsigned))
+        np.testing.assert_allclose(before[e].numpy(), np.min(local, axis=0), atol=1e-6, rtol=0)
+    monkeypatch.setattr(_mesh_prep, "BACKGROUND_WORLD_FACES", 1 << 30)
+    inline = MeshWorld.from_envs(envs, poses=poses)
+    assert inline._later is None
+    for e, env in enumerate(envs):
+        for m in range(len(env)):
+            mine, theirs = _slot_tables(world, e, m), _slot_tables(inline, e, m)
+            for name in theirs:
+                assert np.asarray(mine[name]).tobytes() == np.asarray(theirs[name]).tobytes(), (e, m, name)
+
+
+def test_tables_through_the_cuda_algorithms_on_cpu_tensors(monkeypatch):
+    """The build's kernels as a CUDA world launches them (one launch each, no split across threads), on CPU
+    tensors: the same tables."""
+    from warpgeo import _warp
+
+    meshes = [
+        trimesh.creation.icosphere(2, radius=0.3),
+        trimesh.creation.torus(0.4, 0.1, major_sections=24, minor_sections=12),
+        trimesh.creation.annulus(0.1, 0.2, 0.1),
+    ]
+    methods = ["ray", "normal", "unsigned"]
+    cpu = MeshWorld(meshes, sign_method=methods)
+    monkeypatch.setattr(_warp.PATHS, "cuda_on_cpu", True)
+    cuda_like = MeshWorld(meshes, sign_method=methods)
+    for m in range(len(meshes)):
+        mine, theirs = _slot_tables(cuda_like, 0, m), _slot_tables(cpu, 0, m)
+        assert mine.keys() == theirs.keys()
+        for name in theirs:
+            assert np.asarray(mine[name]).tobytes() == np.asarray(theirs[name]).tobytes(), (m, name)
+    points = _points(300, seed=9)
+    assert torch.equal(signed_distance(points, cuda_like), signed_distance(points, cpu))

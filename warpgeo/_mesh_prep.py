@@ -240,6 +240,19 @@ def _mesh_pool(pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=2, thread_name_prefix="warpgeo-bvh")
 
 
+def _helper_pool(background: bool) -> ThreadPoolExecutor | None:
+    """A second thread for a table build (None on one core): at the lowest priority for the background
+    build's."""
+    if torch.get_num_threads() < 2:
+        return None
+    return _low_pool(os.getpid()) if background else _mesh_pool(os.getpid())
+
+
+@functools.cache
+def _low_pool(pid: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="warpgeo-tables", initializer=_yield_cores)
+
+
 def face_checks(
     meshes: list[tuple[np.ndarray, np.ndarray]], device: torch.device
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -663,7 +676,7 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
             for j, (k, _) in enumerate(paired):
                 if convex[j]:
                     check()
-                    trees[k] = _plane_tree(geometry.part(j), check)
+                    trees[k] = _plane_tree(geometry.part(j), check, _helper_pool(alive is not None))
     gridded = [
         k
         for k, spec in enumerate(specs)
@@ -938,6 +951,8 @@ def _pseudo_normal_tables(
 
 #: Faces per leaf of a plane tree.
 _PLANE_LEAF = 8
+#: From this many faces, a plane tree's two halves are built on two threads.
+_PARALLEL_TREE_FACES = 1 << 15
 #: Relative tolerance of the convexity test (of the mesh's extent): coplanar neighbours pass.
 _CONVEX_TOL = 1.0e-6
 #: Radians added to each cone's half-angle in a plane tree (float32 rounds a cosine near 1 by ~3.5e-4 rad).
@@ -1006,10 +1021,11 @@ def _components(neighbors: np.ndarray) -> np.ndarray:
             parent = jumped
 
 
-def _plane_tree(geometry: _Part, check: Any = None) -> tuple:
+def _plane_tree(geometry: _Part, check: Any = None, pool: ThreadPoolExecutor | None = None) -> tuple:
     """The plane tree of a convex closed mesh (:func:`_is_convex`): ``(nodes (1 + 2K, 4) float32, links
     (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``. ``check()`` is called between levels (it may
-    raise to stop the build).
+    raise to stop the build); ``pool``: a thread that builds one half of a large tree while this one builds
+    the other.
 
     Each face's plane ``(n, b)`` (unit normal, ``b = n . (a - o)`` for a corner ``a`` and the origin ``o``, the
     box centre) in leaf order, with the face's index. The K nodes in depth-first order split the faces by
@@ -1049,53 +1065,85 @@ def _plane_tree(geometry: _Part, check: Any = None) -> tuple:
     # each face's rank along each axis (equal normal components: equal ranks), to sort by integers
     ranks = np.stack([np.unique(normal[:, a], return_inverse=True)[1].reshape(-1) for a in range(3)])
     num_ranks = int(ranks.max()) + 1
+
+    def grow(block: tuple, row0: int, levels: float) -> tuple:
+        """Build the subtrees of ``block = (normals, carried, starts, counts, index)`` (rows ``row0 + i`` of the
+        tree order; ``starts`` in the block's rows) ``levels`` levels deep; returns the block in its new order
+        and the nodes of the level it stopped at."""
+        normals, carried, starts, counts, index = block
+        level = 0
+        while len(starts) and level < levels:
+            if check is not None:
+                check()
+            level += 1
+            next_levels = []
+            moves = []  # (rows, the rows they take) of every inner node of the level, applied after it
+            for n in np.unique(counts).tolist():
+                pick = counts == n
+                start, k = starts[pick], index[pick]
+                rows = start[:, None] + np.arange(n)  # (G, n)
+                grouped = np.take(normals, rows, axis=0)  # (G, n, 3), for the matrix-vector products
+                # a node's (n, 3) sum adds its rows one by one: so does this (n, G * 3) one, every node at once
+                across = np.take(normals, rows.T, axis=0)  # (n, G, 3)
+                axis = across.sum(axis=0)
+                # np.linalg.norm of a vector is sqrt(x . x): the same dot product, stacked
+                length = np.sqrt(np.matmul(axis[:, None, :], axis[:, :, None])[:, 0, 0])
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    axis = np.where(
+                        (length > 1e-12)[:, None], axis / length[:, None], np.array([1.0, 0.0, 0.0])
+                    )
+                axes[k] = axis
+                # the same matrix-vector product per node (a stacked matmul calls it node by node)
+                widest[k] = _widest_angle(np.matmul(grouped, axis[:, :, None])[:, :, 0])
+                lowest[k] = np.take(carried[:, 0], rows).min(axis=1)
+                if n <= _PLANE_LEAF:
+                    links[k] = np.stack([k + 1, row0 + start, np.full_like(k, n)], axis=1)
+                    continue
+                links[k, 0] = k + subtree(n)
+                split = np.argmax(across.max(axis=0) - across.min(axis=0), axis=1)
+                # a stable sort of each node by its split axis: by (node, rank), below G * F <= F**2
+                faces_now = np.take(carried[:, 1], rows).astype(np.int64)
+                key = np.arange(len(k))[:, None] * num_ranks + ranks[split[:, None], faces_now]
+                flat = rows.reshape(-1)
+                moves.append((flat, flat[_stable_argsort(key.reshape(-1))]))
+                half = n // 2
+                next_levels.append((start, np.full_like(start, half), k + 1))
+                next_levels.append((start + half, np.full_like(start, n - half), k + 1 + subtree(half)))
+            if not next_levels:
+                starts = starts[:0]
+                break
+            source = np.arange(len(normals))
+            for flat, taken in moves:
+                source[flat] = taken
+            normals, carried = np.take(normals, source, axis=0), np.take(carried, source, axis=0)
+            starts, counts, index = (np.concatenate(parts) for parts in zip(*next_levels, strict=True))
+        return normals, carried, starts, counts, index
+
     # in tree order (a node's rows contiguous in memory): the faces' normals, and their offsets and indices
-    # (exact in float64) side by side
-    normals = normal.copy()
-    carried = np.stack([offset, np.arange(num_faces, dtype=np.float64)], axis=1)
-    # the nodes of the current level: first row in `order`, face count, depth-first index
-    starts, counts, index = np.zeros(1, np.int64), np.full(1, num_faces, np.int64), np.zeros(1, np.int64)
-    while len(starts):
-        if check is not None:
-            check()
-        next_levels = []
-        moves = []  # (rows, the rows they take) of every inner node of the level, applied after it
-        for n in np.unique(counts).tolist():
-            pick = counts == n
-            start, k = starts[pick], index[pick]
-            rows = start[:, None] + np.arange(n)  # (G, n)
-            grouped = np.take(normals, rows, axis=0)  # (G, n, 3), for the matrix-vector products
-            # a node's (n, 3) sum adds its rows one by one: so does this (n, G * 3) one, every node at once
-            across = np.take(normals, rows.T, axis=0)  # (n, G, 3)
-            axis = across.sum(axis=0)
-            # np.linalg.norm of a vector is sqrt(x . x): the same dot product, stacked
-            length = np.sqrt(np.matmul(axis[:, None, :], axis[:, :, None])[:, 0, 0])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                axis = np.where((length > 1e-12)[:, None], axis / length[:, None], np.array([1.0, 0.0, 0.0]))
-            axes[k] = axis
-            # the same matrix-vector product per node (a stacked matmul calls it node by node)
-            widest[k] = _widest_angle(np.matmul(grouped, axis[:, :, None])[:, :, 0])
-            lowest[k] = np.take(carried[:, 0], rows).min(axis=1)
-            if n <= _PLANE_LEAF:
-                links[k] = np.stack([k + 1, start, np.full_like(k, n)], axis=1)
-                continue
-            links[k, 0] = k + subtree(n)
-            split = np.argmax(across.max(axis=0) - across.min(axis=0), axis=1)
-            # a stable sort of each node by its split axis: by (node, rank), below G * F <= F**2
-            faces_now = np.take(carried[:, 1], rows).astype(np.int64)
-            key = np.arange(len(k))[:, None] * num_ranks + ranks[split[:, None], faces_now]
-            flat = rows.reshape(-1)
-            moves.append((flat, flat[_stable_argsort(key.reshape(-1))]))
-            half = n // 2
-            next_levels.append((start, np.full_like(start, half), k + 1))
-            next_levels.append((start + half, np.full_like(start, n - half), k + 1 + subtree(half)))
-        if not next_levels:
-            break
-        source = np.arange(num_faces)
-        for flat, taken in moves:
-            source[flat] = taken
-        normals, carried = np.take(normals, source, axis=0), np.take(carried, source, axis=0)
-        starts, counts, index = (np.concatenate(parts) for parts in zip(*next_levels, strict=True))
+    # (exact in float64) side by side; the nodes of the current level: first row, face count, depth-first index
+    root = (
+        normal.copy(),
+        np.stack([offset, np.arange(num_faces, dtype=np.float64)], axis=1),
+        np.zeros(1, np.int64),
+        np.full(1, num_faces, np.int64),
+        np.zeros(1, np.int64),
+    )
+    if num_faces < _PARALLEL_TREE_FACES or pool is None:
+        normals, carried, *_ = grow(root, 0, math.inf)
+    else:
+        # the root, then its two subtrees side by side (NumPy's sorts, takes and sums release the GIL): every
+        # node is built as in one loop, so the tables are the same
+        normals, carried, _, counts, index = grow(root, 0, 1)
+        half = int(counts[0])
+        parts = [
+            (normals[a:b], carried[a:b], np.zeros(1, np.int64), np.full(1, b - a, np.int64), index[j : j + 1])
+            for j, (a, b) in enumerate(((0, half), (half, num_faces)))
+        ]
+        second = pool.submit(grow, parts[1], half, math.inf)
+        first = grow(parts[0], 0, math.inf)
+        second = second.result()
+        normals = np.concatenate([first[0], second[0]])
+        carried = np.concatenate([first[1], second[1]])
     # the cone's half-angle, widened far beyond the float32 rounding of its cosine and sine
     angles = np.minimum(math.pi, widest + _CONE_PAD).tolist()
     scale = float(np.abs(points).max() + np.linalg.norm(points.max(axis=0) - points.min(axis=0)))
