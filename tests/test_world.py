@@ -573,14 +573,26 @@ def test_closed_mesh_check_against_exact_intersections(device, name, mesh, inter
 
 
 def test_world_fields_are_the_kernels_struct_fields():
-    """The ops' world list and the kernels' world struct name the same fields in the same order (the struct
-    is built from the list by name)."""
+    """The world is declared once (``warpgeo._kernels.sdf.WORLD_FIELDS``): the ops' world list
+    (``warpgeo.world.WORLD_FIELDS``, derived) and the kernels' struct name the same fields in the same order,
+    and a world's tensors, of the derived dtypes and shapes, fill the struct of each precision."""
+    from warpgeo import _launch
     from warpgeo._kernels import sdf as kernels
     from warpgeo.world import WORLD_FIELDS
 
-    assert tuple(WORLD_FIELDS) == kernels.WORLD_FIELDS
+    assert tuple(WORLD_FIELDS) == tuple(kernels.WORLD_FIELDS)
     for struct in kernels.WORLD.values():
         assert tuple(struct.vars) == tuple(WORLD_FIELDS)
+    world = MeshWorld.from_envs([[_cube(), _cube(2.0)], [_cube()]])
+    for dtype, precision in ((torch.float32, "float32"), (torch.float64, "float64")):
+        tensors = world.kernel_args(dtype).world
+        for (name, (field_dtype, shape)), t in zip(WORLD_FIELDS.items(), tensors, strict=True):
+            assert t.dtype == (field_dtype or dtype), name
+            sizes = {"E": 2, "M": 2}
+            assert len(t.shape) == len(shape), name
+            assert all(r is None or t.shape[i] == sizes.get(r, r) for i, r in enumerate(shape)), name
+        for kind in ("meshes", "cuboids"):
+            _launch.struct(kernels.WORLD[precision, kind], **dict(zip(WORLD_FIELDS, tensors, strict=True)))
 
 
 def test_kernel_args_are_the_live_state():

@@ -23,8 +23,10 @@ import torch
 
 from . import _launch, _warp, checks
 from ._kernels import sdf as kernels
+from ._kernels._table import KernelTable
+from ._mesh_ids import check_mesh_ids, refuse_changed_mesh_ids
 from ._op import Op
-from .world import WORLD_FIELDS, MeshWorld, check_mesh_ids, refuse_changed_mesh_ids
+from .world import WORLD_FIELDS, MeshWorld
 
 __all__ = ["SdfMesh", "SweptSdfMesh", "signed_distance", "sphere_mesh_cost", "swept_sphere_mesh_cost"]
 
@@ -69,7 +71,7 @@ class _Verified(NamedTuple):
     ptrs: tuple  # their data pointers, as checked
     compute: torch.dtype
     device: torch.device
-    structs: dict  # precision key -> the world struct (``_launch.struct``) of these tensors
+    structs: dict  # table key -> the world struct (``_launch.struct``) of these tensors
 
 
 #: ``id(world list) -> _Verified``: a world's own lists come back call after call, so the full check of its
@@ -272,7 +274,7 @@ def _check_values(x, name: str, env_index, num_envs: int, params, ids_changed) -
 
 def _prepare_launch(x, name: str, env_index, world, params) -> torch.Tensor:
     """Before any launch: the value checks (when on) and the world's mesh ids vetted (always: a forged id
-    must never reach Warp's mesh queries, see ``warpgeo.world.check_mesh_ids``); ``x`` in its compute
+    must never reach Warp's mesh queries, see ``warpgeo._mesh_ids``); ``x`` in its compute
     precision."""
     checking = checks.checking_values(x.device)
     ids_changed = check_mesh_ids(world[0], by_value=checking)
@@ -282,7 +284,7 @@ def _prepare_launch(x, name: str, env_index, world, params) -> torch.Tensor:
 
 
 def _launch_query(
-    table: str,
+    table: KernelTable,
     work: torch.Tensor,
     env_index: torch.Tensor | None,
     world: list[torch.Tensor],
@@ -292,11 +294,11 @@ def _launch_query(
     work_per_row: int,
     **args,
 ) -> None:
-    """Launch the kernel ``table`` (``SPHERE_MESH_COST``, ...) over the rows of ``work`` (the query in its
-    compute precision; ``sliced``: the tensors with its rows, itself first), with ``env_index`` per batch
-    entry and the world as its struct: the cuboid kernels where every mesh is a cuboid."""
+    """Launch the one kernel of ``table`` (``kernels.SPHERE_MESH_COST``, ...) over the rows of ``work`` (the
+    query in its compute precision; ``sliced``: the tensors with its rows, itself first), with ``env_index``
+    per batch entry and the world as its struct: the closed-form kernels where every entry is a closed form."""
     key = _KEYS[work.dtype, all_cuboids]
-    kernel = getattr(getattr(kernels, table)[key], table.lower())
+    (kernel,) = vars(table[key]).values()
     per = 1 if _warp.cuda_algorithms(work.device) else _ROWS_PER_CPU_THREAD
     _launch.launch_blocks(
         kernel,
@@ -307,27 +309,27 @@ def _launch_query(
         rows_per_thread=per,
         work_per_row=work_per_row * world[0].shape[1],
         what=next(iter(sliced)),
-        world=_world_struct(kernels, key[0], world),
+        world=_world_struct(key, world),
         per_thread=per,
         surface_eps=_SURFACE_EPS[work.dtype],
         **args,
     )
 
 
-def _world_struct(kernels, precision: str, world: list[torch.Tensor]) -> Any:
-    """The kernels' world struct (``kernels.WORLD[precision]``) over the world's tensors (built once per
-    checked world list, see ``_VERIFIED``)."""
+def _world_struct(key: tuple[str, str], world: list[torch.Tensor]) -> Any:
+    """The kernels' world struct of table key ``key`` (``kernels.WORLD[key]``) over the world's tensors, by
+    field name (built once per checked world list, see ``_VERIFIED``)."""
     found = _verified(world)
     if found is not None:
-        instance = found.structs.get(precision)
+        instance = found.structs.get(key)
         if instance is None:
-            instance = found.structs[precision] = _world_struct_of(kernels, precision, world)
+            instance = found.structs[key] = _world_struct_of(key, world)
         return instance
-    return _world_struct_of(kernels, precision, world)
+    return _world_struct_of(key, world)
 
 
-def _world_struct_of(kernels, precision: str, world: list[torch.Tensor]) -> Any:
-    return _launch.struct(kernels.WORLD[precision], **dict(zip(kernels.WORLD_FIELDS, world, strict=True)))
+def _world_struct_of(key: tuple[str, str], world: list[torch.Tensor]) -> Any:
+    return _launch.struct(kernels.WORLD[key], **dict(zip(kernels.WORLD_FIELDS, world, strict=True)))
 
 
 #: Per device, the empty int64 tensor the kernels read as "environment 0 everywhere" (never written).
@@ -378,7 +380,7 @@ def _cost_impl(
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
     _launch_query(
-        "SPHERE_MESH_COST",
+        kernels.SPHERE_MESH_COST,
         work,
         env_index,
         world,
@@ -418,7 +420,7 @@ def _swept_impl(
     cost = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad, 2)
     _launch_query(
-        "SWEPT_SPHERE_MESH_COST",
+        kernels.SWEPT_SPHERE_MESH_COST,
         work,
         env_index,
         world,
@@ -454,7 +456,7 @@ def _distance_impl(
     dist = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
     grad = _grad_buffer(work, compute_grad)
     _launch_query(
-        "SIGNED_DISTANCE",
+        kernels.SIGNED_DISTANCE,
         work,
         env_index,
         world,

@@ -7,49 +7,50 @@ is ``warpgeo._mesh_prep``'s.
 
 from __future__ import annotations
 
-import collections
-import ctypes
 import math
 import os
 import sys
 import threading
 import warnings
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from . import _constants, _mesh_prep, _warp, checks
+from . import _mesh_prep, _warp, checks
+from ._kernels import sdf as kernels
+from ._mesh_ids import register_mesh_ids
 from ._mesh_prep import SIGN_METHODS as _SIGN_METHODS
 from ._mesh_prep import MeshLike
 
-__all__ = ["WORLD_FIELDS", "MeshWorld", "MeshWorldArgs", "check_mesh_ids", "refuse_changed_mesh_ids"]
+__all__ = ["WORLD_FIELDS", "MeshWorld", "MeshWorldArgs"]
 
-#: The world as the SDF ops take it (``world: list[Tensor]``, in this order; the fields of the kernels' world
-#: struct, ``warpgeo._kernels.sdf.WORLD``, of the same names): ``name: (dtype, shape)``, with ``E`` / ``M``
-#: the numbers of environments and mesh slots, None a free size and dtype None the query's compute dtype
+
+def _torch_layout(element: Any, dims: tuple) -> tuple[torch.dtype | None, tuple[int | str | None, ...]]:
+    """The torch dtype and shape of a world field declared as ``(element, dims)`` (see
+    ``warpgeo._kernels.sdf.WORLD_FIELDS``): a vector element adds its length as the last dimension; None (the
+    query's transform) is the compute dtype's 7 numbers."""
+    wp = _warp.warp()
+    if element is None:
+        return None, (*dims, 7)
+    if not wp.types.type_is_vector(element):
+        return wp.dtype_to_torch(element), dims
+    length = wp.types.type_size(element)
+    for scalar in (wp.float32, wp.float64, wp.int32, wp.int64):
+        if wp.types.types_equal(element, wp.types.vector(length, scalar)):
+            return wp.dtype_to_torch(scalar), (*dims, length)
+    raise TypeError(f"internal error: a world field of element type {element} has no torch layout")
+
+
+#: The world as the SDF ops take it (``world: list[Tensor]``, in this order), derived from its one declaration,
+#: ``warpgeo._kernels.sdf.WORLD_FIELDS`` (whose struct the kernels read): ``name: (dtype, shape)``, with ``E`` /
+#: ``M`` the numbers of environments and mesh slots, None a free size and dtype None the query's compute dtype
 #: (float32, or float64 for float64 queries). ``set_poses`` / ``set_enabled`` update ``inv_poses``,
-#: ``world_bounds`` and ``enabled`` in place; the others never change.
+#: ``world_bounds`` and ``enabled`` in place; a large mesh's tables come in as new tensors (``wait_tables``);
+#: the others never change.
 WORLD_FIELDS: dict[str, tuple[torch.dtype | None, tuple[int | str | None, ...]]] = {
-    "mesh_ids": (torch.int64, ("E", "M")),  # Warp mesh ids (NO_MESH in padding slots)
-    "inv_poses": (None, ("E", "M", 7)),  # mesh-from-world, Warp's [tx, ty, tz, qx, qy, qz, qw]
-    "bounds": (torch.float32, ("E", "M", 2, 3)),  # each mesh's box (lower, upper), in its own frame
-    "world_bounds": (torch.float32, ("E", "M", 2, 3)),  # the box posed in the world, rounded outwards
-    "enabled": (torch.int32, ("E", "M")),  # 1 where a mesh is present and enabled
-    "sign": (torch.int32, ("E", "M")),  # sign method codes (warpgeo._constants.SIGN_*)
-    "grid_dims": (torch.int32, ("E", "M", 4)),  # grid cells along x, y, z; first row in grid_cells
-    "grid_flags": (torch.int32, ("E", "M")),  # FLAG_CLOSED | FLAG_BOX
-    "grid_cells": (torch.float32, (None,)),  # cell-centre distances of every grid
-    "topo_offsets": (torch.int32, ("E", "M", 2)),  # first rows in face_neighbors, vertex_normals (-1: none)
-    "face_neighbors": (torch.int32, (None, 3)),  # the face across each edge of each face (closed meshes)
-    "vertex_normals": (torch.float64, (None, 3)),  # angle-weighted vertex normals (closed meshes)
-    "cone_offsets": (torch.int32, ("E", "M", 4)),  # plane trees: first rows and node count (-1: none)
-    "cone_nodes": (torch.float32, (None, 4)),
-    "cone_links": (torch.int32, (None, 3)),
-    "cone_planes": (torch.float32, (None, 4)),
-    "cone_faces": (torch.int32, (None,)),
+    name: _torch_layout(element, dims) for name, (element, dims) in kernels.WORLD_FIELDS.items()
 }
 
 
@@ -68,33 +69,6 @@ class MeshWorldArgs(NamedTuple):
 _QUAT_NORM_TOL = 1.0e-3
 _IDENTITY_POSE = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
 
-# --------------------------------------------------------------------------------------------------------
-# live mesh ids: what keeps a forged id away from Warp's mesh queries
-# --------------------------------------------------------------------------------------------------------
-# A mesh id is a pointer that Warp's queries dereference: an SDF op must never launch with an id that is not
-# a live mesh's on the query's device. The ops take ``mesh_ids`` as an input like any tensor, so
-# :func:`check_mesh_ids` vets it before every launch, value checks on or off, with no device sync when they
-# are off:
-# * a world's own ``mesh_ids`` tensor is registered when it is made, and that tensor (or a view with the same
-#   data pointer, shape and strides) is accepted while it is alive and unwritten: its version counter
-#   unchanged, and its bytes equal to those registered, which catches writes that bypass the version counter
-#   (``.data``, a NumPy or DLPack view). On the CPU the bytes are compared on every call (host memory: no
-#   sync, and no torch op); on CUDA with the op's other value checks, in the same transfer, so with value
-#   checks off such a write into a world's own device memory behind torch's back is not seen (as a write
-#   anywhere else in the process's memory would not be).
-# * any other tensor is vetted by value: every id in it must be a live mesh's on that device. On the CPU this
-#   reads host memory (always); on CUDA it needs a device-to-host read, so with value checks off it is
-#   refused.
-# The meshes live as long as their ``mesh_ids`` tensor (the registration holds them), so ids handed to an op
-# never dangle while it runs, even when the world itself is gone.
-
-#: Per device: how many live registered mesh-id tensors hold each mesh id.
-_LIVE_IDS: dict[torch.device, collections.Counter] = {}
-#: A registered tensor's data pointer -> (weak reference to it, its version, its values: bytes on the host
-#: for a CPU tensor, a copy on the device for a CUDA one).
-_OWN_IDS: dict[int, tuple[weakref.ref, int, Any]] = {}
-_IDS_LOCK = threading.Lock()
-
 
 def _mark_static(op_world: dict[torch.dtype, list[torch.Tensor]]) -> None:
     """Mark a CUDA world's tensors as static addresses for ``torch.compile``: state the kernels read in place
@@ -104,78 +78,6 @@ def _mark_static(op_world: dict[torch.dtype, list[torch.Tensor]]) -> None:
     mark = getattr(getattr(torch, "_dynamo", None), "mark_static_address", None) if tensors else None
     for tensor in tensors if mark is not None else ():
         mark(tensor)
-
-
-def _register_mesh_ids(ids: torch.Tensor, meshes: list, host: np.ndarray) -> None:
-    """Register a world's ``mesh_ids`` tensor (``host``: its values); ``meshes`` live as long as it does."""
-    values = [int(v) for v in host.reshape(-1) if v != _constants.NO_MESH]
-    key = ids.data_ptr()
-    reference = np.ascontiguousarray(host).tobytes() if ids.device.type == "cpu" else ids.clone()
-    with _IDS_LOCK:
-        _LIVE_IDS.setdefault(ids.device, collections.Counter()).update(values)
-        _OWN_IDS[key] = (weakref.ref(ids), ids._version, reference)
-    weakref.finalize(ids, _forget_mesh_ids, key, ids.device, values, meshes)
-
-
-def _forget_mesh_ids(key: int, device: torch.device, values: list[int], meshes: list) -> None:
-    with _IDS_LOCK:
-        _OWN_IDS.pop(key, None)
-        live = _LIVE_IDS[device]
-        live.subtract(values)
-        for v in values:
-            if live[v] <= 0:
-                del live[v]
-    meshes.clear()  # the Warp meshes go with the last reference to their ids
-
-
-def check_mesh_ids(mesh_ids: torch.Tensor, *, by_value: bool) -> torch.Tensor | None:
-    """Raise ValueError unless every id in ``mesh_ids`` is :data:`~warpgeo._constants.NO_MESH` or a live Warp
-    mesh's on ``mesh_ids``' device (see above). ``by_value``: value checks are on (reading values allowed).
-
-    Returns None, or for a world's own CUDA tensor with ``by_value`` a 0-d bool tensor on the device, True
-    where its values differ from those registered: the caller reads it with its other value checks and
-    refuses the call where it is True (:func:`refuse_changed_mesh_ids`)."""
-    own = _OWN_IDS.get(mesh_ids.data_ptr())
-    if own is not None:
-        ref, version, reference = own
-        registered = ref()
-        if (
-            registered is not None
-            and mesh_ids._version == version
-            and registered.shape == mesh_ids.shape
-            and registered.stride() == mesh_ids.stride()
-            and registered.device == mesh_ids.device
-        ):
-            if mesh_ids.device.type == "cpu":
-                if ctypes.string_at(mesh_ids.data_ptr(), len(reference)) == reference:
-                    return None
-            else:
-                return (mesh_ids != reference).any() if by_value else None
-    device = mesh_ids.device
-    if device.type != "cpu" and not by_value:
-        raise ValueError(
-            "mesh_ids must be the mesh_ids tensor of a live MeshWorld (MeshWorld.kernel_args()), unwritten: "
-            "other tensors are vetted by value, which needs value checks on (warpgeo.value_checks)"
-        )
-    values = set(mesh_ids.detach().cpu().reshape(-1).tolist())
-    values.discard(_constants.NO_MESH)
-    with _IDS_LOCK:
-        live = _LIVE_IDS.get(device, {})
-        forged = sorted(v for v in values if v not in live)
-    if forged:
-        raise ValueError(
-            f"mesh_ids must hold the Warp mesh ids of live MeshWorld meshes on {device} (or {_constants.NO_MESH}); "
-            f"got {len(forged)} other value(s), e.g. {forged[:3]}"
-        )
-    return None
-
-
-def refuse_changed_mesh_ids() -> None:
-    """The ValueError of a world's own ``mesh_ids`` written behind torch's back (see :func:`check_mesh_ids`)."""
-    raise ValueError(
-        "mesh_ids must hold the Warp mesh ids the MeshWorld made; its values were written since (through .data "
-        "or a NumPy / DLPack view), so they may name no live mesh"
-    )
 
 
 class MeshWorld:
@@ -363,7 +265,7 @@ class MeshWorld:
         #: the world's tensors by WORLD_FIELDS name (inv_poses: float64 here; float32 in _inv_poses32)
         self._tables = dict(prepared.tables)
         mesh_ids = self._tables["mesh_ids"]
-        _register_mesh_ids(mesh_ids, list(self._wp_meshes), mesh_ids.cpu().numpy())
+        register_mesh_ids(mesh_ids, list(self._wp_meshes), mesh_ids.cpu().numpy())
         self._all_cuboids = prepared.all_cuboids
 
         self._present = torch.zeros(num_envs, max_meshes, dtype=torch.bool)

@@ -1,99 +1,14 @@
 """Sphere-mesh collision cost (discrete and swept) and signed distance against posed Warp meshes.
 
-Every kernel is generic over the precision ``T`` of its inputs and outputs (float32 or float64; the torch
-glue widens half types to float32). Warp's BVH query is float32: it picks the closest face. The distance to
-that face and its direction are then recomputed in float64 from the face's vertices (no overflow for any
-coordinate the query path admits) and returned in ``T``, so float64 inputs get float64-smooth distances
-(what gradcheck needs) wherever the face choice is stable.
-
-A signed distance is negative inside. The sign comes from the mesh's sign method (``sign[e, m]``): Warp's
-3-ray vote, the winding number (meshes built with ``support_winding_number=True``), the closest feature's
-angle-weighted pseudo-normal, or none (unsigned: shells and open containers). ``max_dist`` of a Warp query
-only bounds the closest-point search. A query that finds no face within its radius says nothing about the
-sign, so a centre with no face near it and inside the mesh's box is queried again without a bound: a centre
-deep inside a mesh is a collision, never "not found".
-
-Every kernel and ``@wp.func`` takes the world as one struct (:data:`WORLD`, one per precision), whose fields
-are the world's arrays. Each query kernel is instantiated per key (precision, world of meshes or of closed
-forms only) in a Warp module of its own (:class:`KernelTable`), into which the ``@wp.func`` code of this file is
-compiled: a process's first query compiles one small module, and building a world compiles only
-``sdf_build`` (the closed-mesh check and the distance grids below).
-
-Closed forms. A cuboid mesh (``FLAG_BOX``: exactly the surface of its box) and the analytic primitives
-(``warpgeo.primitives``: ``FLAG_BOX`` for a ``Cuboid``, ``FLAG_SPHERE``, ``FLAG_CAPSULE``, ``FLAG_CYLINDER``)
-have exact distances in closed form, in float64, from their box ``bounds[e, m]`` (the primitive's sizes;
-see ``warpgeo._constants``), taken before any BVH use; their mesh ids name a Warp mesh of their box that no
-such query reads. A world of closed forms only runs kernels compiled without a BVH query.
-
-Exact shortcuts. First a broad phase: ``world_bounds[e, m]`` is the box of mesh ``m`` posed in the world
-(``MeshWorld`` keeps it with the poses, padded and rounded outwards), and a point farther from it along an axis
-than the search radius skips the mesh without moving to its frame. Then, a point outside the box of a closed
-mesh (in the mesh's frame) is outside the mesh: one closest-point query bounded by the search radius, with
-no sign test. The others are prepared by ``MeshWorld`` when it builds a mesh (``sdf_build``; ``grid_dims[e, m]``,
-``grid_cells``, ``grid_flags[e, m]``, ``topo_offsets[e, m]``, ``face_neighbors``, ``vertex_normals``):
-
-* **Closed meshes** (``FLAG_CLOSED``: every edge in exactly two faces with opposite orientations, no sliver,
-  and no two faces without a shared vertex intersecting): inside is well defined, and every sign method
-  computes it. Near the surface (no grid cell settles it) a signed closed mesh is queried once without a
-  sign test, and the side comes from the angle-weighted pseudo-normal of the feature the closest point lies
-  on (Baerentzen and Aanaes): the face's normal inside a face, the sum of the unit normals of the two faces
-  of an edge (``face_neighbors``: the face across each edge of each face), a vertex's angle-weighted normal
-  (``vertex_normals``); exact on such meshes, and cheaper than the ray vote. It is the closest feature's
-  own: no tie band (Warp's pseudo-normal test counts faces within 1e-3 average edge lengths of the closest
-  as tied, which flips its sign near the mid-plane of parts thinner than that band, so Warp's test never
-  stands in for another method). Where the tables lack the feature, the mesh's own method decides.
-* **A coarse distance grid** over the mesh's box: ``grid_cells[offset + cell]`` is the distance of the cell's
-  centre (signed on closed meshes, where the pseudo-normal and the ray vote agree on the centre's side, else
-  NaN: unknown, no bound; unsigned for ``"unsigned"`` meshes). With ``h`` the cell's
-  half-diagonal (plus a rounding margin), every point of the cell has ``|d| >= |s| - h`` and
-  ``|d| <= |s| + h``, and where ``|s| > h`` the cell does not touch the surface, so its sign is the
-  centre's. A point in such a cell farther than the search radius is skipped without a query, and a point
-  in an inside cell is found with a closest-point query bounded by ``|s| + h`` and no sign test (instead
-  of the unbounded query and the sign vote). Both give the same face as the full query: the bound only
-  prunes faces that cannot be the closest.
-* **A plane tree** (convex closed meshes; ``cone_offsets[e, m]``, ``cone_nodes``, ``cone_links``,
-  ``cone_planes``, ``cone_faces``, built by ``MeshWorld``): deep inside a convex mesh every face is nearly
-  as far as the closest (a sphere's centre), and the BVH query visits most of them. But every face is at
-  least as far from ``p`` as its plane, so the face ``f`` of the plane nearest ``p``, where ``p``'s foot on
-  that plane lies inside ``f``, is a closest face (exact on any mesh: convexity only makes it the usual
-  case). The planes are found in a tree over the face normals: below a node whose normals lie in a cone of
-  axis ``u`` and half-angle ``alpha`` and whose planes are at least ``b_min`` from the origin ``o``, every
-  plane is at least ``b_min - max(n . (p - o))`` over the cone from ``p``, and a subtree whose bound (less a
-  rounding margin) exceeds the nearest plane so far is skipped. Used for points in an inside cell of the
-  grid; where the foot falls outside its face (a tie, rounding), the bounded query runs as before.
-
-Tables on their way. A CPU world builds a large mesh's tables on a background thread (``warpgeo._mesh_prep``);
-until they are in, its slots have none of them, and ``FLAG_PENDING`` where its edges pair up (it is probably
-closed). A ray or normal mesh so flagged takes its side from three rays of no symmetry
-(:func:`ray_vote_inside`), exact on closed meshes as the pseudo-normal is: Warp's axis rays graze vertices and
-edges of symmetric meshes (an icosphere seen from (-0.5, -0.5, 0)) and its normal test has a tie band, which
-the tables' pseudo-normal path never meets. So a mesh's answers do not change when its tables come.
-
-Far points. A point farther from a mesh's box than ``FAR_RATIO`` (2048) times the box's diagonal (or than
-``FAR_ABS``, where Warp's float32 squared distances would overflow) is outside, and its distance is the
-distance to the nearest vertex of the mesh, scanned in ``T`` with scaled lengths (no overflow). Why this is
-exact enough: with ``D`` the distance and ``L`` the box diagonal, the closest feature's vertices lie within
-``L`` of the closest point, in directions orthogonal to ``p - closest`` (or at it), so the nearest vertex
-is within ``L**2 / (2 D)`` of the true distance: a relative error ``L**2 / (2 D**2) <= 2**-23`` at the
-threshold, falling as ``1 / D**2`` (at 2**20 diagonals, 2**-41), where the float32 face choice of the near
-path would err by float32's relative rounding at any distance. The scan is O(faces), paid only by points
-that far from a mesh (the cost kernels skip meshes beyond their search radius first, and signed_distance
-meshes beyond its best). Distances beyond the output dtype's range round to inf, as any float operation
-does.
-
-The world's arrays (the fields of :data:`WORLD`: ``mesh_ids``, ``inv_poses``, ``bounds``, ``world_bounds``,
-``enabled``, ``sign``, ``grid_dims``, ``grid_flags``, ``topo_offsets``, ``cone_offsets``; all ``(E, M, ...)``, and
-the flat ``grid_cells``, ``face_neighbors``, ``vertex_normals``, ``cone_*``) are named as here. The host checks
-that the ``(E, M, ...)`` arrays agree in shape and that every mesh id is a live mesh's (``warpgeo.sdf``).
-Kernels trust no index: an ``env_index`` outside ``[0, E)`` is an environment without meshes, a slot whose
-mesh id is 0 (padding) is never queried, a slot without a ``world_bounds`` entry has no broad phase, a grid
-cell outside
-``grid_cells`` is treated as touching the surface, a pseudo-normal table row outside its table (or a
-negative offset) as a feature without a pseudo-normal, and a plane tree whose rows fall outside its tables
-(or a face index outside the mesh) as no tree (or no such leaf); its walk always moves forward.
+Every kernel is generic over the precision ``T`` of its inputs and outputs (float32 or float64); Warp's BVH
+query (float32) picks the closest face, whose distance and direction are recomputed in float64. The world is
+one struct (:data:`WORLD_FIELDS`, declared once), the cost formula :func:`collision_cost`, one mesh slot's
+distance :func:`mesh_distance` (or, in a world of closed forms only, :func:`cuboid_mesh_distance`, chosen by
+the overloads of :func:`slot_distance`), and the three kernel bodies sit at the bottom with their tables.
+How the exact shortcuts work (closed forms, grids, pseudo-normals, plane trees, far points, tables still on
+their way) and why the kernels trust no index: ``docs/sdf.md``.
 """
 
-import functools
 from typing import Any
 
 import warp as wp
@@ -139,52 +54,55 @@ FAR_ABS = wp.constant(1.152921504606846976e18)
 GRID_MARGIN = wp.constant(1.0e-5)
 
 
+#: The world as the SDF kernels read it, declared once: ``name: (element, dims)``, in order. ``element`` is the
+#: Warp type of one entry (None: the query's transform, ``wp.transformf`` or ``wp.transformd``); ``dims`` the
+#: array's sizes: ``"E"`` environments, ``"M"`` mesh slots, a number, or None (the rows of a flat table, shared
+#: by the meshes, each mesh's rows found through its offsets). The kernels' struct (:data:`WORLD`) and the
+#: tensors the ops take (``warpgeo.world.WORLD_FIELDS``: dtypes and shapes) both come from here.
+WORLD_FIELDS: dict[str, tuple[Any, tuple]] = {
+    "mesh_ids": (wp.int64, ("E", "M")),  # Warp mesh ids (NO_MESH in padding slots)
+    "inv_poses": (None, ("E", "M")),  # mesh-from-world transforms, in the query's precision
+    "bounds": (wp.vec3, ("E", "M", 2)),  # each mesh's box (lower, upper) in its own frame
+    "world_bounds": (wp.vec3, ("E", "M", 2)),  # each mesh's box posed in the world, rounded outwards
+    "enabled": (wp.int32, ("E", "M")),  # 1 where a mesh is present and enabled
+    "sign": (wp.int32, ("E", "M")),  # sign method codes (SIGN_*)
+    "grid_dims": (wp.vec4i, ("E", "M")),  # grid cells along x, y, z and the first cell's row in grid_cells
+    "grid_flags": (wp.int32, ("E", "M")),  # FLAG_CLOSED, FLAG_BOX, the primitives' kind bits, FLAG_PENDING
+    "grid_cells": (wp.float32, (None,)),  # cell-centre distances of every grid
+    "topo_offsets": (wp.vec2i, ("E", "M")),  # first rows in face_neighbors and vertex_normals (-1: none)
+    "face_neighbors": (wp.vec3i, (None,)),  # the face across each edge of each face of the closed meshes
+    "vertex_normals": (wp.vec3d, (None,)),  # angle-weighted vertex normals of the closed meshes
+    "cone_offsets": (wp.vec4i, ("E", "M")),  # plane trees: first rows in cone_nodes, _links, _planes; nodes
+    "cone_nodes": (wp.vec4, (None,)),
+    "cone_links": (wp.vec3i, (None,)),
+    "cone_planes": (wp.vec4, (None,)),
+    "cone_faces": (wp.int32, (None,)),
+}
+
+
 def _world_struct(name: str, transform: Any) -> Any:
-    """The world struct of one query precision (only ``inv_poses`` differs): the arrays every SDF kernel and
-    ``@wp.func`` reads, one field per tensor of the world the SDF ops take (``warpgeo.world.WORLD_FIELDS``,
-    same names, same order). ``(E, M, ...)``: one entry per environment and mesh slot; the flat tables are
-    shared by the meshes, each mesh's rows found through its offsets."""
-
-    class World:
-        #: Warp mesh ids (``NO_MESH`` in padding slots)
-        mesh_ids: wp.array2d(dtype=wp.int64)
-        #: mesh-from-world transforms, in the query's precision
-        inv_poses: wp.array2d(dtype=transform)
-        #: each mesh's box ``(lower, upper)`` in its own frame
-        bounds: wp.array3d(dtype=wp.vec3)
-        #: each mesh's box posed in the world, rounded outwards (the broad phase)
-        world_bounds: wp.array3d(dtype=wp.vec3)
-        #: 1 where a mesh is present and enabled
-        enabled: wp.array2d(dtype=wp.int32)
-        #: sign method codes (``SIGN_*``)
-        sign: wp.array2d(dtype=wp.int32)
-        #: distance grids: cells along x, y, z and the first cell's row in ``grid_cells`` (0 cells: none)
-        grid_dims: wp.array2d(dtype=wp.vec4i)
-        #: ``FLAG_CLOSED`` / ``FLAG_BOX``
-        grid_flags: wp.array2d(dtype=wp.int32)
-        #: cell-centre distances of every grid
-        grid_cells: wp.array(dtype=float)
-        #: first rows in ``face_neighbors`` and ``vertex_normals`` (-1: none)
-        topo_offsets: wp.array2d(dtype=wp.vec2i)
-        #: the face across each edge of each face of the closed meshes
-        face_neighbors: wp.array(dtype=wp.vec3i)
-        #: angle-weighted vertex normals of the closed meshes
-        vertex_normals: wp.array(dtype=wp.vec3d)
-        #: plane trees: first rows in ``cone_nodes``, ``cone_links``, ``cone_planes`` / ``cone_faces``, nodes
-        cone_offsets: wp.array2d(dtype=wp.vec4i)
-        cone_nodes: wp.array(dtype=wp.vec4)
-        cone_links: wp.array(dtype=wp.vec3i)
-        cone_planes: wp.array(dtype=wp.vec4)
-        cone_faces: wp.array(dtype=wp.int32)
-
-    World.__name__ = World.__qualname__ = name
-    return wp.struct(World), tuple(World.__annotations__)
+    """The ``@wp.struct`` of :data:`WORLD_FIELDS` for one query precision (``transform``: its
+    ``inv_poses`` element), one array field per world field, same names, same order."""
+    fields = {
+        field: wp.array(dtype=transform if element is None else element, ndim=len(dims))
+        for field, (element, dims) in WORLD_FIELDS.items()
+    }
+    return wp.struct(
+        type(name, (), {"__annotations__": fields, "__module__": __name__, "__qualname__": name})
+    )
 
 
-#: The world struct per query precision (the key of the kernel tables), and the world's fields in order.
-WORLD = {}
-WORLD["float32"], WORLD_FIELDS = _world_struct("WorldF32", wp.transformf)
-WORLD["float64"], _ = _world_struct("WorldF64", wp.transformd)
+#: Table keys: (query precision, world kind). A world of only closed forms (``"cuboids"``: cuboid meshes and
+#: analytic primitives) runs kernels compiled with :func:`cuboid_mesh_distance` for every slot (no BVH query in
+#: them), any other world the general ones: :func:`slot_distance` picks by the world struct's type.
+KEYS = [(precision, kind) for precision in ("float32", "float64") for kind in ("meshes", "cuboids")]
+#: The world struct per key: the same fields (:data:`WORLD_FIELDS`), a type per precision and world kind.
+WORLD = {
+    ("float32", "meshes"): _world_struct("WorldF32", wp.transformf),
+    ("float32", "cuboids"): _world_struct("ClosedFormsWorldF32", wp.transformf),
+    ("float64", "meshes"): _world_struct("WorldF64", wp.transformd),
+    ("float64", "cuboids"): _world_struct("ClosedFormsWorldF64", wp.transformd),
+}
 
 #: Which feature of a triangle ``abc`` (corners 0, 1, 2 of a face) holds the closest point to a query
 #: (``closest_point_on_triangle``): its interior, a vertex (``FEATURE_VERTEX + corner``) or an edge
@@ -823,7 +741,7 @@ def cuboid_mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surfac
     """:func:`mesh_distance` (same parameters, same result) for a closed-form slot: a mesh that is exactly the
     surface of its box (``FLAG_BOX``) or an analytic primitive (``FLAG_SPHERE``, ...): its first two steps,
     the only ones such a slot takes (any slot without a kind bit is read as its box). The kernels of a world
-    of closed forms only call this in its place (:func:`query_kernels`): they compile in a fraction of the
+    of closed forms only call this in its place (:func:`slot_distance`): they compile in a fraction of the
     time, with no BVH query in them."""
     lower = world.bounds[e, m, 0]
     upper = world.bounds[e, m, 1]
@@ -862,224 +780,254 @@ def grid_index(first: int, stop: int, count: int):
     return b, first - b * count
 
 
-@functools.cache
-def query_kernels(cuboids: bool) -> dict:
-    """The bodies of the three query kernels by name (``sphere_mesh_cost``, ``swept_sphere_mesh_cost``,
-    ``signed_distance``), generic over the precision ``T`` and the world struct, with the distance of one
-    mesh slot :func:`mesh_distance`, or :func:`cuboid_mesh_distance` for a world whose every entry is a closed
-    form (a cuboid mesh or an analytic primitive; ``cuboids``: the same answers bit for bit, as the general
-    function's closed-form branch is that code, and no BVH query compiled). Made once per variant."""
-    distance = cuboid_mesh_distance if cuboids else mesh_distance
+@wp.func
+def slot_distance(world: WORLD["float32", "meshes"], e: int, m: int, p: Any, search: Any, surface_eps: Any):
+    """The distance of slot ``(e, m)`` as the kernels take it, picked at compile time by the world's struct
+    type: :func:`mesh_distance` for a world of meshes, :func:`cuboid_mesh_distance` for one of closed forms
+    only (the same answers bit for bit: the general function's closed-form branch is that code; no BVH query
+    compiled). One overload per key of :data:`WORLD`."""
+    hit, d, n = mesh_distance(world, e, m, p, search, surface_eps)
+    return hit, d, n
 
-    @wp.func
-    def sphere_cost(sphere: Any, e: int, world: Any, eta: Any, extra_search: float, surface_eps: Any):
-        """Cost of one sphere ``(x, y, z, r)`` against the enabled meshes of environment ``e`` (-1: none), and
-        its gradient w.r.t. ``(x, y, z, r)``; both unweighted. A sphere with ``r < 0`` is disabled (0, 0)."""
-        zero = type(sphere[0])(0.0)
+
+@wp.func
+def slot_distance(  # noqa: F811 (a Warp overload, by the world's struct type)
+    world: WORLD["float64", "meshes"], e: int, m: int, p: Any, search: Any, surface_eps: Any
+):
+    hit, d, n = mesh_distance(world, e, m, p, search, surface_eps)
+    return hit, d, n
+
+
+@wp.func
+def slot_distance(  # noqa: F811 (a Warp overload, by the world's struct type)
+    world: WORLD["float32", "cuboids"], e: int, m: int, p: Any, search: Any, surface_eps: Any
+):
+    hit, d, n = cuboid_mesh_distance(world, e, m, p, search, surface_eps)
+    return hit, d, n
+
+
+@wp.func
+def slot_distance(  # noqa: F811 (a Warp overload, by the world's struct type)
+    world: WORLD["float64", "cuboids"], e: int, m: int, p: Any, search: Any, surface_eps: Any
+):
+    hit, d, n = cuboid_mesh_distance(world, e, m, p, search, surface_eps)
+    return hit, d, n
+
+
+@wp.func
+def collision_cost(phi: Any, eta: Any):
+    """cuRobo's smooth cost of penetration ``phi = r + eta - d`` > 0 and its derivative ``d cost / d phi``:
+    ``phi**2 / (2 eta)`` up to ``eta`` (computed as ``phi * (phi / eta) / 2`` where ``phi**2`` or ``2 eta``
+    overflows, or ``phi**2`` may have lost bits to underflow), ``phi - eta / 2`` above."""
+    if phi <= eta:
+        dphi = phi / eta
+        square = phi * phi
+        two_eta = type(phi)(2.0) * eta
+        if square < type(phi)(wp.inf) and two_eta < type(phi)(wp.inf) and square >= type(phi)(TINY_SQUARE):
+            return square / two_eta, dphi
+        return phi * dphi * type(phi)(0.5), dphi  # phi^2 or 2 eta overflows, or phi^2 underflows
+    return phi - type(phi)(0.5) * eta, type(phi)(1.0)
+
+
+@wp.func
+def sphere_cost(sphere: Any, e: int, world: Any, eta: Any, extra_search: float, surface_eps: Any):
+    """Cost of one sphere ``(x, y, z, r)`` against the enabled meshes of environment ``e`` (-1: none), and its
+    gradient w.r.t. ``(x, y, z, r)``; both unweighted. A sphere with ``r < 0`` is disabled (0, 0)."""
+    zero = type(sphere[0])(0.0)
+    total = zero
+    g = type(sphere)()
+    r = sphere[3]
+    if r >= zero and e >= 0:
+        centre = wp.vector(sphere[0], sphere[1], sphere[2])
+        search = r + eta + type(r)(extra_search)
+        for m in range(world.mesh_ids.shape[1]):
+            if world.enabled[e, m] == 0 or world.mesh_ids[e, m] == NO_MESH:
+                continue
+            if beyond_world_box(centre, world.world_bounds, e, m, search):
+                continue
+            xf = world.inv_poses[e, m]
+            p = wp.transform_point(xf, centre)
+            hit, d, n = slot_distance(world, e, m, p, search, surface_eps)
+            if not hit:
+                continue
+            phi = r + eta - d
+            if phi <= zero:
+                continue
+            c, dphi = collision_cost(phi, eta)
+            total += c
+            # d phi / d centre = -grad d; n is in the mesh frame, rotate it back to the world
+            nw = wp.quat_rotate_inv(wp.transform_get_rotation(xf), n)
+            g += wp.vector(-dphi * nw[0], -dphi * nw[1], -dphi * nw[2], dphi)
+    return total, g
+
+
+# --------------------------------------------------------------------------------------------------------
+# the query kernels (bodies: the tables below make a @wp.kernel of each per key)
+# --------------------------------------------------------------------------------------------------------
+
+
+def sphere_mesh_cost(
+    spheres: wp.array2d(dtype=Any),
+    env_index: wp.array(dtype=wp.int64),
+    world: Any,
+    params: wp.array(dtype=Any),
+    extra_search: float,
+    surface_eps: Any,
+    compute_grad: int,
+    cost: wp.array2d(dtype=Any),
+    grad: wp.array2d(dtype=Any),
+    per_thread: int,
+    row_start: int,
+):
+    """Cost of sphere ``(b, s)``, summed over the enabled meshes of environment ``env_index[b]``.
+
+    ``spheres[b, s] = (x, y, z, r)`` in the world frame; ``params = (eta, weight)``. With
+    ``phi = r + eta - d``: 0 for phi <= 0, phi^2 / (2 eta) up to eta, phi - eta / 2 above, times weight.
+    ``grad[b, s]`` (written when ``compute_grad``) is d cost / d (x, y, z, r). Thread ``t`` scores spheres
+    ``(row_start + t) * per_thread`` onwards (``per_thread`` of them) of the flattened
+    ``(B, S)`` grid (the host may split the grid into launches; see :func:`thread_rows`).
+    """
+    first, stop = thread_rows(wp.tid() + row_start, per_thread, spheres.shape[0] * spheres.shape[1])
+    bi, si = grid_index(first, stop, spheres.shape[1])
+    for _flat in range(first, stop):
+        weight = params[1]
+        e = world_environment(bi, env_index, world)
+        c, g = sphere_cost(spheres[bi, si], e, world, params[0], extra_search, surface_eps)
+        cost[bi, si] = c * weight
+        if compute_grad != 0:
+            grad[bi, si] = g * weight
+        si += 1
+        if si == spheres.shape[1]:
+            si = 0
+            bi += 1
+
+
+def swept_sphere_mesh_cost(
+    spheres: wp.array3d(dtype=Any),
+    env_index: wp.array(dtype=wp.int64),
+    world: Any,
+    params: wp.array(dtype=Any),
+    sweep_steps: int,
+    surface_eps: Any,
+    compute_grad: int,
+    cost: wp.array3d(dtype=Any),
+    grad_here: wp.array3d(dtype=Any),
+    grad_next: wp.array3d(dtype=Any),
+    per_thread: int,
+    row_start: int,
+):
+    """Swept cost of step ``h`` of sphere ``n`` in trajectory ``b`` (``spheres`` is ``(B, H, N)`` x vec4).
+
+    With ``S = sweep_steps``, the step's cost is the mean over ``j = 0..S`` of the cost of the sphere
+    interpolated (centre and radius) at ``t = j / (S + 1)`` from step ``h`` towards step ``h + 1``; the
+    last step, and a step whose next sphere is disabled, is scored alone. ``grad_here`` / ``grad_next``
+    receive the gradient w.r.t. the spheres of steps ``h`` and ``h + 1`` (each sample's split
+    ``(1 - t, t)``); the host adds them up without races. Thread ``t`` handles rows
+    ``(row_start + t) * per_thread`` onwards (``per_thread`` of them) of the flattened
+    ``(B, H, N)`` grid.
+    """
+    first, stop = thread_rows(
+        wp.tid() + row_start, per_thread, spheres.shape[0] * spheres.shape[1] * spheres.shape[2]
+    )
+    for flat in range(first, stop):
+        horizon = spheres.shape[1]
+        count = spheres.shape[2]
+        bi = flat // (horizon * count)
+        hi = (flat // count) % horizon
+        ni = flat % count
+        weight = params[1]
+        eta = params[0]
+        e = world_environment(bi, env_index, world)
+        here = spheres[bi, hi, ni]
+        zero = type(here[0])(0.0)
+        steps = sweep_steps
+        nxt = here
+        if hi + 1 < horizon:
+            nxt = spheres[bi, hi + 1, ni]
+        if hi + 1 >= horizon or nxt[3] < zero or here[3] < zero:
+            steps = 0
         total = zero
-        g = type(sphere)()
-        r = sphere[3]
-        if r >= zero and e >= 0:
-            centre = wp.vector(sphere[0], sphere[1], sphere[2])
-            search = r + eta + type(r)(extra_search)
+        g_here = type(here)()
+        g_next = type(here)()
+        scale = type(zero)(1.0) / type(zero)(steps + 1)
+        for j in range(steps + 1):
+            t = type(zero)(j) * scale
+            # (1 - t) here + t next, not here + (next - here) t: the difference overflows for far-apart
+            # steps
+            c, g = sphere_cost(here * (type(zero)(1.0) - t) + nxt * t, e, world, eta, 0.0, surface_eps)
+            total += c
+            g_here += g * (type(zero)(1.0) - t)
+            g_next += g * t
+        cost[bi, hi, ni] = total * scale * weight
+        if compute_grad != 0:
+            grad_here[bi, hi, ni] = g_here * (scale * weight)
+            grad_next[bi, hi, ni] = g_next * (scale * weight)
+
+
+def signed_distance(
+    points: wp.array2d(dtype=Any),
+    env_index: wp.array(dtype=wp.int64),
+    world: Any,
+    surface_eps: Any,
+    far: Any,
+    compute_grad: int,
+    dist: wp.array2d(dtype=Any),
+    grad: wp.array2d(dtype=Any),
+    per_thread: int,
+    row_start: int,
+):
+    """Union signed distance of point ``(b, s)``: the minimum over the enabled meshes of its environment.
+
+    ``far`` is written where no mesh is enabled (gradient 0). Each mesh is searched only within the best
+    distance so far (outside its box is outside the mesh; inside, at any depth), so a mesh whose box is
+    farther is skipped and the others are bounded queries. Thread ``t`` handles points
+    ``(row_start + t) * per_thread`` onwards (``per_thread`` of them) of the flattened
+    ``(B, S)`` grid.
+    """
+    first, stop = thread_rows(wp.tid() + row_start, per_thread, points.shape[0] * points.shape[1])
+    bi, si = grid_index(first, stop, points.shape[1])
+    for _flat in range(first, stop):
+        p_world = points[bi, si]
+        best = far
+        best_n = type(p_world)()
+        e = world_environment(bi, env_index, world)
+        if e >= 0:
+            # the grids bound every mesh's distance from above: the union's is below the smallest bound
+            bound = far
+            for m in range(world.mesh_ids.shape[1]):
+                if world.enabled[e, m] != 0 and world.mesh_ids[e, m] != NO_MESH:
+                    p = wp.transform_point(world.inv_poses[e, m], p_world)
+                    s, r = cell_bounds(
+                        wp.vec3(p),
+                        world.bounds[e, m, 0],
+                        world.bounds[e, m, 1],
+                        world.grid_dims[e, m],
+                        world.grid_cells,
+                    )
+                    upper = type(far)(padded(wp.abs(s) + r))
+                    # (0, UNBOUNDED) is no bound (no grid): padded, it would read as a cap of ~3.4e38
+                    if r < UNBOUNDED and wp.isfinite(upper) and upper < bound:
+                        bound = upper
             for m in range(world.mesh_ids.shape[1]):
                 if world.enabled[e, m] == 0 or world.mesh_ids[e, m] == NO_MESH:
                     continue
-                if beyond_world_box(centre, world.world_bounds, e, m, search):
+                # only a distance below the best so far matters: outside, within it; inside, at any depth
+                reach = wp.max(wp.min(best, bound), type(far)(0.0))
+                if beyond_world_box(p_world, world.world_bounds, e, m, reach):
                     continue
                 xf = world.inv_poses[e, m]
-                p = wp.transform_point(xf, centre)
-                hit, d, n = wp.static(distance)(world, e, m, p, search, surface_eps)
-                if not hit:
-                    continue
-                phi = r + eta - d
-                if phi <= zero:
-                    continue
-                dphi = type(phi)(1.0)
-                if phi <= eta:
-                    dphi = phi / eta
-                    square = phi * phi
-                    two_eta = type(phi)(2.0) * eta
-                    if (
-                        square < type(phi)(wp.inf)
-                        and two_eta < type(phi)(wp.inf)
-                        and square >= type(phi)(TINY_SQUARE)
-                    ):
-                        total += square / two_eta
-                    else:  # phi^2 or 2 eta overflows (eta near the dtype's top), or phi^2 underflows
-                        total += phi * dphi * type(phi)(0.5)
-                else:
-                    total += phi - type(phi)(0.5) * eta
-                # d phi / d centre = -grad d; n is in the mesh frame, rotate it back to the world
-                nw = wp.quat_rotate_inv(wp.transform_get_rotation(xf), n)
-                g += wp.vector(-dphi * nw[0], -dphi * nw[1], -dphi * nw[2], dphi)
-        return total, g
-
-    def sphere_mesh_cost(
-        spheres: wp.array2d(dtype=Any),
-        env_index: wp.array(dtype=wp.int64),
-        world: Any,
-        params: wp.array(dtype=Any),
-        extra_search: float,
-        surface_eps: Any,
-        compute_grad: int,
-        cost: wp.array2d(dtype=Any),
-        grad: wp.array2d(dtype=Any),
-        per_thread: int,
-        row_start: int,
-    ):
-        """Cost of sphere ``(b, s)``, summed over the enabled meshes of environment ``env_index[b]``.
-
-        ``spheres[b, s] = (x, y, z, r)`` in the world frame; ``params = (eta, weight)``. With
-        ``phi = r + eta - d``: 0 for phi <= 0, phi^2 / (2 eta) up to eta, phi - eta / 2 above, times weight.
-        ``grad[b, s]`` (written when ``compute_grad``) is d cost / d (x, y, z, r). Thread ``t`` scores spheres
-        ``(row_start + t) * per_thread`` onwards (``per_thread`` of them) of the flattened
-        ``(B, S)`` grid (the host may split the grid into launches; see :func:`thread_rows`).
-        """
-        first, stop = thread_rows(wp.tid() + row_start, per_thread, spheres.shape[0] * spheres.shape[1])
-        bi, si = grid_index(first, stop, spheres.shape[1])
-        for _flat in range(first, stop):
-            weight = params[1]
-            e = world_environment(bi, env_index, world)
-            c, g = sphere_cost(spheres[bi, si], e, world, params[0], extra_search, surface_eps)
-            cost[bi, si] = c * weight
-            if compute_grad != 0:
-                grad[bi, si] = g * weight
-            si += 1
-            if si == spheres.shape[1]:
-                si = 0
-                bi += 1
-
-    def swept_sphere_mesh_cost(
-        spheres: wp.array3d(dtype=Any),
-        env_index: wp.array(dtype=wp.int64),
-        world: Any,
-        params: wp.array(dtype=Any),
-        sweep_steps: int,
-        surface_eps: Any,
-        compute_grad: int,
-        cost: wp.array3d(dtype=Any),
-        grad_here: wp.array3d(dtype=Any),
-        grad_next: wp.array3d(dtype=Any),
-        per_thread: int,
-        row_start: int,
-    ):
-        """Swept cost of step ``h`` of sphere ``n`` in trajectory ``b`` (``spheres`` is ``(B, H, N)`` x vec4).
-
-        With ``S = sweep_steps``, the step's cost is the mean over ``j = 0..S`` of the cost of the sphere
-        interpolated (centre and radius) at ``t = j / (S + 1)`` from step ``h`` towards step ``h + 1``; the
-        last step, and a step whose next sphere is disabled, is scored alone. ``grad_here`` / ``grad_next``
-        receive the gradient w.r.t. the spheres of steps ``h`` and ``h + 1`` (each sample's split
-        ``(1 - t, t)``); the host adds them up without races. Thread ``t`` handles rows
-        ``(row_start + t) * per_thread`` onwards (``per_thread`` of them) of the flattened
-        ``(B, H, N)`` grid.
-        """
-        first, stop = thread_rows(
-            wp.tid() + row_start, per_thread, spheres.shape[0] * spheres.shape[1] * spheres.shape[2]
-        )
-        for flat in range(first, stop):
-            horizon = spheres.shape[1]
-            count = spheres.shape[2]
-            bi = flat // (horizon * count)
-            hi = (flat // count) % horizon
-            ni = flat % count
-            weight = params[1]
-            eta = params[0]
-            e = world_environment(bi, env_index, world)
-            here = spheres[bi, hi, ni]
-            zero = type(here[0])(0.0)
-            steps = sweep_steps
-            nxt = here
-            if hi + 1 < horizon:
-                nxt = spheres[bi, hi + 1, ni]
-            if hi + 1 >= horizon or nxt[3] < zero or here[3] < zero:
-                steps = 0
-            total = zero
-            g_here = type(here)()
-            g_next = type(here)()
-            scale = type(zero)(1.0) / type(zero)(steps + 1)
-            for j in range(steps + 1):
-                t = type(zero)(j) * scale
-                # (1 - t) here + t next, not here + (next - here) t: the difference overflows for far-apart
-                # steps
-                c, g = sphere_cost(here * (type(zero)(1.0) - t) + nxt * t, e, world, eta, 0.0, surface_eps)
-                total += c
-                g_here += g * (type(zero)(1.0) - t)
-                g_next += g * t
-            cost[bi, hi, ni] = total * scale * weight
-            if compute_grad != 0:
-                grad_here[bi, hi, ni] = g_here * (scale * weight)
-                grad_next[bi, hi, ni] = g_next * (scale * weight)
-
-    def signed_distance(
-        points: wp.array2d(dtype=Any),
-        env_index: wp.array(dtype=wp.int64),
-        world: Any,
-        surface_eps: Any,
-        far: Any,
-        compute_grad: int,
-        dist: wp.array2d(dtype=Any),
-        grad: wp.array2d(dtype=Any),
-        per_thread: int,
-        row_start: int,
-    ):
-        """Union signed distance of point ``(b, s)``: the minimum over the enabled meshes of its environment.
-
-        ``far`` is written where no mesh is enabled (gradient 0). Each mesh is searched only within the best
-        distance so far (outside its box is outside the mesh; inside, at any depth), so a mesh whose box is
-        farther is skipped and the others are bounded queries. Thread ``t`` handles points
-        ``(row_start + t) * per_thread`` onwards (``per_thread`` of them) of the flattened
-        ``(B, S)`` grid.
-        """
-        first, stop = thread_rows(wp.tid() + row_start, per_thread, points.shape[0] * points.shape[1])
-        bi, si = grid_index(first, stop, points.shape[1])
-        for _flat in range(first, stop):
-            p_world = points[bi, si]
-            best = far
-            best_n = type(p_world)()
-            e = world_environment(bi, env_index, world)
-            if e >= 0:
-                # the grids bound every mesh's distance from above: the union's is below the smallest bound
-                bound = far
-                for m in range(world.mesh_ids.shape[1]):
-                    if world.enabled[e, m] != 0 and world.mesh_ids[e, m] != NO_MESH:
-                        p = wp.transform_point(world.inv_poses[e, m], p_world)
-                        s, r = cell_bounds(
-                            wp.vec3(p),
-                            world.bounds[e, m, 0],
-                            world.bounds[e, m, 1],
-                            world.grid_dims[e, m],
-                            world.grid_cells,
-                        )
-                        upper = type(far)(padded(wp.abs(s) + r))
-                        # (0, UNBOUNDED) is no bound (no grid): padded, it would read as a cap of ~3.4e38
-                        if r < UNBOUNDED and wp.isfinite(upper) and upper < bound:
-                            bound = upper
-                for m in range(world.mesh_ids.shape[1]):
-                    if world.enabled[e, m] == 0 or world.mesh_ids[e, m] == NO_MESH:
-                        continue
-                    # only a distance below the best so far matters: outside, within it; inside, at any depth
-                    reach = wp.max(wp.min(best, bound), type(far)(0.0))
-                    if beyond_world_box(p_world, world.world_bounds, e, m, reach):
-                        continue
-                    xf = world.inv_poses[e, m]
-                    p = wp.transform_point(xf, p_world)
-                    hit, d, n = wp.static(distance)(world, e, m, p, reach, surface_eps)
-                    if hit and d < best:
-                        best = d
-                        best_n = wp.quat_rotate_inv(wp.transform_get_rotation(xf), n)
-            dist[bi, si] = best
-            if compute_grad != 0:
-                grad[bi, si] = best_n
-            si += 1
-            if si == points.shape[1]:
-                si = 0
-                bi += 1
-
-    bodies = (sphere_mesh_cost, swept_sphere_mesh_cost, signed_distance)
-    for body in bodies:
-        body.__qualname__ = body.__name__  # the kernel's key (its module tells the variant apart)
-    return {body.__name__: body for body in bodies}
+                p = wp.transform_point(xf, p_world)
+                hit, d, n = slot_distance(world, e, m, p, reach, surface_eps)
+                if hit and d < best:
+                    best = d
+                    best_n = wp.quat_rotate_inv(wp.transform_get_rotation(xf), n)
+        dist[bi, si] = best
+        if compute_grad != 0:
+            grad[bi, si] = best_n
+        si += 1
+        if si == points.shape[1]:
+            si = 0
+            bi += 1
 
 
 #: Options of every SDF kernel module: warpgeo writes every backward itself (no adjoints: half the build time).
@@ -1091,26 +1039,17 @@ def _max_registers(key) -> int:
     return _constants.SDF_MAX_REGISTERS[key[0]]
 
 
-#: Table keys: (query precision, world kind). A world of only closed forms (``"cuboids"``: cuboid meshes and
-#: analytic primitives) runs the kernels made with :func:`cuboid_mesh_distance` (see :func:`query_kernels`);
-#: any other world the general ones.
-KEYS = [(precision, kind) for precision in ("float32", "float64") for kind in ("meshes", "cuboids")]
 _SCALARS = {"float32": (wp.float32, wp.vec3f, wp.vec4f), "float64": (wp.float64, wp.vec3d, wp.vec4d)}
 
 
-def _bodies(name: str):
-    """The table's ``funcs``: the kernel body ``name`` of the key's variant."""
-    return lambda key: (query_kernels(key[1] == "cuboids")[name],)
-
-
 def _types(build) -> dict:
-    return {key: {"world": WORLD[key[0]], **build(*_SCALARS[key[0]])} for key in KEYS}
+    return {key: {"world": WORLD[key], **build(*_SCALARS[key[0]])} for key in KEYS}
 
 
 #: The query kernels, each per key alone in a Warp module (``..sphere_mesh_cost_float32_meshes``, ...).
 SPHERE_MESH_COST = KernelTable(
     f"{__name__}.sphere_mesh_cost",
-    _bodies("sphere_mesh_cost"),
+    (sphere_mesh_cost,),
     _types(
         lambda s, _v3, v4: {
             "spheres": wp.array2d(dtype=v4),
@@ -1125,7 +1064,7 @@ SPHERE_MESH_COST = KernelTable(
 )
 SWEPT_SPHERE_MESH_COST = KernelTable(
     f"{__name__}.swept_sphere_mesh_cost",
-    _bodies("swept_sphere_mesh_cost"),
+    (swept_sphere_mesh_cost,),
     _types(
         lambda s, _v3, v4: {
             "spheres": wp.array3d(dtype=v4),
@@ -1141,7 +1080,7 @@ SWEPT_SPHERE_MESH_COST = KernelTable(
 )
 SIGNED_DISTANCE = KernelTable(
     f"{__name__}.signed_distance",
-    _bodies("signed_distance"),
+    (signed_distance,),
     _types(
         lambda s, v3, _v4: {
             "points": wp.array2d(dtype=v3),
