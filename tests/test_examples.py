@@ -57,6 +57,20 @@ def test_collision_avoidance(tmp_path):
     assert len(iters) >= 3  # prints the cost as it goes
 
 
+def test_self_collision(tmp_path):
+    out = run_example("self_collision.py", tmp_path)
+    assert out.startswith("Moving ")  # says what it does before its table
+    initial, final = number(r"initial self-collision cost ([\d.eE+-]+)\s+final ([\d.eE+-]+)", out)
+    assert initial > 0.05 and final < 0.01 * initial
+    world_initial, world_final = number(r"initial world cost ([\d.eE+-]+)\s+final ([\d.eE+-]+)", out)
+    assert world_initial > 0 and world_final < 0.01 * world_initial
+    free, batch, free_before = number(
+        r"collision-free: (\d+)/(\d+) configurations \(at the start: (\d+)/", out
+    )
+    assert free == batch == 64 and free_before < batch / 2  # most start in collision, all end free
+    assert len(re.findall(r"^step\s+\d+\s+self", out, flags=re.M)) >= 3  # prints the costs as it goes
+
+
 def test_collision_avoidance_with_the_torus_of_the_docstring(tmp_path):
     """The line its docstring shows: the torus stands on edge (not a hole the path is caught in), and the
     picture counts four obstacles."""
@@ -94,6 +108,7 @@ def test_examples_say_what_every_flag_does():
         "point_sampling.py",
         "pointnet2_set_abstraction.py",
         "ddp_training.py",
+        "self_collision.py",
     ):
         lines = subprocess.run(
             [sys.executable, str(EXAMPLES / script), "--help"], capture_output=True, text=True, timeout=60
@@ -199,7 +214,13 @@ def test_readme_tour_optimises_centres_only():
 
 @pytest.mark.parametrize(
     "script",
-    ["collision_avoidance.py", "point_sampling.py", "pointnet2_set_abstraction.py", "ddp_training.py"],
+    [
+        "collision_avoidance.py",
+        "point_sampling.py",
+        "pointnet2_set_abstraction.py",
+        "ddp_training.py",
+        "self_collision.py",
+    ],
 )
 def test_example_names_the_demo_extra_without_matplotlib(tmp_path, script):
     code = (
