@@ -5,6 +5,7 @@ mixed worlds against single-entry worlds, the all-closed-forms kernel variant, a
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -457,6 +458,13 @@ def test_closed_form_kernels_equal_the_general_kernels(dtype):
         (lambda: Cuboid(["a", 1, 1]), TypeError, r"dims\[0\]"),
         (lambda: Cuboid(np.ones(3, dtype=complex)), TypeError, "dims"),
         (lambda: Cuboid(np.ones((3, 1))), TypeError, r"dims\[0\]"),
+        # integers and fractions beyond float's range: a ValueError like any size out of range
+        (lambda: Sphere(10**400), ValueError, "radius"),
+        (lambda: Sphere(-(10**400)), ValueError, "radius"),
+        (lambda: Sphere(Fraction(10**400, 3)), ValueError, "radius"),
+        (lambda: Capsule(0.1, 10**400), ValueError, "length"),
+        (lambda: Cylinder(10**400, 1), ValueError, "radius"),
+        (lambda: Cuboid([1, 10**400, 1]), ValueError, r"dims\[1\]"),
     ],
 )
 def test_bad_arguments_raise(make, exc, word):

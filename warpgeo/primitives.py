@@ -44,7 +44,12 @@ def _length(value: Any, name: str) -> float:
         value = value.reshape(()).item() if hasattr(value, "item") else value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r:.60}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int or Fraction beyond float's range
+        size = abs(int(value)).bit_length()  # not str(): ints beyond 4300 digits refuse it
+        sign = "-" if value < 0 else ""
+        raise ValueError(f"{name} must lie in [2**-126, 2**60]; got about {sign}2**{size}") from None
     if not math.isfinite(number) or number <= 0.0:
         raise ValueError(f"{name} must be finite and > 0; got {number!r}")
     if number < MIN_SIZE or number > MAX_SIZE:
