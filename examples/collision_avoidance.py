@@ -59,10 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     if args.horizon < 3:
         parser.error(f"--horizon must be at least 3; got {args.horizon}")
+    device = demos.require_device(args.device, "collision_avoidance.py")  # one line if it is not here
     demos.require_matplotlib("collision_avoidance.py")
 
     t0 = time.perf_counter()
-    device = torch.device(args.device)
     activation_distance, smoothness, lr = 0.05, 0.02, 0.03
     try:
         meshes, poses = demos.collision_scene(args.mesh)

@@ -142,8 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smallest settings (for tests)")
     parser.add_argument("--out", default="ddp_training.png", help="output picture")
     args = parser.parse_args(argv)
-    if args.device != "cpu":
-        parser.error("this example runs DDP over gloo on the CPU; use --device cpu")
+    if args.device != "cpu":  # one line and exit code 2, as the warpgeo command
+        print(
+            f"ddp_training.py: error: --device {args.device}: this example runs DDP over gloo on the CPU; "
+            "use --device cpu",
+            file=sys.stderr,
+        )
+        return 2
     if args.quick:  # smaller sizes; flags given explicitly still win
         parser.set_defaults(steps=40, num_points=64, num_train=64, batch_size=8)
         args = parser.parse_args(argv)

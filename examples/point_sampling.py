@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     if not 1 <= args.show_k <= args.max_k < args.num_surface:
         parser.error("need 1 <= --show-k <= --max-k < --num-surface")
+    device = demos.require_device(args.device, "point_sampling.py")  # one line if it is not here
     demos.require_matplotlib("point_sampling.py")
 
     t0 = time.perf_counter()
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(mesh, trimesh.Trimesh) or len(mesh.faces) == 0:
             parser.error(f"--mesh: {args.mesh!r} holds no triangle mesh")
     dense_np, _ = trimesh.sample.sample_surface(mesh, args.num_surface, seed=args.seed)
-    dense = torch.tensor(dense_np, dtype=torch.float32, device=args.device)  # (N, 3)
+    dense = torch.tensor(dense_np, dtype=torch.float32, device=device)  # (N, 3)
 
     # K_max + 1 picks: the distance of pick k (0-based) is the coverage radius of picks 0..k-1.
     idx, dist = warpgeo.farthest_point_sampling(dense, args.max_k + 1, return_distances=True)  # (K+1,) x2
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     path = demos.plot_point_sampling(result, args.out)
     ratio = random_radius[-1] / fps_curve[ks[-1] - 1].item()
     print(f"K = {ks[-1]}: random sampling leaves gaps {ratio:.2f}x as wide as FPS")
-    print(f"saved {path}  ({time.perf_counter() - t0:.1f} s on {args.device})")
+    print(f"saved {path}  ({time.perf_counter() - t0:.1f} s on {device})")
     return 0
 
 

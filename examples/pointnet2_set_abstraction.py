@@ -279,11 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:  # smaller sizes; flags given explicitly still win
         parser.set_defaults(steps=100, lr=2e-3, num_points=128, num_train=240, num_test=40)
         args = parser.parse_args(argv)
+    device = demos.require_device(args.device, "pointnet2_set_abstraction.py")  # one line if it is not here
     demos.require_matplotlib("pointnet2_set_abstraction.py")
 
     t0 = time.perf_counter()
     torch.manual_seed(args.seed)
-    device = torch.device(args.device)
     train_x, train_y = make_dataset(args.num_train, args.num_points, seed=args.seed)
     test_x, test_y = make_dataset(args.num_test, args.num_points, seed=args.seed + 1)
     train_x, train_y, test_x, test_y = (t.to(device) for t in (train_x, train_y, test_x, test_y))

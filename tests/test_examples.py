@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -100,6 +101,37 @@ def test_bad_mesh_is_one_line(tmp_path, script, mesh):
     )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and "--mesh" in proc.stderr.splitlines()[-1], proc.stderr
+
+
+EXAMPLE_SCRIPTS = [
+    "collision_avoidance.py",
+    "point_sampling.py",
+    "pointnet2_set_abstraction.py",
+    "ddp_training.py",
+]
+
+
+@pytest.mark.parametrize(
+    ("script", "name"),  # not "device": conftest's
+    [(script, "cuda") for script in EXAMPLE_SCRIPTS]
+    + [("collision_avoidance.py", name) for name in ("cuda:1", "mps", "nodevice")],
+)
+def test_a_device_the_machine_lacks_is_one_line(tmp_path, script, name):
+    """As the warpgeo command: one line on stderr, exit code 2, no traceback, nothing written (CUDA hidden
+    from the process, so that the test means the same on a machine with a GPU)."""
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), "--quick", "--device", name, "--out", "x.png"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{script}: error: --device"), proc.stderr
+    assert name in lines[0]
+    assert not list(tmp_path.iterdir())
 
 
 def test_examples_say_what_every_flag_does():

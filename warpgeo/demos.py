@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +31,7 @@ __all__ = [
     "matplotlib_missing",
     "plot_collision_avoidance",
     "plot_point_sampling",
+    "require_device",
     "require_matplotlib",
     "run_collision_avoidance",
     "run_point_sampling",
@@ -53,6 +55,29 @@ def require_matplotlib(what: str) -> None:
     hint = matplotlib_missing(what)
     if hint is not None:
         raise SystemExit(f"{what}: error: {hint}")
+
+
+def require_device(name: str, what: str) -> torch.device:
+    """An example's ``--device`` as a torch device, or exit as the ``warpgeo`` command does: one line on
+    stderr (``what: error: --device ...``) and exit code 2, for a name that is not a device, a device type
+    warpgeo does not run on, CUDA on a machine without it, or a CUDA index it does not have."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None:
+        problem = "is not a device (try cpu, cuda, cuda:0)"
+    elif device.type not in ("cpu", "cuda"):
+        problem = "warpgeo runs on cpu and cuda only"
+    elif device.type == "cuda" and not torch.cuda.is_available():
+        problem = "CUDA is not available on this machine"
+    elif device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        problem = f"this machine has {count} CUDA device{'s' if count != 1 else ''}"
+    else:
+        return device
+    print(f"{what}: error: --device {name}: {problem}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 # --------------------------------------------------------------------------------------------------------
