@@ -357,3 +357,29 @@ def test_hostile_values_with_checks_off_never_crash():
             )
             assert got.idx_xy.min() >= -1 and got.idx_xy.max() < 40
             assert got.idx_yx.min() >= -1 and got.idx_yx.max() < 300
+
+
+@pytest.mark.parametrize(
+    ("dtype", "scale"),
+    [(torch.float64, 1e200), (torch.float64, 1e-200), (torch.float32, 1e20), (torch.float32, 1e-25)],
+)
+@pytest.mark.parametrize("n", [40, 600])  # the scan of small clouds, and the grid
+def test_unsquared_distances_are_right_at_extreme_scales(dtype, scale, n):
+    """Issue 39 item 8: ``squared=False`` distances of clouds scaled far from 1 are their true distances
+    (the same as knn's), not inf or 0 (squared distances overflow or underflow there); the gradient is
+    finite."""
+    g = torch.Generator().manual_seed(5)
+    x = ((torch.rand(2, n, 3, generator=g, dtype=torch.float64) - 0.5) * scale).to(dtype)
+    y = ((torch.rand(2, n + 7, 3, generator=g, dtype=torch.float64) - 0.5) * scale).to(dtype)
+    got = warpgeo.chamfer_distance(x, y, squared=False, reduction="sum")
+    for d, q, p in ((got.dist_xy, x, y), (got.dist_yx, y, x)):
+        assert torch.isfinite(d).all() and (d > 0).all()
+        assert torch.equal(d, warpgeo.knn(q, p, 1).dists[..., 0])
+    # against float64 cdist of the clouds brought to unit scale (a division by a power of ten: fine at 1e-6;
+    # cdist of the clouds themselves overflows or underflows as the old chamfer did)
+    ref_d, ref_i = nearest_reference(x.double() / scale, y.double() / scale)
+    torch.testing.assert_close(got.dist_xy.double(), ref_d * scale, rtol=1e-6, atol=0)
+    assert torch.equal(got.idx_xy, ref_i)
+    leaf = x.clone().requires_grad_()
+    warpgeo.chamfer_distance(leaf, y, squared=False).loss.backward()
+    assert torch.isfinite(leaf.grad).all() and (leaf.grad != 0).any()

@@ -84,77 +84,6 @@ def _check_chamfer(x, y, x_lengths, y_lengths, norm, squared, reduction, single_
     checks.check_device("x", x=x, y=y, x_lengths=x_lengths, y_lengths=y_lengths)
 
 
-def _lengths(t: torch.Tensor | None, device: torch.device) -> torch.Tensor:
-    """Per-cloud lengths as the kernels take them: int64, empty meaning "all"."""
-    if t is None:
-        return torch.empty(0, dtype=torch.int64, device=device)
-    return t.to(torch.int64)
-
-
-def _nearest(queries, points, query_lengths, point_lengths, norm, boxes) -> torch.Tensor:
-    """int64 ``(B, M)``: each query's nearest valid point (L2: the kNN implementation, k = 1; L1: a scan),
-    -1 for padding and where the cloud has no valid point; ties to the lowest index. ``boxes``: the
-    (queries', points') boxes of the value checks, or Nones (checks off)."""
-    if norm == 2:
-        # the kNN's launches, not the op: the values were checked once, by this op
-        _, idx = neighbors._knn(
-            queries, points, query_lengths, point_lengths, 1, query_bounds=boxes[0], bounds=boxes[1]
-        )
-        return idx.reshape(queries.shape[0], queries.shape[1])
-    batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
-    idx = torch.empty(batch, m, dtype=torch.int64, device=queries.device)
-    if n == 0 or batch * m == 0:
-        return idx.fill_(-1)
-    queries, points = _warp.to_compute(queries), _warp.to_compute(points)
-    kernel = kernels.NEAREST_L1[_KEY[points.dtype]].nearest_l1_rows
-    _launch.launch_rows(
-        kernel,
-        batch * m,
-        device=queries.device,
-        work_per_row=n,
-        queries=queries,
-        query_lengths=_lengths(query_lengths, queries.device),
-        points=points,
-        point_lengths=_lengths(point_lengths, queries.device),
-        out_idx=idx,
-    )
-    return idx
-
-
-def _difference(queries, points, idx) -> torch.Tensor:
-    """``queries - points[idx]`` ``(B, M, 3)`` in compute precision (0 where idx is -1)."""
-    work = _warp.compute_dtype(queries.dtype)
-    q = queries.to(work)
-    if points.shape[1] == 0:
-        return torch.zeros_like(q)
-    safe = idx.clamp_min(0)
-    nearest = torch.gather(points.to(work), 1, safe[..., None].expand(-1, -1, 3))
-    return torch.where((idx >= 0)[..., None], q - nearest, 0.0)
-
-
-def _distance(diff: torch.Tensor, norm: int, squared: bool) -> torch.Tensor:
-    if norm == 2:
-        d2 = diff.square().sum(-1)
-        return d2 if squared else d2.sqrt()
-    d1 = diff.abs().sum(-1)
-    return d1.square() if squared else d1
-
-
-def _counts(lengths: torch.Tensor | None, batch: int, size: int, like: torch.Tensor) -> torch.Tensor:
-    """``(B, 1)`` valid points per cloud, at least 1 (an empty cloud's mean is 0), in ``like``'s dtype."""
-    if lengths is None:
-        return torch.full((batch, 1), float(max(size, 1)), dtype=like.dtype, device=like.device)
-    return lengths.clamp(1, max(size, 1)).to(like.dtype)[:, None]
-
-
-def _reduce(dist: torch.Tensor, lengths, size: int, reduction: str | None) -> torch.Tensor:
-    batch = dist.shape[0]
-    if reduction == "sum":
-        return dist.sum()
-    per_cloud = dist.sum(1) / _counts(lengths, batch, size, dist)[:, 0]
-    return per_cloud if reduction is None else per_cloud.sum() / max(batch, 1)
-
-
 def _chamfer_impl(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -166,28 +95,127 @@ def _chamfer_impl(
     single_directional: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """x (B, N, 3), y (B, M, 3) -> loss, dist_xy (B, N), dist_yx (B, M), idx_xy, idx_yx (int64); the
-    y -> x pair is (B, 0) with ``single_directional``."""
-    boxes = (None, None)  # the valid points' boxes, where the value checks made them (the kNN's scale)
+    y -> x pair is (B, 0) with ``single_directional``. The outputs are allocated once, in their final dtype
+    (half inputs: float32, then cast); the launches: both directions in one (after the grids of both clouds,
+    one launch, on large clouds; or the float64 scale, on small ones), then the loss."""
     if checks.checking_values(x.device):
-        boxes = neighbors._check_values(
+        neighbors._check_values(
             x, y, x_lengths, y_lengths, names=("x", "y", "x_lengths", "N", "y_lengths", "M")
         )
-    batch = x.shape[0]
-    # both searches first, then the torch ops (on the CPU torch's OpenMP workers spin after an op and
-    # would take a core from a split launch that followed it)
-    idx_xy = _nearest(x, y, x_lengths, y_lengths, norm, boxes)
-    if single_directional:
-        idx_yx = torch.empty(batch, 0, dtype=torch.int64, device=x.device)
+    device = x.device
+    dtype = x.dtype
+    compute = _warp.compute_dtype(dtype)
+    batch, n, m = x.shape[0], x.shape[1], y.shape[1]
+    m_out = 0 if single_directional else m
+    loss = torch.empty(() if reduction is not None else (batch,), dtype=compute, device=device)
+    dist_xy = torch.empty(batch, n, dtype=compute, device=device)
+    dist_yx = torch.empty(batch, m_out, dtype=compute, device=device)
+    idx_xy = torch.empty(batch, n, dtype=torch.int64, device=device)
+    idx_yx = torch.empty(batch, m_out, dtype=torch.int64, device=device)
+    x, y = _warp.to_compute(x), _warp.to_compute(y)
+    table = kernels.CHAMFER[_KEY[compute]]
+    x_lengths = neighbors.lengths_arg(x_lengths, device)
+    y_lengths = neighbors.lengths_arg(y_lengths, device)
+    rows = batch * (n + m_out)
+    scaled = compute == torch.float64
+    use_grid = norm == 2 and min(n, m) > 0 and max(n, m) > _brute_max_points(device)
+    nbytes = neighbors.workspace_bytes((torch.int64, rows), (torch.float64, rows))
+    if use_grid:
+        nbytes += neighbors._grid_bytes(batch, n) + neighbors._grid_bytes(batch, m)
+    elif scaled:
+        nbytes += neighbors.workspace_bytes((torch.float64, batch * neighbors.kernels.PARAMS))
+    ws = neighbors.Workspace(device, nbytes)
+    work = {"work_idx": ws.take(torch.int64, rows, 1), "work_d2": ws.take(torch.float64, rows, 1)}
+    grids = {}
+    for name, cloud in (("x", x), ("y", y)):
+        size = cloud.shape[1] if use_grid else 0
+        cap = neighbors._cap(size) if use_grid else 0
+        grids[name] = {
+            f"params_{name}": ws.take(torch.float64, batch if use_grid else 0, neighbors.kernels.PARAMS),
+            f"dims_{name}": ws.take(torch.int32, batch if use_grid else 0, 3),
+            f"start_{name}": ws.take(torch.int32, batch if use_grid else 0, cap + 2),
+            f"sorted_{name}": ws.take(torch.float64, batch if use_grid else 0, size, 3),
+            f"index_{name}": ws.take(torch.int32, batch if use_grid else 0, size),
+        }
+    clouds = {"x": x, "x_lengths": x_lengths, "y": y, "y_lengths": y_lengths}
+    scale = neighbors.no_params(device)
+    if use_grid:
+        build = {**clouds, **grids["x"], **grids["y"], "points_per_cell": neighbors._KNN_POINTS_PER_CELL}
+        build["scaled"] = int(scaled)
+        if _warp.cuda_algorithms(device):
+            _launch.launch(
+                table.chamfer_grid_block,
+                2 * batch,
+                device=device,
+                tiled=True,
+                block_dim=neighbors._build_block_dim(device),
+                rank_x=ws.take(torch.int32, batch, n),
+                rank_y=ws.take(torch.int32, batch, m),
+                **build,
+            )
+        else:
+            _launch.launch_rows(
+                table.chamfer_grid_rows, 2 * batch, device=device, work_per_row=n + m, **build
+            )
+    elif scaled and rows > 0:
+        scale = ws.take(torch.float64, batch, neighbors.kernels.PARAMS)
+        _launch.launch_rows(
+            table.cloud_scale_rows,
+            batch,
+            device=device,
+            work_per_row=n + m,
+            queries=x,
+            query_lengths=x_lengths,
+            points=y,
+            point_lengths=y_lengths,
+            params=scale,
+        )
+    _launch.launch_rows(
+        table.chamfer_nearest,
+        rows,
+        device=device,
+        work_per_row=neighbors._ROW_WORK if use_grid else max(n, m),
+        use_grid=int(use_grid),
+        norm=norm,
+        squared=int(squared),
+        scale=scale,
+        out_dist_xy=dist_xy,
+        out_idx_xy=idx_xy,
+        out_dist_yx=dist_yx,
+        out_idx_yx=idx_yx,
+        **clouds,
+        **grids["x"],
+        **grids["y"],
+        **work,
+    )
+    loss_args = {
+        "dist_xy": dist_xy,
+        "x_lengths": x_lengths,
+        "dist_yx": dist_yx,
+        "y_lengths": y_lengths,
+        "reduction": _REDUCTION_CODES[reduction],
+        "single": int(single_directional),
+        "out_loss": loss.view(-1),
+    }
+    if _warp.cuda_algorithms(device):
+        block = kernels.BUILD_BLOCK_DIM if neighbors._build_block_dim(device) > 1 else 1
+        _launch.launch(table.chamfer_loss_block, 1, device=device, tiled=True, block_dim=block, **loss_args)
     else:
-        idx_yx = _nearest(y, x, y_lengths, x_lengths, norm, boxes[::-1])
-    dist_xy = _distance(_difference(x, y, idx_xy), norm, squared)
-    loss = _reduce(dist_xy, x_lengths, x.shape[1], reduction)
-    if single_directional:
-        dist_yx = dist_xy.new_empty(batch, 0)
-    else:
-        dist_yx = _distance(_difference(y, x, idx_yx), norm, squared)
-        loss = loss + _reduce(dist_yx, y_lengths, y.shape[1], reduction)
-    return loss.to(x.dtype), dist_xy.to(x.dtype), dist_yx.to(x.dtype), idx_xy, idx_yx
+        _launch.launch(table.chamfer_loss_rows, 1, device=device, **loss_args)
+    if compute != dtype:
+        return loss.to(dtype), dist_xy.to(dtype), dist_yx.to(dtype), idx_xy, idx_yx
+    return loss, dist_xy, dist_yx, idx_xy, idx_yx
+
+
+#: ``reduction`` -> the loss kernels' code.
+_REDUCTION_CODES = {"mean": 0, "sum": 1, None: 2}
+
+
+def _brute_max_points(device: torch.device) -> int:
+    """Clouds up to this size are scanned (as :func:`warpgeo.knn` chooses)."""
+    if _warp.cuda_algorithms(device):
+        return neighbors._CUDA_BRUTE_MAX_POINTS
+    return neighbors._BRUTE_MAX_POINTS
 
 
 def _chamfer_fake(x, y, x_lengths, y_lengths, norm, squared, reduction, single_directional):
@@ -217,79 +245,116 @@ def _setup_chamfer(ctx, inputs, output) -> None:
     ctx.chamfer_options = (norm, squared, reduction)  # plain Python values
 
 
-def _direction_grads(queries, points, idx, weight, norm, squared, need_q, need_p):
-    """Gradients of ``sum(weight * dist)`` for one direction (queries -> their nearest points):
-    ``(B, M, 3)`` to the queries and ``(B, N, 3)`` to the points (scatter-add), in compute precision."""
-    diff = _difference(queries, points, idx)
-    if norm == 2:
-        if squared:
-            deriv = 2.0 * diff
-        else:
-            # d|v| = v / |v|; 0 at |v| = 0 (coincident points: a subgradient, never NaN)
-            dist = torch.linalg.vector_norm(diff, dim=-1, keepdim=True)
-            deriv = torch.where(dist > 0, diff / torch.where(dist > 0, dist, 1.0), 0.0)
-    else:
-        deriv = torch.sign(diff)  # 0 where a coordinate difference is 0
-        if squared:
-            deriv = 2.0 * diff.abs().sum(-1, keepdim=True) * deriv
-    step = weight[..., None].to(deriv.dtype) * deriv
-    step = torch.where((idx >= 0)[..., None], step, 0.0)
-    grad_q = step if need_q else None
-    grad_p = None
-    if need_p:
-        grad_p = torch.zeros(points.shape, dtype=step.dtype, device=points.device)
-        if points.shape[1] > 0:
-            grad_p.scatter_add_(1, idx.clamp_min(0)[..., None].expand(-1, -1, 3), -step)
-    return grad_q, grad_p
-
-
-def _weights(grad_dist, grad_loss, lengths, size, reduction, like) -> torch.Tensor | None:
-    """``d loss_total / d dist`` per point ``(B, M)``: the upstream gradient of the per-point distances plus
-    the reduction's share of the loss's; None when neither flows."""
-    weight = None if grad_dist is None else grad_dist.to(like.dtype)
-    if grad_loss is not None:
-        batch = like.shape[0]
-        g = grad_loss.to(like.dtype)
-        if reduction == "sum":
-            share = g.expand(like.shape)
-        elif reduction == "mean":
-            share = (g / max(batch, 1) / _counts(lengths, batch, size, like)).expand(like.shape)
-        else:
-            share = (g[:, None] / _counts(lengths, batch, size, like)).expand(like.shape)
-        weight = share if weight is None else weight + share
-    return weight
-
-
 def _backward_chamfer(ctx, grad_loss, grad_dist_xy, grad_dist_yx, _grad_idx_xy, _grad_idx_yx):
     need_x, need_y = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    if not (need_x or need_y):
+    if not (need_x or need_y) or (grad_loss is None and grad_dist_xy is None and grad_dist_yx is None):
         return _chamfer_op.grads()
     x, y, x_lengths, y_lengths, idx_xy, idx_yx = ctx.saved_tensors
     norm, squared, reduction = ctx.chamfer_options
-    work = _warp.compute_dtype(x.dtype)
-    like_xy = torch.empty(idx_xy.shape, dtype=work, device=x.device)
-    grad_x = grad_y = None
-
-    def add(total, part):
-        if part is None:
-            return total
-        return part if total is None else total + part
-
-    weight = _weights(grad_dist_xy, grad_loss, x_lengths, x.shape[1], reduction, like_xy)
-    if weight is not None:
-        gx, gy = _direction_grads(x, y, idx_xy, weight, norm, squared, need_x, need_y)
-        grad_x, grad_y = add(grad_x, gx), add(grad_y, gy)
-    if idx_yx.shape[1] > 0:  # (B, 0) when single-directional or y has no points: nothing flows
-        like_yx = torch.empty(idx_yx.shape, dtype=work, device=x.device)
-        weight = _weights(grad_dist_yx, grad_loss, y_lengths, y.shape[1], reduction, like_yx)
-        if weight is not None:
-            gy, gx = _direction_grads(y, x, idx_yx, weight, norm, squared, need_y, need_x)
-            grad_x, grad_y = add(grad_x, gx), add(grad_y, gy)
-    grad_x = grad_x.to(x.dtype) if need_x and grad_x is not None else None
-    grad_y = grad_y.to(y.dtype) if need_y and grad_y is not None else None
-    return _chamfer_op.grads(x=grad_x, y=grad_y)
+    backward = _chamfer_backward_op.in_backward(x, y, grad_loss, grad_dist_xy, grad_dist_yx)
+    grad_x, grad_y = backward(
+        x, y, x_lengths, y_lengths, idx_xy, idx_yx, grad_loss, grad_dist_xy, grad_dist_yx, norm, squared,
+        reduction, need_x, need_y,
+    )  # fmt: skip
+    return _chamfer_op.grads(x=grad_x if need_x else None, y=grad_y if need_y else None)
 
 
+def _check_chamfer_backward(
+    x, y, x_lengths, y_lengths, idx_xy, idx_yx, grad_loss, grad_dist_xy, grad_dist_yx, norm, squared,
+    reduction, need_x, need_y,
+) -> None:  # fmt: skip
+    """The backward's own entry (its forward checked the rest): the shapes the kernel indexes by."""
+    _check_chamfer(x, y, x_lengths, y_lengths, norm, squared, reduction, False)
+    batch, n, m = x.shape[0], x.shape[1], y.shape[1]
+    for name, t, shape in (("idx_xy", idx_xy, (batch, n)), ("grad_dist_xy", grad_dist_xy, (batch, n))):
+        if t is not None and tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}; got {tuple(t.shape)}")
+    for name, t in (("idx_yx", idx_yx), ("grad_dist_yx", grad_dist_yx)):
+        if t is not None and tuple(t.shape) not in ((batch, m), (batch, 0)):
+            raise ValueError(f"{name} must have shape {(batch, m)} or {(batch, 0)}; got {tuple(t.shape)}")
+    checks.check_index(idx_xy, "idx_xy")
+    checks.check_index(idx_yx, "idx_yx")
+
+
+def _chamfer_backward_impl(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    x_lengths: torch.Tensor | None,
+    y_lengths: torch.Tensor | None,
+    idx_xy: torch.Tensor,
+    idx_yx: torch.Tensor,
+    grad_loss: torch.Tensor | None,
+    grad_dist_xy: torch.Tensor | None,
+    grad_dist_yx: torch.Tensor | None,
+    norm: int,
+    squared: bool,
+    reduction: str | None,
+    need_x: bool,
+    need_y: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_x (B, N, 3), grad_y (B, M, 3)), each (B, 0, 3) where not needed, in the dtypes of x and y.
+
+    One launch: a thread per point adds its own gradient and takes it from its neighbour's (atomics on
+    CUDA; on the CPU the launch is not split: one thread, in row order, the same bits every run)."""
+    device = x.device
+    compute = _warp.compute_dtype(x.dtype)
+    batch, n, m = x.shape[0], x.shape[1], y.shape[1]
+    grad_x = torch.zeros(batch, n if need_x else 0, 3, dtype=compute, device=device)
+    grad_y = torch.zeros(batch, m if need_y else 0, 3, dtype=compute, device=device)
+    empty2 = _no_grad(device, compute, 2)
+    _launch.launch(
+        kernels.CHAMFER[_KEY[compute]].chamfer_backward,
+        batch * (n + idx_yx.shape[1]),
+        device=device,
+        x=_warp.to_compute(x),
+        y=_warp.to_compute(y),
+        x_lengths=neighbors.lengths_arg(x_lengths, device),
+        y_lengths=neighbors.lengths_arg(y_lengths, device),
+        idx_xy=idx_xy,
+        idx_yx=idx_yx,
+        grad_dist_xy=empty2 if grad_dist_xy is None else _warp.to_compute(grad_dist_xy),
+        grad_dist_yx=empty2 if grad_dist_yx is None else _warp.to_compute(grad_dist_yx),
+        grad_loss=_no_grad(device, compute, 1)
+        if grad_loss is None
+        else _warp.to_compute(grad_loss).reshape(-1),
+        reduction=_REDUCTION_CODES[reduction],
+        norm=norm,
+        squared=int(squared),
+        grad_x=grad_x if need_x else grad_x.view(0, 0, 3),
+        grad_y=grad_y if need_y else grad_y.view(0, 0, 3),
+    )
+    return grad_x.to(x.dtype), grad_y.to(y.dtype)
+
+
+def _chamfer_backward_fake(
+    x, y, x_lengths, y_lengths, idx_xy, idx_yx, grad_loss, grad_dist_xy, grad_dist_yx, norm, squared,
+    reduction, need_x, need_y,
+):  # fmt: skip
+    return (
+        x.new_empty(x.shape[0], x.shape[1] if need_x else 0, 3),
+        y.new_empty(y.shape[0], y.shape[1] if need_y else 0, 3),
+    )
+
+
+def _no_grad(device: torch.device, dtype: torch.dtype, dim: int) -> torch.Tensor:
+    """An empty gradient argument (none flows through that output), shared per device, dtype and rank."""
+    key = (device, dtype, dim)
+    found = _NO_GRADS.get(key)
+    if found is None:
+        found = _NO_GRADS[key] = torch.empty((0,) * dim, dtype=dtype, device=device)
+    return found
+
+
+_NO_GRADS: dict = {}
+
+
+#: differentiable once: no autograd of its own
+_chamfer_backward_op = Op(
+    "warpgeo::chamfer_distance_backward",
+    check=_check_chamfer_backward,
+    impl=_chamfer_backward_impl,
+    fake=_chamfer_backward_fake,
+)
 _chamfer_op = Op(
     "warpgeo::chamfer_distance",
     check=_check_chamfer,
