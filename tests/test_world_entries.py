@@ -523,6 +523,20 @@ def test_curobo_mesh_with_scale_and_mesh_root(tmp_path):
         load_world({"mesh": {"crate": {"file_path": "missing.stl"}}}, mesh_root=assets)
 
 
+def test_curobo_mesh_root_is_where_paths_start_not_a_boundary(tmp_path):
+    """As cuRobo joins its asset path: a relative file_path starts at mesh_root, `../` climbs out of it and
+    an absolute path ignores it; the docstring says so."""
+    _box((1, 1, 1)).export(tmp_path / "cube.stl")
+    inner = tmp_path / "assets" / "inner"
+    inner.mkdir(parents=True)
+    for file_path in ("../../cube.stl", str(tmp_path / "cube.stl")):
+        world = load_world({"mesh": {"crate": {"file_path": file_path}}}, mesh_root=inner)
+        assert world.names == [["crate"]]
+    doc = " ".join(load_world.__doc__.split())
+    assert "mesh_root: the folder that a relative" in doc
+    assert "``../`` and absolute paths" in doc and "not a boundary" in doc
+
+
 def test_curobo_costs_equal_a_world_built_by_hand(tmp_path):
     rng = np.random.default_rng(10)
     _box((1, 1, 1)).export(tmp_path / "cube.obj")

@@ -81,8 +81,11 @@ def load_world(
         config: the configuration: a dict, or the path of a YAML file (read with PyYAML: ``pip install
             "warpgeo[curobo]"``).
         device: where the world lives (as for :class:`~warpgeo.MeshWorld`).
-        mesh_root: the folder that relative ``file_path`` s are in; default: the YAML file's folder, or the
-            current directory for a dict.
+        mesh_root: the folder that a relative ``file_path`` starts from (joined as cuRobo joins its asset
+            path); default: the YAML file's folder, or the current directory for a dict. It is where paths
+            start, not a boundary: ``../`` and absolute paths are followed as cuRobo follows them, so a
+            configuration can load any mesh file the process may read (check paths yourself before
+            loading a configuration you do not trust).
         sign_method: the meshes' sign method (see :class:`~warpgeo.MeshWorld`; primitives are always signed).
 
     Returns:
