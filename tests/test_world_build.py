@@ -360,6 +360,7 @@ def test_background_launches_cover_every_row_and_stop_between_chunks(monkeypatch
         hashes = torch.zeros(len(mesh.faces), dtype=torch.int64)
         _mesh_prep._launch_rows(
             kernel, len(mesh.faces), device=cpu, check=check, points=vertices, indices=indices,
+            vertex_first=torch.tensor([0, len(vertices)]), face_first=torch.tensor([0, len(mesh.faces)]),
             slivers=slivers, edge_hash=hashes,
         )  # fmt: skip
         return hashes

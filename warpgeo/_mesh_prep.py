@@ -185,7 +185,8 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
 def _build_meshes(
     arrays: list[tuple[np.ndarray, np.ndarray, bool, str]], device: torch.device
 ) -> list[tuple]:
-    """``(Warp mesh, may be closed)`` of each new mesh ``(vertices, faces, winding, where)``: the per-face
+    """``(Warp mesh, may be closed, its edges may pair up)`` of each new mesh ``(vertices, faces, winding,
+    where)`` (may be closed: its edges may pair up and it has no sliver; see :func:`_face_checks`): the per-face
     checks of all of them in one launch (:func:`face_checks`), then their BVHs (on the CPU, many meshes on
     two threads: Warp builds a host BVH with the GIL released). A cuboid's faces are halves of its box's
     sides: none is a sliver, and it launches nothing."""
@@ -194,14 +195,16 @@ def _build_meshes(
         return []
     vertex_rows = np.cumsum([0] + [len(a[0]) for a in arrays])
     face_rows = np.cumsum([0] + [len(a[1]) for a in arrays])
+    # the Warp meshes point into one tensor of every new mesh's vertices and one of their faces (on the device)
     points = torch.from_numpy(np.concatenate([a[0] for a in arrays])).to(device)
     indices = torch.from_numpy(np.concatenate([a[1] for a in arrays]).reshape(-1)).to(device)
     cuboid = [len(f) == 12 and _is_cuboid(v, f, _box_of(v)) for v, f, _, _ in arrays]
-    checked = [k for k, c in enumerate(cuboid) if not c]
     slivers = np.zeros(len(arrays), dtype=np.int64)
     pairs_up = np.ones(len(arrays), dtype=bool)
-    if checked:
-        slivers[checked], pairs_up[checked] = face_checks([arrays[k][:2] for k in checked], device)
+    if not all(cuboid):
+        slivers, pairs_up = _face_checks(points, indices, vertex_rows, face_rows, device)
+        slivers[cuboid] = 0
+        pairs_up[cuboid] = True
     for k, (_, faces, _, where) in enumerate(arrays):
         if slivers[k] == len(faces):
             raise ValueError(
@@ -224,7 +227,12 @@ def _build_meshes(
         return mesh
 
     if device.type == "cpu" and len(arrays) >= _THREADED_MESHES and torch.get_num_threads() > 1:
-        built = list(_mesh_pool(os.getpid()).map(build, range(len(arrays))))
+        # two runs of meshes of about equal faces, one on a pool thread, one here
+        half = int(np.searchsorted(face_rows, face_rows[-1] / 2))
+        half = min(max(half, 1), len(arrays) - 1)
+        second = _mesh_pool(os.getpid()).submit(lambda: [build(k) for k in range(half, len(arrays))])
+        built = [build(k) for k in range(half)]
+        built += second.result()
     else:
         built = [build(k) for k in range(len(arrays))]
     return [(mesh, slivers[k] == 0 and pairs_up[k]) for k, mesh in enumerate(built)]
@@ -256,21 +264,26 @@ def _low_pool(pid: int) -> ThreadPoolExecutor:
 def face_checks(
     meshes: list[tuple[np.ndarray, np.ndarray]], device: torch.device
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(slivers (K,) int64, pairs_up (K,) bool)`` of meshes ``(vertices, faces)``, in one launch of
-    ``sdf_build.face_checks_rows`` over all their faces: how many faces Warp's queries skip as slivers, and
-    whether the directed edges may pair up with reversed ones (False for an open mesh: a boundary edge has no
-    reverse), from one O(F) hash sum per mesh: equal multisets of directed and reversed edges have equal sums
-    of a hash ``h(a) g(b)`` of each edge ``a -> b`` (wrapping uint64 arithmetic). True for a closed mesh;
-    then :func:`edge_pairs` decides, exactly. One host read."""
+    """``(slivers (K,) int64, pairs_up (K,) bool)`` of meshes ``(vertices, faces)`` (see :func:`_face_checks`:
+    all in one launch)."""
     vertex_rows = np.cumsum([0] + [len(v) for v, _ in meshes])
     face_rows = np.cumsum([0] + [len(f) for _, f in meshes])
     points = torch.from_numpy(np.concatenate([v for v, _ in meshes])).to(device)
-    # each mesh's faces as indices into the concatenated points
-    shift = np.repeat(vertex_rows[:-1], np.diff(face_rows)).astype(np.int64)
-    faces = np.concatenate([f for _, f in meshes]).astype(np.int64) + shift[:, None]
-    if vertex_rows[-1] >= 2**31:
-        raise ValueError(f"a world's new meshes hold {vertex_rows[-1]} vertices in all; at most 2**31 - 1")
-    indices = torch.from_numpy(faces.astype(np.int32).reshape(-1)).to(device)
+    indices = torch.from_numpy(np.concatenate([f for _, f in meshes]).reshape(-1)).to(device)
+    return _face_checks(points, indices, vertex_rows, face_rows, device)
+
+
+def _face_checks(
+    points: torch.Tensor, indices: torch.Tensor, vertex_rows: np.ndarray, face_rows: np.ndarray, device
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(slivers (K,) int64, pairs_up (K,) bool)`` of K meshes whose vertices and faces are concatenated in
+    ``points`` / ``indices`` (mesh ``k``: vertex rows ``vertex_rows[k:k + 2]``, face rows ``face_rows[k:k +
+    2]``, its faces indexing its own vertices), in one launch of ``sdf_build.face_checks_rows`` over all their
+    faces: how many faces Warp's queries skip as slivers, and whether the directed edges may pair up with
+    reversed ones (False for an open mesh: a boundary edge has no reverse), from one O(F) hash sum per mesh:
+    equal multisets of directed and reversed edges have equal sums of a hash ``h(a) g(b)`` of each edge ``a ->
+    b`` (wrapping uint64 arithmetic). True for a closed mesh; then :func:`edge_pairs` decides, exactly. One
+    host read."""
     num_faces = int(face_rows[-1])
     slivers = torch.empty(num_faces, dtype=torch.int32, device=device)
     edge_hash = torch.empty(num_faces, dtype=torch.int64, device=device)
@@ -280,13 +293,19 @@ def face_checks(
         device=device,
         points=points,
         indices=indices,
+        vertex_first=torch.from_numpy(np.asarray(vertex_rows, dtype=np.int64)).to(device),
+        face_first=torch.from_numpy(np.asarray(face_rows, dtype=np.int64)).to(device),
         slivers=slivers,
         edge_hash=edge_hash,
     )
-    both = torch.stack([slivers.to(torch.int64), edge_hash]).cpu().numpy()
-    starts = face_rows[:-1]
-    counts = np.add.reduceat(both[0], starts)
-    rest = np.add.reduceat(both[1].view(np.uint64), starts)  # wraps modulo 2**64
+    starts = np.asarray(face_rows[:-1], dtype=np.int64)
+    if device.type == "cpu":
+        flags, hashes = slivers.numpy(), edge_hash.numpy()
+    else:
+        both = torch.cat([slivers.to(torch.int64), edge_hash]).cpu().numpy()  # one read
+        flags, hashes = both[:num_faces], both[num_faces:]
+    counts = np.add.reduceat(flags, starts, dtype=np.int64)
+    rest = np.add.reduceat(hashes.view(np.uint64), starts)  # wraps modulo 2**64
     return counts, rest == 0
 
 

@@ -347,34 +347,49 @@ def edge_term(a: int, b: int):
 def face_checks_rows(
     points: wp.array(dtype=wp.vec3),
     indices: wp.array(dtype=wp.int32),
+    vertex_first: wp.array(dtype=wp.int64),
+    face_first: wp.array(dtype=wp.int64),
     slivers: wp.array(dtype=wp.int32),
     edge_hash: wp.array(dtype=wp.int64),
     row_start: int,
 ):
-    """Per face ``f = row_start + tid``: ``slivers[f]`` = 1 if Warp's mesh queries skip it as a sliver (their
-    own float32 test; a NaN ratio, all three corners at one point, counts too), else 0, and ``edge_hash[f]``,
-    the sum over its directed edges ``a -> b`` of ``h(a) g(b) - h(b) g(a)`` (wrapping 64-bit integers, as
-    int64). Where every directed edge of a mesh has its reverse, the hashes of all its faces sum to 0 (mod
-    2**64); an open mesh's boundary edges almost surely leave a rest (``_mesh_prep``: whether a mesh may be
-    closed, before the exact edge pairing). Many meshes go in one launch: their points concatenated, their
-    faces' indices into the concatenation (the host sums each mesh's rows). The face indices were checked on
-    the host (``_mesh_prep.load_mesh``); launched by rows (``_launch.launch_rows``)."""
+    """Per face ``f = row_start + tid`` of many meshes (their points and faces concatenated; mesh ``k``'s faces
+    are rows ``[face_first[k], face_first[k + 1])``, each indexing the mesh's own points, which start at row
+    ``vertex_first[k]``): ``slivers[f]`` = 1 if Warp's mesh queries skip it as a sliver (their own float32
+    test; a NaN ratio, all three corners at one point, counts too), else 0, and ``edge_hash[f]``, the sum over
+    its directed edges ``a -> b`` of ``h(a) g(b) - h(b) g(a)`` (wrapping 64-bit integers, as int64). Where
+    every directed edge of a mesh has its reverse, the hashes of all its faces sum to 0 (mod 2**64); an open
+    mesh's boundary edges almost surely leave a rest (``_mesh_prep``: whether a mesh may be closed, before the
+    exact edge pairing; the host sums each mesh's rows). The face indices were checked on the host
+    (``_mesh_prep.load_mesh``); one outside its mesh counts as a sliver. Launched by rows."""
     f = wp.tid() + row_start
     if f >= edge_hash.shape[0] or f >= slivers.shape[0] or 3 * f + 2 >= indices.shape[0]:
         return
+    k = segment_of(face_first, wp.int64(f))
+    if k < 0 or k + 1 >= vertex_first.shape[0]:
+        slivers[f] = 1
+        edge_hash[f] = wp.int64(1)
+        return
     i = indices[3 * f]
     j = indices[3 * f + 1]
-    k = indices[3 * f + 2]
-    n = points.shape[0]
-    if i < 0 or j < 0 or k < 0 or i >= n or j >= n or k >= n:
+    l = indices[3 * f + 2]
+    first = vertex_first[k]
+    n = vertex_first[k + 1] - first
+    if i < 0 or j < 0 or l < 0 or wp.int64(i) >= n or wp.int64(j) >= n or wp.int64(l) >= n:
         slivers[f] = 1  # cannot happen (checked on the host); counted as unusable
         edge_hash[f] = wp.int64(1)
         return
-    edge_hash[f] = wp.int64(edge_term(i, j) + edge_term(j, k) + edge_term(k, i))
-    p = points[i]
-    e0 = points[j] - p
-    e1 = points[k] - p
-    e2 = points[k] - points[j]
+    if first + n > wp.int64(points.shape[0]):
+        slivers[f] = 1
+        edge_hash[f] = wp.int64(1)
+        return
+    edge_hash[f] = wp.int64(edge_term(i, j) + edge_term(j, l) + edge_term(l, i))
+    p = points[int(first) + i]
+    q = points[int(first) + j]
+    r = points[int(first) + l]
+    e0 = q - p
+    e1 = r - p
+    e2 = r - q
     ratio = wp.length(wp.cross(e0, e1)) / (wp.dot(e0, e0) + wp.dot(e1, e1) + wp.dot(e2, e2))
     slivers[f] = 0
     if not (ratio >= SLIVER_RATIO):
