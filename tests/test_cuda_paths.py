@@ -126,6 +126,31 @@ def test_fps_designs_equal_the_cpu_kernels_on_ragged_ties(design, sms, dtype, mo
     assert (idx_cuda[0, 40:] == -1).all() and (idx_cuda[2] == -1).all() and d_cuda[2].isnan().all()
 
 
+@pytest.mark.parametrize("design", ["block", "steps", "persistent"])
+def test_fps_designs_survive_hostile_values(design, monkeypatch):
+    """Value checks off: NaN and inf among the points, lengths and starts out of range never make a grid
+    kernel read or write out of bounds (clamped as ``-1`` / defaults are); every index is in ``[-1, N)``."""
+    from warpgeo import fps
+
+    monkeypatch.setattr(fps, "_FORCED_DESIGN", design)
+    monkeypatch.setattr(fps, "_CPU_MULTIPROCESSORS", 9)
+    monkeypatch.setattr(fps, "_GRID_POINTS_PER_BLOCK", 16)
+    points = torch.rand(3, 300, 3, generator=torch.Generator().manual_seed(8))
+    points[0, ::7] = float("nan")
+    points[1, 3] = float("inf")
+    points[2] = float("nan")
+    lengths = torch.tensor([-5, 10**9, 300])
+    starts = torch.tensor([10**9, -3, 299])
+
+    def run():
+        with warpgeo.value_checks(False):
+            return warpgeo.farthest_point_sampling(points, 50, lengths=lengths, start_index=starts)
+
+    _, got = _both(run)
+    assert got.shape == (3, 50) and ((got >= -1) & (got < 300)).all()
+    assert (got[0] == -1).all()  # a negative length: an empty cloud
+
+
 @pytest.mark.parametrize("design", ["block", "steps"])
 def test_fps_designs_at_any_float64_scale(design, monkeypatch):
     """A larger random cloud at a subnormal scale and at 1e300: the grid's per-step launches (eight blocks
@@ -220,7 +245,9 @@ def test_weighted_gather_element_kernels_equal_the_rows():
         torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("n", [100, 3000])  # the scan of small clouds, and the grid with a torch sort
+@pytest.mark.parametrize(
+    "n", [100, 3000, 6000]
+)  # the scan of small clouds (to 4096 on CUDA's path), the grid
 def test_knn_and_ball_query_sort_equal_counting_on_ragged_ties(n):
     points = _ties(2, n)
     queries = _ties(2, 50)
@@ -237,6 +264,31 @@ def test_knn_and_ball_query_sort_equal_counting_on_ragged_ties(n):
     expected, got = _both(run)
     for a, b in zip(expected, got, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("n", "norm"), [(90, 2), (5000, 2), (300, 1)])  # scan, both grids (block build), L1
+def test_chamfer_one_pass_equals_the_cpu_path(dtype, n, norm):
+    """Chamfer on CUDA's algorithms (the block-built grids of both clouds, the loss by a block reduction,
+    the backward's atomics) against the CPU's: indices and distances bit for bit, loss and gradients to the
+    last bits (summation order)."""
+    g = torch.Generator().manual_seed(4)
+    x = _ties(2, n, dtype=dtype) + torch.rand(2, n, 3, generator=g, dtype=dtype) * 0.01
+    y = torch.rand(2, n // 2 + 3, 3, generator=g, dtype=dtype) * 4
+    x_len, y_len = torch.tensor([n, n // 3]), torch.tensor([n // 2 + 3, 5])
+
+    def run():
+        leaf = x.clone().requires_grad_(True)
+        other = y.clone().requires_grad_(True)
+        r = warpgeo.chamfer_distance(leaf, other, x_lengths=x_len, y_lengths=y_len, norm=norm)
+        (r.loss + r.dist_xy.sum() * 0.5).backward()
+        return r.loss.detach(), r.dist_xy, r.dist_yx, r.idx_xy, r.idx_yx, leaf.grad, other.grad
+
+    expected, got = _both(run)
+    for a, b in zip(expected[1:5], got[1:5], strict=True):
+        assert torch.equal(a.detach(), b.detach())
+    for a, b in (expected[0], got[0]), *zip(expected[5:], got[5:], strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
