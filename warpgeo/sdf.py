@@ -59,6 +59,184 @@ _WORLD_SPEC = tuple((name, dtype, shape) for name, (dtype, shape) in WORLD_FIELD
 
 
 # --------------------------------------------------------------------------------------------------------
+# public functions
+# --------------------------------------------------------------------------------------------------------
+
+
+def sphere_mesh_cost(
+    spheres: torch.Tensor,
+    world: MeshWorld,
+    *,
+    activation_distance: float | torch.Tensor = 0.0,
+    weight: float | torch.Tensor = 1.0,
+    env_index: torch.Tensor | None = None,
+    max_distance: float | None = None,
+) -> torch.Tensor:
+    """Collision cost of spheres against the enabled meshes of their environment (cuRobo's smooth cost).
+
+    With ``d`` the signed distance of a sphere's centre to a mesh (negative inside), its radius ``r`` and
+    ``eta = activation_distance``, ``phi = r + eta - d`` and the cost of that mesh is::
+
+        0                    if phi <= 0
+        phi**2 / (2 * eta)   if 0 < phi <= eta
+        phi - eta / 2        if phi > eta          (eta = 0: max(phi, 0))
+
+    summed over the enabled meshes of the sphere's environment, times ``weight``. A sphere with a negative
+    radius is disabled (cost 0, gradient 0). A centre deep inside a mesh is always a collision.
+
+    The gradient w.r.t. ``spheres`` covers centre and radius: ``d cost / d r = weight * min(phi / eta, 1)``
+    and ``d cost / d centre = -d cost / d r * grad d``; at the surface (``d = 0``) ``grad d`` is the face
+    normal. It is computed in the forward kernel, only when ``spheres`` requires grad.
+    ``activation_distance`` and ``weight`` are not differentiated.
+
+    Precision: float32 (half and bfloat16 are computed in float32) or float64; the closest face is found in
+    float32 (Warp meshes are float32), the distance to it in the input precision.
+
+    Args:
+        spheres: ``(..., 4)`` = x, y, z, radius in the world frame, e.g. cuRobo's ``(B, H, N, 4)``; float16,
+            bfloat16, float32 or float64, on ``world.device``.
+        world: the :class:`MeshWorld`.
+        activation_distance: eta >= 0, a float or a 0-d / 1-element tensor (read on the device: no sync).
+        weight: a float or a 0-d / 1-element tensor.
+        env_index: optional integer ``(B,)``: the environment of each entry of the leading dimension
+            (``B = spheres.shape[0]``); environment 0 by default.
+        max_distance: optional speed hint >= 0: faces are searched within ``r + eta + max_distance`` of a
+            centre outside a mesh. It never changes the cost (any radius >= r + eta is exact); ``None`` or
+            ``float("inf")``: no bound.
+
+    Returns:
+        Cost of shape ``spheres.shape[:-1]``, dtype of ``spheres``, >= 0.
+
+    Raises:
+        TypeError: non-float ``spheres``, non-integer ``env_index``, bad ``activation_distance``/``weight``.
+        ValueError: bad shapes, wrong device, NaN/inf in ``spheres``, negative ``activation_distance`` or
+            ``max_distance``.
+        IndexError: ``env_index`` outside ``[0, world.num_envs)``.
+
+    Example:
+        >>> world = MeshWorld([trimesh.creation.box((1, 1, 1))])
+        >>> spheres = torch.tensor([[[[0.5, 0.0, 0.0, 0.1]]]], requires_grad=True)   # (B, H, N, 4)
+        >>> cost = sphere_mesh_cost(spheres, world, activation_distance=0.02)       # (1, 1, 1)
+        >>> cost.sum().backward()
+    """
+    flat, compute_grad = _prepare(spheres, world, 4, "spheres")
+    params = _params(activation_distance, weight, flat)
+    max_distance = 0.0 if max_distance is None else _check_max_distance(max_distance)
+    args = world.kernel_args(flat.dtype)
+    cost, _ = _cost.call(
+        spheres=flat,
+        env_index=env_index,
+        world=args.world,
+        all_cuboids=args.all_cuboids,
+        params=params,
+        max_distance=max_distance,
+        compute_grad=compute_grad,
+    )
+    return cost.view(spheres.shape[:-1])
+
+
+def swept_sphere_mesh_cost(
+    spheres: torch.Tensor,
+    world: MeshWorld,
+    *,
+    sweep_steps: int = 4,
+    activation_distance: float | torch.Tensor = 0.0,
+    weight: float | torch.Tensor = 1.0,
+    env_index: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Collision cost along trajectories: the time average of the cost over each interval.
+
+    For ``h < H - 1`` and ``S = sweep_steps``, step ``h``'s cost is the mean of the :func:`sphere_mesh_cost`
+    of the ``S + 1`` spheres interpolated linearly (centre and radius) at ``t = j / (S + 1)``,
+    ``j = 0..S``, from step ``h`` towards step ``h + 1``, and each sample's gradient is split ``(1 - t, t)``
+    between the two steps. The last step, and a step whose next sphere is disabled (negative radius), is
+    scored alone (its discrete cost); a disabled sphere costs 0. So a sphere that jumps through a thin wall
+    between two steps is still penalised, a motionless trajectory costs exactly the discrete cost at every
+    step, and ``weight`` means the same whatever ``sweep_steps`` is. With ``H = 1`` or ``sweep_steps=0``
+    this is :func:`sphere_mesh_cost`. The samples are generated and scored inside the kernel (nothing of
+    size ``(H - 1) * S * N`` is materialised), and the gradient is accumulated without atomics
+    (deterministic).
+
+    Args:
+        spheres: ``(B, H, N, 4)`` = x, y, z, radius over H time steps; float dtypes as for
+            :func:`sphere_mesh_cost`, on ``world.device``.
+        world: the :class:`MeshWorld`.
+        sweep_steps: interpolated spheres per interval, an int >= 0.
+        activation_distance, weight, env_index: as for :func:`sphere_mesh_cost`.
+
+    Returns:
+        Cost ``(B, H, N)``, dtype of ``spheres``.
+
+    Raises:
+        As :func:`sphere_mesh_cost`; also ValueError for ``spheres`` not 4-D or a negative ``sweep_steps``,
+        TypeError for a non-int ``sweep_steps``.
+
+    Example:
+        >>> world = MeshWorld([trimesh.creation.box((0.3, 1, 1))])           # a wall at x = 0
+        >>> traj = torch.zeros(1, 2, 1, 4); traj[0, 0, 0] = torch.tensor([-1, 0, 0, 0.05])
+        >>> traj[0, 1, 0] = torch.tensor([1, 0, 0, 0.05])                 # jumps through the wall
+        >>> sphere_mesh_cost(traj, world)                                  # both steps are clear
+        tensor([[[0.], [0.]]])
+        >>> swept_sphere_mesh_cost(traj, world, sweep_steps=8)[0, 0] > 0   # the step between is not
+        tensor([True])
+    """
+    if isinstance(spheres, torch.Tensor) and spheres.dim() != 4:
+        raise ValueError(f"spheres must have shape (B, H, N, 4); got {tuple(spheres.shape)}")
+    traj, compute_grad = _prepare(spheres, world, 4, "spheres", reshape=False)
+    params = _params(activation_distance, weight, traj)
+    args = world.kernel_args(traj.dtype)
+    cost, _ = _swept.call(
+        spheres=traj,
+        env_index=env_index,
+        world=args.world,
+        all_cuboids=args.all_cuboids,
+        params=params,
+        sweep_steps=sweep_steps,
+        compute_grad=compute_grad,
+    )
+    return cost
+
+
+def signed_distance(
+    points: torch.Tensor, world: MeshWorld, *, env_index: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Signed distance from points to the union of the enabled meshes of their environment.
+
+    Negative inside a mesh (Open3D / Warp convention); the minimum over the enabled meshes. A point whose
+    environment has no enabled mesh gets ``+inf`` (gradient 0). Differentiable w.r.t. ``points``: the
+    gradient is the unit direction away from the closest point (the face normal on the surface).
+
+    Args:
+        points: ``(..., 3)`` in the world frame; float16, bfloat16, float32 or float64, on ``world.device``.
+        world: the :class:`MeshWorld`.
+        env_index: optional integer ``(B,)``: the environment of each entry of the leading dimension.
+
+    Returns:
+        ``points.shape[:-1]`` distances, dtype of ``points``.
+
+    Raises:
+        TypeError: non-float ``points``, non-integer ``env_index``.
+        ValueError: bad shapes, wrong device, NaN/inf in ``points``.
+        IndexError: ``env_index`` outside ``[0, world.num_envs)``.
+
+    Example:
+        >>> world = MeshWorld([trimesh.creation.icosphere(subdivisions=4)])
+        >>> signed_distance(torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]), world).round(decimals=2)
+        tensor([-1.,  1.])
+    """
+    flat, compute_grad = _prepare(points, world, 3, "points")
+    args = world.kernel_args(flat.dtype)
+    dist, _ = _distance.call(
+        points=flat,
+        env_index=env_index,
+        world=args.world,
+        all_cuboids=args.all_cuboids,
+        compute_grad=compute_grad,
+    )
+    return dist.view(points.shape[:-1])
+
+
+# --------------------------------------------------------------------------------------------------------
 # checks (shapes, dtypes, devices: no tensor values) shared by the three ops
 # --------------------------------------------------------------------------------------------------------
 
@@ -571,184 +749,6 @@ SweptSdfMesh = _swept.function(
     compute_grad: bool)`` -> ``(cost (B, H, N), grad (B, H, N, 2, 4))``.
     """,
 )
-
-
-# --------------------------------------------------------------------------------------------------------
-# public functions
-# --------------------------------------------------------------------------------------------------------
-
-
-def sphere_mesh_cost(
-    spheres: torch.Tensor,
-    world: MeshWorld,
-    *,
-    activation_distance: float | torch.Tensor = 0.0,
-    weight: float | torch.Tensor = 1.0,
-    env_index: torch.Tensor | None = None,
-    max_distance: float | None = None,
-) -> torch.Tensor:
-    """Collision cost of spheres against the enabled meshes of their environment (cuRobo's smooth cost).
-
-    With ``d`` the signed distance of a sphere's centre to a mesh (negative inside), its radius ``r`` and
-    ``eta = activation_distance``, ``phi = r + eta - d`` and the cost of that mesh is::
-
-        0                    if phi <= 0
-        phi**2 / (2 * eta)   if 0 < phi <= eta
-        phi - eta / 2        if phi > eta          (eta = 0: max(phi, 0))
-
-    summed over the enabled meshes of the sphere's environment, times ``weight``. A sphere with a negative
-    radius is disabled (cost 0, gradient 0). A centre deep inside a mesh is always a collision.
-
-    The gradient w.r.t. ``spheres`` covers centre and radius: ``d cost / d r = weight * min(phi / eta, 1)``
-    and ``d cost / d centre = -d cost / d r * grad d``; at the surface (``d = 0``) ``grad d`` is the face
-    normal. It is computed in the forward kernel, only when ``spheres`` requires grad.
-    ``activation_distance`` and ``weight`` are not differentiated.
-
-    Precision: float32 (half and bfloat16 are computed in float32) or float64; the closest face is found in
-    float32 (Warp meshes are float32), the distance to it in the input precision.
-
-    Args:
-        spheres: ``(..., 4)`` = x, y, z, radius in the world frame, e.g. cuRobo's ``(B, H, N, 4)``; float16,
-            bfloat16, float32 or float64, on ``world.device``.
-        world: the :class:`MeshWorld`.
-        activation_distance: eta >= 0, a float or a 0-d / 1-element tensor (read on the device: no sync).
-        weight: a float or a 0-d / 1-element tensor.
-        env_index: optional integer ``(B,)``: the environment of each entry of the leading dimension
-            (``B = spheres.shape[0]``); environment 0 by default.
-        max_distance: optional speed hint >= 0: faces are searched within ``r + eta + max_distance`` of a
-            centre outside a mesh. It never changes the cost (any radius >= r + eta is exact); ``None`` or
-            ``float("inf")``: no bound.
-
-    Returns:
-        Cost of shape ``spheres.shape[:-1]``, dtype of ``spheres``, >= 0.
-
-    Raises:
-        TypeError: non-float ``spheres``, non-integer ``env_index``, bad ``activation_distance``/``weight``.
-        ValueError: bad shapes, wrong device, NaN/inf in ``spheres``, negative ``activation_distance`` or
-            ``max_distance``.
-        IndexError: ``env_index`` outside ``[0, world.num_envs)``.
-
-    Example:
-        >>> world = MeshWorld([trimesh.creation.box((1, 1, 1))])
-        >>> spheres = torch.tensor([[[[0.5, 0.0, 0.0, 0.1]]]], requires_grad=True)   # (B, H, N, 4)
-        >>> cost = sphere_mesh_cost(spheres, world, activation_distance=0.02)       # (1, 1, 1)
-        >>> cost.sum().backward()
-    """
-    flat, compute_grad = _prepare(spheres, world, 4, "spheres")
-    params = _params(activation_distance, weight, flat)
-    max_distance = 0.0 if max_distance is None else _check_max_distance(max_distance)
-    args = world.kernel_args(flat.dtype)
-    cost, _ = _cost.call(
-        spheres=flat,
-        env_index=env_index,
-        world=args.world,
-        all_cuboids=args.all_cuboids,
-        params=params,
-        max_distance=max_distance,
-        compute_grad=compute_grad,
-    )
-    return cost.view(spheres.shape[:-1])
-
-
-def swept_sphere_mesh_cost(
-    spheres: torch.Tensor,
-    world: MeshWorld,
-    *,
-    sweep_steps: int = 4,
-    activation_distance: float | torch.Tensor = 0.0,
-    weight: float | torch.Tensor = 1.0,
-    env_index: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Collision cost along trajectories: the time average of the cost over each interval.
-
-    For ``h < H - 1`` and ``S = sweep_steps``, step ``h``'s cost is the mean of the :func:`sphere_mesh_cost`
-    of the ``S + 1`` spheres interpolated linearly (centre and radius) at ``t = j / (S + 1)``,
-    ``j = 0..S``, from step ``h`` towards step ``h + 1``, and each sample's gradient is split ``(1 - t, t)``
-    between the two steps. The last step, and a step whose next sphere is disabled (negative radius), is
-    scored alone (its discrete cost); a disabled sphere costs 0. So a sphere that jumps through a thin wall
-    between two steps is still penalised, a motionless trajectory costs exactly the discrete cost at every
-    step, and ``weight`` means the same whatever ``sweep_steps`` is. With ``H = 1`` or ``sweep_steps=0``
-    this is :func:`sphere_mesh_cost`. The samples are generated and scored inside the kernel (nothing of
-    size ``(H - 1) * S * N`` is materialised), and the gradient is accumulated without atomics
-    (deterministic).
-
-    Args:
-        spheres: ``(B, H, N, 4)`` = x, y, z, radius over H time steps; float dtypes as for
-            :func:`sphere_mesh_cost`, on ``world.device``.
-        world: the :class:`MeshWorld`.
-        sweep_steps: interpolated spheres per interval, an int >= 0.
-        activation_distance, weight, env_index: as for :func:`sphere_mesh_cost`.
-
-    Returns:
-        Cost ``(B, H, N)``, dtype of ``spheres``.
-
-    Raises:
-        As :func:`sphere_mesh_cost`; also ValueError for ``spheres`` not 4-D or a negative ``sweep_steps``,
-        TypeError for a non-int ``sweep_steps``.
-
-    Example:
-        >>> world = MeshWorld([trimesh.creation.box((0.3, 1, 1))])           # a wall at x = 0
-        >>> traj = torch.zeros(1, 2, 1, 4); traj[0, 0, 0] = torch.tensor([-1, 0, 0, 0.05])
-        >>> traj[0, 1, 0] = torch.tensor([1, 0, 0, 0.05])                 # jumps through the wall
-        >>> sphere_mesh_cost(traj, world)                                  # both steps are clear
-        tensor([[[0.], [0.]]])
-        >>> swept_sphere_mesh_cost(traj, world, sweep_steps=8)[0, 0] > 0   # the step between is not
-        tensor([True])
-    """
-    if isinstance(spheres, torch.Tensor) and spheres.dim() != 4:
-        raise ValueError(f"spheres must have shape (B, H, N, 4); got {tuple(spheres.shape)}")
-    traj, compute_grad = _prepare(spheres, world, 4, "spheres", reshape=False)
-    params = _params(activation_distance, weight, traj)
-    args = world.kernel_args(traj.dtype)
-    cost, _ = _swept.call(
-        spheres=traj,
-        env_index=env_index,
-        world=args.world,
-        all_cuboids=args.all_cuboids,
-        params=params,
-        sweep_steps=sweep_steps,
-        compute_grad=compute_grad,
-    )
-    return cost
-
-
-def signed_distance(
-    points: torch.Tensor, world: MeshWorld, *, env_index: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Signed distance from points to the union of the enabled meshes of their environment.
-
-    Negative inside a mesh (Open3D / Warp convention); the minimum over the enabled meshes. A point whose
-    environment has no enabled mesh gets ``+inf`` (gradient 0). Differentiable w.r.t. ``points``: the
-    gradient is the unit direction away from the closest point (the face normal on the surface).
-
-    Args:
-        points: ``(..., 3)`` in the world frame; float16, bfloat16, float32 or float64, on ``world.device``.
-        world: the :class:`MeshWorld`.
-        env_index: optional integer ``(B,)``: the environment of each entry of the leading dimension.
-
-    Returns:
-        ``points.shape[:-1]`` distances, dtype of ``points``.
-
-    Raises:
-        TypeError: non-float ``points``, non-integer ``env_index``.
-        ValueError: bad shapes, wrong device, NaN/inf in ``points``.
-        IndexError: ``env_index`` outside ``[0, world.num_envs)``.
-
-    Example:
-        >>> world = MeshWorld([trimesh.creation.icosphere(subdivisions=4)])
-        >>> signed_distance(torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]), world).round(decimals=2)
-        tensor([-1.,  1.])
-    """
-    flat, compute_grad = _prepare(points, world, 3, "points")
-    args = world.kernel_args(flat.dtype)
-    dist, _ = _distance.call(
-        points=flat,
-        env_index=env_index,
-        world=args.world,
-        all_cuboids=args.all_cuboids,
-        compute_grad=compute_grad,
-    )
-    return dist.view(points.shape[:-1])
 
 
 # --------------------------------------------------------------------------------------------------------
