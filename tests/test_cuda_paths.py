@@ -245,9 +245,8 @@ def test_weighted_gather_element_kernels_equal_the_rows():
         torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize(
-    "n", [100, 3000, 6000]
-)  # the scan of small clouds (to 4096 on CUDA's path), the grid
+# the scan of small clouds (to 4096 points on CUDA's path), and the grid
+@pytest.mark.parametrize("n", [100, 3000, 6000])
 def test_knn_and_ball_query_sort_equal_counting_on_ragged_ties(n):
     points = _ties(2, n)
     queries = _ties(2, 50)
