@@ -66,7 +66,7 @@ class MeshWorldArgs(NamedTuple):
 
 
 #: A quaternion whose norm is within this of 1 is renormalised; farther off, it is refused.
-_QUAT_NORM_TOL = 1.0e-3
+QUAT_NORM_TOL = 1.0e-3
 _IDENTITY_POSE = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
 
 
@@ -638,11 +638,11 @@ def _check_poses(value: torch.Tensor, norm: torch.Tensor) -> None:
     finite, norm_host = bool(host[0]), host[1:].reshape(norm.shape)
     if not finite:
         raise ValueError("poses must be finite; got NaN or inf")
-    bad = (norm_host - 1.0).abs() > _QUAT_NORM_TOL
+    bad = (norm_host - 1.0).abs() > QUAT_NORM_TOL
     if bool(bad.any()):
         e, m = (int(i) for i in bad.nonzero()[0])
         raise ValueError(
-            f"poses[{e}, {m}] must hold a unit quaternion [qw, qx, qy, qz] (norm within {_QUAT_NORM_TOL} "
+            f"poses[{e}, {m}] must hold a unit quaternion [qw, qx, qy, qz] (norm within {QUAT_NORM_TOL} "
             f"of 1); got {value[e, m, 3:].tolist()} with norm {float(norm_host[e, m]):.6g}"
         )
 
@@ -929,7 +929,7 @@ def _quaternion_of(rotation: np.ndarray) -> np.ndarray:
     return q if q[0] >= 0 else -q
 
 
-def _compose_poses(outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
+def compose_poses(outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
     """``outer ∘ inner`` of poses ``[x, y, z, qw, qx, qy, qz]`` (float64, unit quaternions): where ``inner``
     places a geometry in a frame that ``outer`` places in the world, the geometry's world pose."""
     t_a, q_a = outer[:3], outer[3:]
@@ -1004,7 +1004,7 @@ def _slot_poses(poses: Any, layouts: list[_Layout], single: bool) -> np.ndarray:
     out = np.tile(np.asarray(_IDENTITY_POSE, dtype=np.float64), (len(layouts), max_slots, 1))
     for e, layout in enumerate(layouts):
         for m, (i, local) in enumerate(zip(layout.source, layout.local, strict=True)):
-            out[e, m] = given[e][i] if local is None else _compose_poses(given[e][i], local)
+            out[e, m] = given[e][i] if local is None else compose_poses(given[e][i], local)
     return out
 
 
@@ -1044,11 +1044,11 @@ def _given_poses(poses: Any, layouts: list[_Layout], single: bool) -> list[np.nd
         if not np.isfinite(array).all():
             raise ValueError("poses must be finite; got NaN or inf")
         norm = np.linalg.norm(array[:, 3:], axis=1)
-        bad = np.nonzero(np.abs(norm - 1.0) > _QUAT_NORM_TOL)[0]
+        bad = np.nonzero(np.abs(norm - 1.0) > QUAT_NORM_TOL)[0]
         if len(bad):
             where = f"poses[{bad[0]}]" if single else f"poses[{e}][{bad[0]}]"
             raise ValueError(
-                f"{where} must hold a unit quaternion [qw, qx, qy, qz] (norm within {_QUAT_NORM_TOL} of 1); "
+                f"{where} must hold a unit quaternion [qw, qx, qy, qz] (norm within {QUAT_NORM_TOL} of 1); "
                 f"got {array[bad[0], 3:].tolist()} with norm {norm[bad[0]]:.6g}"
             )
         array[:, 3:] /= norm[:, None]

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ..world import _QUAT_NORM_TOL, MeshWorld, _compose_poses
+from ..world import QUAT_NORM_TOL, MeshWorld, compose_poses
 
 __all__ = ["RobotSpheres", "load_robot_spheres", "load_world"]
 
@@ -143,7 +143,7 @@ def load_world(
             pose = _pose(fields.get("pose"), f"{where}.pose")
             entry, local = _entry(kind, fields, where, root, primitives)
             entries[name] = entry
-            poses[name] = pose if local is None else _compose_poses(pose, local)
+            poses[name] = pose if local is None else compose_poses(pose, local)
     return MeshWorld(entries, poses=poses, device=device, sign_method=sign_method)
 
 
@@ -306,7 +306,7 @@ def _pose(value: Any, where: str) -> np.ndarray:
         return _IDENTITY.copy()
     pose = _vector(value, 7, where)
     norm = math.sqrt(float(pose[3:] @ pose[3:]))
-    if abs(norm - 1.0) > _QUAT_NORM_TOL:
+    if abs(norm - 1.0) > QUAT_NORM_TOL:
         raise ValueError(
             f"{where} must be [x, y, z, qw, qx, qy, qz] with a unit quaternion; got {pose.tolist()} (norm {norm:.6g})"
         )
