@@ -422,7 +422,10 @@ def farthest_point_sampling(
 
     On the CPU, large clouds (N * K >= 2**22) are sampled through a tree of boxes over small buckets of
     nearby points that skips whatever a new sample cannot change (the QuickFPS idea): the same order as
-    the brute-force loop, at a fraction of its work. A batch is split among torch's CPU threads.
+    the brute-force loop, at a fraction of its work. A batch is split among torch's CPU threads. On CUDA a
+    small cloud is sampled by one thread block; a large one (N >= 8192, with at least two SMs per cloud) by a
+    group of blocks spread over the GPU, in one launch whose blocks meet at a barrier after each step (the
+    same order again: ties to the lowest index, bit for bit the CPU's).
 
     Args:
         points: ``(B, N, 3)`` or ``(N, 3)``; float16, bfloat16, float32 or float64.

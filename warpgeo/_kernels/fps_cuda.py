@@ -1,6 +1,11 @@
-"""Farthest point sampling on CUDA: one block per cloud (a module per precision, marked ``cuda_only``: a CPU
-warmup never compiles it, a first CUDA call compiles the precision it launches). The CPU test suite runs it
-too, through Warp's CPU blocks."""
+"""Farthest point sampling on CUDA (tables marked ``cuda_only``: a CPU warmup never compiles them, a first CUDA
+call compiles the precision it launches; the CPU test suite runs them through Warp's CPU blocks):
+
+* :func:`fps_block` (``FPS_BLOCK``): one block per cloud, a block-wide arg-max per step (small clouds);
+* :func:`fps_steps` and :func:`fps_persistent` (``FPS_GRID``): a group of blocks per cloud, the same steps
+  separated by kernel boundaries (a launch per step) or by a barrier of the group (one launch, every block
+  resident: sized from the device's SMs by ``warpgeo/fps.py``). See "the grid designs" below.
+"""
 
 from typing import Any
 
