@@ -127,6 +127,47 @@ def test_world_updates_captured():
         )
 
 
+def _robot_costs(spheres: torch.Tensor, pairs: torch.Tensor, margin: torch.Tensor, world: warpgeo.MeshWorld):
+    """A planner's two collision costs of leaf ``spheres`` (B, S, 4): self-collision (max with a per-sphere
+    margin, sum, per pair) and the world cost, with d(all of them) / d spheres."""
+    worst = warpgeo.self_collision_cost(spheres, pairs, margin=margin)
+    total = warpgeo.self_collision_cost(spheres, pairs, margin=0.01, reduction="sum")
+    each = warpgeo.self_collision_cost(spheres, pairs, reduction=None)
+    world_cost = warpgeo.sphere_mesh_cost(spheres, world, activation_distance=_ETA)
+    weights = torch.linspace(0.5, 1.5, each.numel(), device=each.device).view(each.shape)
+    loss = worst.sum() + 0.5 * total.sum() + (each * weights).sum() + world_cost.sum()
+    (grad,) = torch.autograd.grad(loss, spheres)
+    return worst, total, each, world_cost, grad
+
+
+@pytest.mark.parametrize("checks", ["auto", "off"])
+def test_self_collision_with_the_world_cost_replays(checks):
+    """(issue 38) self_collision_cost (three reductions) and sphere_mesh_cost, forward and backward, in one
+    graph; new spheres copied into the static input; every replay equals eager."""
+    world = _world()
+    pairs = warpgeo.collision_pairs([k // 5 for k in range(20)], ignore=[(0, 1)]).cuda()  # 4 links
+    margin = torch.linspace(0.0, 0.02, 20, device="cuda")
+    static = _spheres(0, shape=(64, 20)).requires_grad_(True)
+    with _checks(checks):
+        _warm_up(lambda: _robot_costs(static, pairs, margin, world))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = _robot_costs(static, pairs, margin, world)
+        hits = [0, 0]
+        for step in range(1, 4):
+            new = _spheres(step, shape=(64, 20))
+            with torch.no_grad():
+                static.copy_(new)
+            graph.replay()
+            torch.cuda.synchronize()
+            expected = _robot_costs(new.detach().clone().requires_grad_(True), pairs, margin, world)
+            for got, want in zip(out, expected, strict=True):
+                torch.testing.assert_close(got, want)
+            hits[0] += int((expected[0] > 0).sum())
+            hits[1] += int((expected[3] > 0).sum())
+    assert min(hits) > 0, f"no self-collision or no world collision in any replay: {hits}"
+
+
 class _Net(torch.nn.Module):
     """FPS -> gather of point features -> a small MLP on the sampled features."""
 

@@ -40,6 +40,11 @@ _CASES = {
         "s = torch.cat([torch.rand(1, 48, 3), torch.full((1, 48, 1), 0.1)], -1)\n"
         "call = lambda: g.sphere_mesh_cost(s, w)"
     ),
+    "self_collision": (
+        "s = torch.cat([torch.rand(4, 12, 3), torch.full((4, 12, 1), 0.2)], -1)\n"
+        "pairs = g.collision_pairs([k // 3 for k in range(12)])\n"
+        "call = lambda: g.self_collision_cost(s, pairs, reduction=None)"
+    ),
 }
 
 _SCRIPT = """
