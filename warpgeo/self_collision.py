@@ -121,11 +121,11 @@ def self_collision_cost(
 
     One kernel launch forward, one backward, and memory ``O(batch)``: a thread per configuration loops over
     the pairs (nothing of size ``(..., P, 3)`` is made). Differentiable w.r.t. the centres and radii, and
-    ``margin`` when it is a tensor that requires grad; only penetrations > 0 have a gradient. At coincident
-    centres the direction of ``c_i - c_j`` is taken as ``+x``: the gradient is finite and pushes sphere i
-    towards ``+x`` and sphere j towards ``-x`` (under gradient descent). Half inputs are computed in
-    float32, the result is in the dtype of ``spheres``. Pair indices of ``-1`` are padding (no pair), a pair
-    ``(i, i)`` contributes nothing.
+    ``margin`` when it is a tensor that requires grad (not twice differentiable); only penetrations > 0
+    have a gradient. At coincident centres the direction of ``c_i - c_j`` is taken as ``+x``: the gradient
+    is finite and pushes sphere i towards ``+x`` and sphere j towards ``-x`` (under gradient descent).
+    Half inputs are computed in float32, the result is in the dtype of ``spheres``. Pair indices of ``-1``
+    are padding (no pair), a pair ``(i, i)`` contributes nothing.
 
     Args:
         spheres: ``(..., S, 4)`` = x, y, z, radius of each sphere; the leading dimensions are any batch,
