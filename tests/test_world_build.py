@@ -373,17 +373,19 @@ def test_background_launches_cover_every_row_and_stop_between_chunks(monkeypatch
     )
     whole = run(None)  # the caller's launch_rows, at once
     assert (whole != 0).all()
-    assert torch.equal(run(lambda: None), whole)  # in chunks: every row, the same values
-    assert starts == [0, 64, 128, 192, 256]
+    assert torch.equal(run(lambda: None), whole)  # in chunks (on two threads): every row, the same values
+    assert sorted(starts) == [0, 64, 128, 192, 256]
+    checks = []
 
     def stop_after_two():
-        if len(starts) >= 2:
+        checks.append(1)
+        if len(checks) > 2:
             raise _mesh_prep._Cancelled
 
     starts.clear()
     with pytest.raises(_mesh_prep._Cancelled):
         run(stop_after_two)
-    assert starts == [0, 64]
+    assert len(starts) == 2  # no chunk after the check that stopped it (on either thread)
 
 
 @pytest.mark.parametrize("later", [False, True], ids=["tables at once", "tables later"])

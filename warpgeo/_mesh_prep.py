@@ -152,16 +152,20 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     now = [k for k, later in enumerate(later_jobs) if not later]
     tables_now = dict(zip(now, build_tables([specs[k] for k in now], device), strict=True))
     deferred: dict[int, list[tuple[int, int]]] = {}
-    for e, m, job in slots:
-        spec = specs[job]
-        meshes[e][m] = spec.mesh
-        ids[e, m] = spec.mesh.id
-        bounds[e, m] = spec.box
-        if later_jobs[job]:
-            deferred.setdefault(job, []).append((e, m))
-            assembly.flags[e, m] = spec.pending_flags
-        else:
-            assembly.add(e, m, tables_now[job])
+    if slots:
+        # every mesh slot's id, box and (pending) flags at once; the tables built now slot by slot, in order
+        slot_e, slot_m, slot_job = (np.array(column, dtype=np.int64) for column in zip(*slots, strict=True))
+        ids[slot_e, slot_m] = np.array([spec.mesh.id for spec in specs], dtype=np.uint64)[slot_job]
+        bounds[slot_e, slot_m] = np.stack([spec.box for spec in specs])[slot_job]
+        pending = np.array([spec.pending_flags for spec in specs], dtype=np.int32)
+        later_slots = np.array(later_jobs)[slot_job]
+        assembly.flags[slot_e[later_slots], slot_m[later_slots]] = pending[slot_job[later_slots]]
+        for e, m, job in slots:
+            meshes[e][m] = specs[job].mesh
+            if later_jobs[job]:
+                deferred.setdefault(job, []).append((e, m))
+            else:
+                assembly.add(e, m, tables_now[job])
     if device.type == "cuda":
         # BVHs are built on Warp's stream; kernels run on torch's. Wait once, here, not per query.
         wp.synchronize_device(wdev)
@@ -764,16 +768,34 @@ _BACKGROUND_ROWS = 1 << 16
 
 
 def _launch_rows(kernel: Any, rows: int, *, device: torch.device, check: Any, **args: Any) -> None:
-    """:func:`warpgeo._launch.launch_rows` (``check`` None), or on the background thread launches of
-    :data:`_BACKGROUND_ROWS` rows on that thread alone, ``check()`` between them (its module was loaded by the
-    world's build, on the caller's thread)."""
+    """:func:`warpgeo._launch.launch_rows` (``check`` None), or on the background thread launches of at most
+    :data:`_BACKGROUND_ROWS` rows, ``check()`` before each, handed out in turn to that thread and a second
+    one at the lowest priority (:func:`_helper_pool`; its module was loaded by the world's build, on the
+    caller's thread)."""
     if check is None:
         _launch.launch_rows(kernel, rows, device=device, **args)
         return
     args.pop("work_per_row", None)
-    for start in range(0, rows, _BACKGROUND_ROWS):
-        check()
-        _launch.launch(kernel, min(_BACKGROUND_ROWS, rows - start), device=device, row_start=start, **args)
+    pool = _helper_pool(True)
+    chunk = _BACKGROUND_ROWS if pool is None else min(_BACKGROUND_ROWS, max(256, -(-rows // 8)))
+    chunks = iter(range(0, rows, chunk))
+    lock = threading.Lock()
+
+    def work_through() -> None:
+        while True:
+            with lock:
+                start = next(chunks, None)
+            if start is None:
+                return
+            check()
+            _launch.launch(kernel, min(chunk, rows - start), device=device, row_start=start, **args)
+
+    helper = None if pool is None or rows <= chunk else pool.submit(work_through)
+    try:
+        work_through()
+    finally:
+        if helper is not None:
+            helper.result()
 
 
 class _Geometry:
