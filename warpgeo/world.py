@@ -268,9 +268,8 @@ class MeshWorld:
         register_mesh_ids(mesh_ids, list(self._wp_meshes), mesh_ids.cpu().numpy())
         self._all_cuboids = prepared.all_cuboids
 
-        self._present = torch.zeros(num_envs, max_meshes, dtype=torch.bool)
-        for e, n in enumerate(counts):
-            self._present[e, :n] = True
+        # slot m of environment e holds a mesh where m < counts[e] (no loop over environments)
+        self._present = torch.arange(max_meshes) < torch.tensor(counts)[:, None]
         self._present = self._present.to(self._device)
         self._enabled = self._present.to(torch.int32)
         self._poses = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
