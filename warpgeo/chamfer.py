@@ -121,7 +121,7 @@ def _chamfer_impl(
     use_grid = norm == 2 and min(n, m) > 0 and max(n, m) > _brute_max_points(device)
     nbytes = neighbors.workspace_bytes((torch.int64, rows), (torch.float64, rows))
     if use_grid:
-        nbytes += neighbors._grid_bytes(batch, n) + neighbors._grid_bytes(batch, m)
+        nbytes += neighbors._grid_bytes(batch, n, compute) + neighbors._grid_bytes(batch, m, compute)
     elif scaled:
         nbytes += neighbors.workspace_bytes((torch.float64, batch * neighbors.kernels.PARAMS))
     ws = neighbors.Workspace(device, nbytes)
@@ -134,7 +134,7 @@ def _chamfer_impl(
             f"params_{name}": ws.take(torch.float64, batch if use_grid else 0, neighbors.kernels.PARAMS),
             f"dims_{name}": ws.take(torch.int32, batch if use_grid else 0, 3),
             f"start_{name}": ws.take(torch.int32, batch if use_grid else 0, cap + 2),
-            f"sorted_{name}": ws.take(torch.float64, batch if use_grid else 0, size, 3),
+            f"sorted_{name}": ws.take(compute, batch if use_grid else 0, size, 3),
             f"index_{name}": ws.take(torch.int32, batch if use_grid else 0, size),
         }
     clouds = {"x": x, "x_lengths": x_lengths, "y": y, "y_lengths": y_lengths}

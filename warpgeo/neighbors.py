@@ -114,15 +114,6 @@ def _shown(value: int | float) -> str:
     return str(value)
 
 
-def _bounds(x: torch.Tensor, lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-cloud box ``(lo, hi)`` ``(B, 3)`` of the valid rows of ``x`` ``(B, L, 3)``, L > 0. NaN propagates;
-    a cloud with no valid row gets ``(inf, -inf)``."""
-    if lengths is None:
-        return x.amin(dim=1), x.amax(dim=1)
-    valid = (torch.arange(x.shape[1], device=x.device) < lengths[:, None])[..., None]
-    return torch.where(valid, x, torch.inf).amin(dim=1), torch.where(valid, x, -torch.inf).amax(dim=1)
-
-
 #: How :func:`_check_values`' messages name the arguments: the two clouds, and each one's lengths with the
 #: letter of its size.
 _NAMES = ("queries", "points", "query_lengths", "M", "point_lengths", "N")
@@ -132,9 +123,9 @@ def _check_values(queries, points, query_lengths, point_lengths, names=_NAMES):
     """The checks that need tensor values: one device-to-host transfer for all of them (``names``: as
     :data:`_NAMES`, for an op whose arguments are called otherwise: chamfer's ``x``, ``y``).
 
-    Finiteness is read off the boxes of the valid rows (NaN propagates through min / max, inf is an end),
-    one pass over the data; the boxes of the queries and of the points are returned (each None where there
-    are no rows), for the float64 scale and the grid.
+    Finiteness of the valid rows: one ``isfinite`` pass over each cloud (the rows beyond the lengths
+    masked). Returns ``(None, None)`` (callers once took the clouds' boxes from here; the kernels find them
+    now).
     """
     m, n = queries.shape[1], points.shape[1]
     device = queries.device
@@ -143,16 +134,16 @@ def _check_values(queries, points, query_lengths, point_lengths, names=_NAMES):
     def out_of_range(lengths, size):
         return ((lengths < 0) | (lengths > size)).any() if lengths is not None else zero
 
-    def nonfinite(x, lengths, size):
+    def nonfinite(x, lengths):
         if x.numel() == 0:
-            return zero, None
-        lo, hi = _bounds(x, None if lengths is None else lengths.clamp(0, size))
-        has = torch.ones(x.shape[0], dtype=torch.bool, device=device) if lengths is None else lengths > 0
-        bad = ~(torch.isfinite(lo).all(dim=1) & torch.isfinite(hi).all(dim=1))
-        return (bad & has).any(), (lo, hi)
+            return zero
+        if lengths is None:
+            return ~torch.isfinite(x).all()
+        beyond = torch.arange(x.shape[1], device=device) >= lengths[:, None]
+        return ~(torch.isfinite(x).all(dim=-1) | beyond).all()
 
-    bad_queries, query_bounds = nonfinite(queries, query_lengths, m)
-    bad_points, bounds = nonfinite(points, point_lengths, n)
+    bad_queries = nonfinite(queries, query_lengths)
+    bad_points = nonfinite(points, point_lengths)
     flags = torch.stack(
         [out_of_range(query_lengths, m), out_of_range(point_lengths, n), bad_queries, bad_points]
     ).tolist()
@@ -165,7 +156,7 @@ def _check_values(queries, points, query_lengths, point_lengths, names=_NAMES):
         raise ValueError(f"{q} must be finite: found NaN or inf among the valid {q}")
     if flags[3]:
         raise ValueError(f"{p} must be finite: found NaN or inf among the valid {p}")
-    return query_bounds, bounds
+    return None, None
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -263,7 +254,7 @@ def _grid(table, queries, query_lengths, points, point_lengths, mode, cell_size,
         "params": ws.take(torch.float64, batch, kernels.PARAMS),
         "dims": ws.take(torch.int32, batch, 3),
         "cell_start": ws.take(torch.int32, batch, cap + 2),
-        "sorted_points": ws.take(torch.float64, batch, n, 3),
+        "sorted_points": ws.take(points.dtype, batch, n, 3),
         "sorted_index": ws.take(torch.int32, batch, n),
     }
     args = {
@@ -307,13 +298,14 @@ def _cap(n: int) -> int:
     return 1 << max(n - 1, 1).bit_length()
 
 
-def _grid_bytes(batch: int, n: int) -> int:
+def _grid_bytes(batch: int, n: int, dtype: torch.dtype = torch.float64) -> int:
+    """Bytes of a grid of ``batch`` clouds of ``n`` points of compute ``dtype`` (:func:`_grid`)."""
     cap = _cap(n)
     return workspace_bytes(
         (torch.float64, batch * kernels.PARAMS),
         (torch.int32, batch * 3),
         (torch.int32, batch * (cap + 2)),
-        (torch.float64, batch * n * 3),
+        (dtype, batch * n * 3),
         (torch.int32, batch * n),
         (torch.int32, batch * n),
     )
@@ -413,7 +405,7 @@ def _ball_query(
         )
         return out
     table = kernels.BALL_QUERY_GRID[key]
-    ws = Workspace(device, _grid_bytes(batch, n))
+    ws = Workspace(device, _grid_bytes(batch, n, points.dtype))
     grid = _grid(
         table, queries, query_lengths, points, point_lengths, MODE_BALL, radius * _BALL_CELL, method, ws
     )
@@ -562,7 +554,7 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=N
     query_lengths = lengths_arg(query_lengths, device)
     point_lengths = lengths_arg(point_lengths, device)
     method = _method(points, method)
-    grid_bytes = 0 if method == "brute" else _grid_bytes(batch, n)
+    grid_bytes = 0 if method == "brute" else _grid_bytes(batch, n, compute)
     scratch = 0 if compute == torch.float64 else rows * k  # float64 clouds keep the list in their output
     ws = Workspace(device, grid_bytes + workspace_bytes((torch.float64, scratch)))
     out_dist = dists.view(rows, k)

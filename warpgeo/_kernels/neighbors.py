@@ -18,7 +18,8 @@ The grid is built by **one launch**, without a host read and without torch:
   and the ball query keeps the ``k`` smallest indices whatever the order it meets them in.
 
 Either way the points of cell ``c`` of cloud ``b`` are ``sorted_points[b, cell_start[b, c] :
-cell_start[b, c + 1]]`` (scaled, float64), their original indices in ``sorted_index``.
+cell_start[b, c + 1]]`` (in the compute precision, float64 ones scaled), their original indices in
+``sorted_index``.
 
 Queries (a thread per query row ``b * M + m``), on the grid or by a scan (small clouds: one launch in all):
 
@@ -167,6 +168,11 @@ def factors(params: wp.array2d(dtype=wp.float64), b: int):
         g1 = params[b, P_G1]
         g2 = params[b, P_G2]
     return f1, f2, g1, g2
+
+
+@wp.func
+def to_vec3d(p: Any):
+    return wp.vec3d(wp.float64(p[0]), wp.float64(p[1]), wp.float64(p[2]))
 
 
 @wp.func
@@ -344,7 +350,7 @@ def build_rows(
     params: wp.array2d(dtype=wp.float64),
     dims: wp.array2d(dtype=wp.int32),
     cell_start: wp.array2d(dtype=wp.int32),
-    sorted_points: wp.array2d(dtype=wp.vec3d),
+    sorted_points: wp.array2d(dtype=Any),
     sorted_index: wp.array2d(dtype=wp.int32),
 ):
     """Cloud ``b``'s grid by one thread (see the module docstring); ``cell_start`` is ``(B, cap + 2)``."""
@@ -375,7 +381,7 @@ def build_rows(
         p = scaled_point(points[b, i], f1, f2)
         c = point_cell(p, o, inv, nx, ny, nz)
         pos = int(cell_start[b, c + 1])
-        sorted_points[b, pos] = p
+        sorted_points[b, pos] = sorted_points.dtype(p)
         sorted_index[b, pos] = wp.int32(i)
         cell_start[b, c + 1] = wp.int32(pos + 1)
 
@@ -402,7 +408,7 @@ def build_block(
     params: wp.array2d(dtype=wp.float64),
     dims: wp.array2d(dtype=wp.int32),
     cell_start: wp.array2d(dtype=wp.int32),
-    sorted_points: wp.array2d(dtype=wp.vec3d),
+    sorted_points: wp.array2d(dtype=Any),
     sorted_index: wp.array2d(dtype=wp.int32),
     rank: wp.array2d(dtype=wp.int32),
 ):
@@ -461,7 +467,7 @@ def build_block(
         p = scaled_point(points[b, i], f1, f2)
         c = point_cell(p, o, inv, nx, ny, nz)
         pos = wp.clamp(int(cell_start[b, c]) + int(rank[b, i]), 0, sorted_points.shape[1] - 1)
-        sorted_points[b, pos] = p
+        sorted_points[b, pos] = sorted_points.dtype(p)
         sorted_index[b, pos] = wp.int32(i)
 
 
@@ -477,7 +483,7 @@ def grid_build_rows(
     params: wp.array2d(dtype=wp.float64),
     dims: wp.array2d(dtype=wp.int32),
     cell_start: wp.array2d(dtype=wp.int32),
-    sorted_points: wp.array2d(dtype=wp.vec3d),
+    sorted_points: wp.array2d(dtype=Any),
     sorted_index: wp.array2d(dtype=wp.int32),
     row_start: wp.int32,
 ):
@@ -501,7 +507,7 @@ def grid_build_block(
     params: wp.array2d(dtype=wp.float64),
     dims: wp.array2d(dtype=wp.int32),
     cell_start: wp.array2d(dtype=wp.int32),
-    sorted_points: wp.array2d(dtype=wp.vec3d),
+    sorted_points: wp.array2d(dtype=Any),
     sorted_index: wp.array2d(dtype=wp.int32),
     rank: wp.array2d(dtype=wp.int32),
 ):
@@ -594,7 +600,7 @@ def pad_indices(out_idx: wp.array2d(dtype=wp.int64), row: int, count: int):
 def ball_query_rows(
     queries: wp.array2d(dtype=Any),
     query_lengths: wp.array(dtype=wp.int64),
-    sorted_points: wp.array2d(dtype=wp.vec3d),
+    sorted_points: wp.array2d(dtype=Any),
     sorted_index: wp.array2d(dtype=wp.int32),
     cell_start: wp.array2d(dtype=wp.int32),
     params: wp.array2d(dtype=wp.float64),
@@ -651,7 +657,7 @@ def ball_query_rows(
                                             break  # this cell's later points have larger indices still
                                         take = False
                                 if take:  # noqa: SIM102
-                                    if within(sq_dist(sorted_points[b, j], q), r2, inclusive):
+                                    if within(sq_dist(to_vec3d(sorted_points[b, j]), q), r2, inclusive):
                                         count = insert_index(out_idx, r, count, i)
     pad_indices(out_idx, r, count)
 
@@ -747,7 +753,7 @@ def knn_search_grid(
     q: wp.vec3d,
     b: int,
     row: int,
-    sorted_points: wp.array2d(dtype=wp.vec3d),
+    sorted_points: wp.array2d(dtype=Any),
     sorted_index: wp.array2d(dtype=wp.int32),
     cell_start: wp.array2d(dtype=wp.int32),
     params: wp.array2d(dtype=wp.float64),
@@ -798,7 +804,7 @@ def knn_search_grid(
                             cs, ce = cell_range(b, cell_id(cx, cy, cz, ny, nz), cell_start, n)
                             for j in range(cs, ce):
                                 i = wp.int64(sorted_index[b, j])
-                                d2 = sq_dist(sorted_points[b, j], q)
+                                d2 = sq_dist(to_vec3d(sorted_points[b, j]), q)
                                 if beats_last(work_idx, work_d2, row, count, i, d2):
                                     count = insert_neighbour(work_idx, work_d2, row, count, i, d2)
                     cz += step
@@ -838,8 +844,12 @@ def knn_search_brute(
 ):
     """The k nearest of the (scaled) query ``q`` among cloud ``b``'s first ``n`` points, by a scan."""
     count = int(0)
+    unit = f1 == wp.float64(1.0) and f2 == wp.float64(1.0)  # float32: no scale, no multiplications
     for i in range(n):
-        d2 = sq_dist(scaled_point(points[b, i], f1, f2), q)
+        p = to_vec3d(points[b, i])
+        if not unit:
+            p = p * f1 * f2
+        d2 = sq_dist(p, q)
         if beats_last(work_idx, work_d2, row, count, wp.int64(i), d2):
             count = insert_neighbour(work_idx, work_d2, row, count, wp.int64(i), d2)
     return count
@@ -868,7 +878,7 @@ def finish_knn(
 def knn_rows(
     queries: wp.array2d(dtype=Any),
     query_lengths: wp.array(dtype=wp.int64),
-    sorted_points: wp.array2d(dtype=wp.vec3d),
+    sorted_points: wp.array2d(dtype=Any),
     sorted_index: wp.array2d(dtype=wp.int32),
     cell_start: wp.array2d(dtype=wp.int32),
     params: wp.array2d(dtype=wp.float64),
@@ -932,6 +942,8 @@ BUILD_BLOCK_DIM = 256
 TYPES = {
     precision: {
         **dict.fromkeys(("queries", "points", "x", "y"), wp.array2d(dtype=vec)),
+        # a grid's points: scaled (float64) or as they are (float32), in the compute precision
+        **dict.fromkeys(("sorted_points", "sorted_x", "sorted_y"), wp.array2d(dtype=vec)),
         "out_dist": wp.array2d(dtype=scalar),
         "out_dist_xy": wp.array2d(dtype=scalar),
         "out_dist_yx": wp.array2d(dtype=scalar),
