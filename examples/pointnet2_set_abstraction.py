@@ -1,12 +1,14 @@
-"""Example: a PointNet++ set-abstraction network trained with warpgeo's FPS and gather.
+"""Example: a PointNet++ set-abstraction network trained with warpgeo's FPS, kNN / ball query and gather.
 
-Shows a PointNet++-style set-abstraction (SA) layer built on ``warpgeo.farthest_point_sampling`` and
-``warpgeo.gather_points``, trained on a toy task: tell five trimesh primitives (box, sphere, cylinder,
-cone, torus) apart from 128 surface samples, randomly turned about z and scaled. One SA layer is
+Shows a PointNet++-style set-abstraction (SA) layer built on ``warpgeo.farthest_point_sampling``,
+``warpgeo.knn`` / ``warpgeo.ball_query`` and ``warpgeo.gather_points``, trained on a toy task: tell five
+trimesh primitives (box, sphere, cylinder, cone, torus) apart from 128 surface samples, randomly turned
+about z and scaled. One SA layer is
 
 1. FPS: M centres of the N points (indices; no gradient flows through *where* to sample);
-2. grouping: the K nearest neighbours of each centre (kNN, or a ball query with ``--grouping ball``,
-   both in plain torch);
+2. grouping: the K nearest neighbours of each centre (``warpgeo.knn``), or with ``--grouping ball`` the
+   first K points within a radius (``warpgeo.ball_query``, a short row padded with its first hit, as
+   PointNet++ does); indices ``(B, M, K)``, no ``(B, M, N)`` distance matrix;
 3. ``gather_points(features (B, C, N), idx (B, M, K))`` -> grouped features ``(B, C, M, K)``
    (differentiable: its backward scatter-adds into the features of the previous layer);
 4. a shared MLP as 1x1 ``Conv2d`` over the M x K grid, with ``GroupNorm`` (per-sample statistics: stable at
@@ -84,23 +86,6 @@ def make_dataset(num_clouds: int, num_points: int, *, seed: int) -> tuple[torch.
 # --------------------------------------------------------------------------------------------------------
 
 
-def knn(centres: torch.Tensor, points: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices ``(B, M, k)`` of the k nearest ``points (B, N, 3)`` of each of ``centres (B, M, 3)``."""
-    return torch.cdist(centres, points).topk(k, dim=-1, largest=False).indices
-
-
-def ball_query(centres: torch.Tensor, points: torch.Tensor, k: int, radius: float) -> torch.Tensor:
-    """The first k points (by index) within ``radius`` of each centre, as PointNet++ groups them.
-
-    Rows with fewer than k hits repeat their first hit (a centre is one of the points, so there is one).
-    """
-    n = points.shape[1]
-    inside = torch.cdist(centres, points) < radius
-    order = torch.arange(n, device=points.device).expand_as(inside)
-    first = torch.where(inside, order, n).sort(dim=-1).values[..., :k]
-    return torch.where(first < n, first, first[..., :1])
-
-
 class SetAbstraction(nn.Module):
     """One PointNet++ set-abstraction layer: FPS -> group -> gather -> shared MLP -> pool over neighbours.
 
@@ -142,9 +127,12 @@ class SetAbstraction(nn.Module):
         centres_t = warpgeo.gather_points(xyz_t, centres_idx)  # (B, 3, M)
         centres = centres_t.transpose(1, 2)
         if self.grouping == "ball":
-            neighbours = ball_query(centres, xyz, self.k, self.radius)
+            # the first K points (by index) within the radius, -1 after them; a centre is one of the points,
+            # so each row has a first hit, which fills the rest of a short row (PointNet++'s grouping)
+            neighbours = warpgeo.ball_query(centres, xyz, self.radius, self.k)  # (B, M, K)
+            neighbours = torch.where(neighbours >= 0, neighbours, neighbours[..., :1])
         else:
-            neighbours = knn(centres, xyz, self.k)  # (B, M, K)
+            neighbours = warpgeo.knn(centres, xyz, self.k).idx  # (B, M, K), nearest first
         grouped = warpgeo.gather_points(xyz_t, neighbours) - centres_t[..., None]  # (B, 3, M, K)
         if features is not None:
             grouped = torch.cat([grouped, warpgeo.gather_points(features, neighbours)], dim=1)
@@ -201,7 +189,7 @@ def plot(
         sa = model.sa1
         idx = warpgeo.farthest_point_sampling(cloud[None], sa.num_centres)[0]
         centres = cloud[idx]
-        group = knn(centres[None, :1], cloud[None], sa.k)[0, 0]
+        group = warpgeo.knn(centres[None, :1], cloud[None], sa.k).idx[0, 0]
     cloud, centres, group = cloud.cpu().numpy(), centres.cpu().numpy(), group.cpu().numpy()
 
     fig = Figure(figsize=(11.5, 4.6), layout="constrained")

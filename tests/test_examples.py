@@ -108,6 +108,7 @@ EXAMPLE_SCRIPTS = [
     "point_sampling.py",
     "pointnet2_set_abstraction.py",
     "ddp_training.py",
+    "self_collision.py",
 ]
 
 
@@ -211,35 +212,30 @@ def test_ddp_training(tmp_path):
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_readme_commands_and_snippets():
-    """README keeps the two set-up commands CI and users run, and its Python snippets run as written."""
+def test_readme_commands_and_links():
+    """README keeps the two set-up commands CI and users run; its links are relative paths into this
+    repository that exist (its Python blocks run in tests/test_docs.py)."""
     text = README.read_text()
     assert '\npython3 -m pip install -e ".[demo]" && warpgeo demo\n' in text
     assert '\npython3 -m pip install -q -e ".[test]" && python3 -m pytest -q\n' in text
-    assert (
-        "https://raw.githubusercontent.com/warpgeo/warpgeo/main/docs/collision_avoidance.png" in text
-        and (README.parent / "docs" / "collision_avoidance.png").is_file()
-    )
-    # PyPI renders README without the repository: links to its files must be absolute.
+    assert "](docs/collision_avoidance.png)" in text
+    assert "github.com/warpgeo" not in text and "githubusercontent.com/warpgeo" not in text
     relative = re.findall(r"\]\((?!https?://|#)([^)]+)\)", text)
-    assert not relative, relative
+    missing = [link for link in relative if not (README.parent / link).exists()]
+    assert len(relative) >= 5 and not missing, missing
     assert "bunny.obj" not in text and (README.parent / "examples" / "data" / "torus.obj").is_file()
     assert re.search(r"^pip install", text, flags=re.M) is None  # python3 -m pip throughout
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) >= 3
-    namespace: dict = {}
-    for block in blocks:  # one namespace, in order: later snippets may use `torch` from the first
-        exec(compile(block, "README.md", "exec"), namespace)
-    assert namespace["idx"].dtype.is_floating_point is False
-    sd = namespace["sd"]
-    assert abs(float(sd[0]) + 0.5) < 1e-4 and abs(float(sd[1]) - 1.0) < 1e-4
 
 
-def test_readme_tour_optimises_centres_only():
-    """The tour's gradient goes to the centres, the radii stay fixed (a free radius disables spheres)."""
+def test_readme_tour_computes_what_its_comments_say():
+    """The tour's indices are integers, its signed distances the ones in its comment, and its gradient goes
+    to the centres while the radii stay fixed (a free radius disables spheres)."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
     namespace: dict = {}
     exec(compile(blocks[0], "README.md", "exec"), namespace)
+    assert namespace["idx"].dtype.is_floating_point is False
+    sd = namespace["sd"]
+    assert abs(float(sd[0]) + 0.5) < 1e-4 and abs(float(sd[1]) - 1.0) < 1e-4
     assert namespace["centres"].grad is not None and namespace["centres"].grad.shape == (1, 1, 2, 3)
     assert not namespace["spheres"].requires_grad
 
