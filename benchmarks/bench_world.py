@@ -27,13 +27,14 @@ its own, none equal to another: trimesh icospheres, cylinders, capsules, tori, a
 faces, each scaled per axis by 0.05-0.3, posed in a unit cube. Timed: ``MeshWorld.from_envs`` + the first
 ``sphere_mesh_cost`` of 1,000 spheres per environment (``(E, 1000, 4)``, ``env_index`` = the environment), the
 result on the host; against Open3D: one ``RaycastingScene`` per environment (its meshes' vertices posed) + the
-first ``compute_signed_distance`` of the same 1,000 centres in each. "tables in": until every table of the
-world is in (``wait_tables``).
+first ``compute_signed_distance`` of the same 1,000 centres in each. ``--rl-tables``: one more run, until every
+table of the world is in (``wait_tables``; the background build of these fan-shaped meshes takes minutes).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -274,16 +275,25 @@ def rl_scenes(envs: int, seed: int = 0) -> tuple[list, np.ndarray, np.ndarray]:
     return meshes, poses, spheres.astype(np.float32)
 
 
-def warpgeo_rl(meshes, poses, spheres: torch.Tensor, env_index: torch.Tensor, device) -> tuple[float, float]:
-    """Seconds of (from_envs + first cost query, + every table in)."""
+def warpgeo_rl(meshes, poses, spheres: torch.Tensor, env_index: torch.Tensor, device, tables: bool) -> tuple:
+    """Seconds of (from_envs + first cost query, + every table in (``tables``; else NaN)). Without
+    ``tables`` the world is dropped at once, and its background build (which stops) is waited for, untimed,
+    so that it overlaps no later timing."""
     start = time.perf_counter()
     world = warpgeo.MeshWorld.from_envs(meshes, poses=poses, device=device)
     warpgeo.sphere_mesh_cost(spheres, world, env_index=env_index).sum().item()
     sync(device)
     first = time.perf_counter() - start
-    world.wait_tables()
-    sync(device)
-    return first, time.perf_counter() - start
+    if tables:
+        world.wait_tables()
+        sync(device)
+        return first, time.perf_counter() - start
+    later = world._later
+    del world
+    gc.collect()
+    if later is not None:
+        later.future.exception()  # cancelled at its next step
+    return first, float("nan")
 
 
 def open3d_rl(o3d, posed: list, centres: np.ndarray) -> float:
@@ -299,37 +309,43 @@ def open3d_rl(o3d, posed: list, centres: np.ndarray) -> float:
 
 def bench_rl(args, o3d, device) -> None:
     print(
-        "\ndistinct objects: E environments x 10 objects of 0.5k-4k faces, each its own (build + first cost "
-        "query of 1,000 spheres per environment)"
+        f"\ndistinct objects: E environments x 10 objects of 0.5k-4k faces, each its own (build + first cost "
+        f"query of {args.rl_points:,} spheres per environment; warpgeo and open3d alternate, medians)"
     )
     small, small_poses, small_spheres = rl_scenes(2, seed=99)  # compile (untimed)
     warpgeo_rl(small, small_poses, torch.from_numpy(small_spheres).to(device),
-               torch.arange(2, device=device), device)  # fmt: skip
+               torch.arange(2, device=device), device, tables=True)  # fmt: skip
     for envs in args.rl_envs:
         meshes, poses, spheres = rl_scenes(envs)
+        spheres = np.ascontiguousarray(spheres[:, : args.rl_points])
         faces = sum(len(m.faces) for env in meshes for m in env)
         spheres_t = torch.from_numpy(spheres).to(device)
         env_index = torch.arange(envs, device=device)
-        runs = [warpgeo_rl(meshes, poses, spheres_t, env_index, device) for _ in range(args.rl_repeat)]
-        first = statistics.median(r[0] for r in runs)
-        full = statistics.median(r[1] for r in runs)
-        line = f"  {envs:>6} envs {10 * envs:>7} objects {faces:>10,} faces  warpgeo {first:7.3f} s"
-        if o3d is not None:
-            posed = [
-                [
-                    (
-                        (np.asarray(m.vertices) @ _rotation(p[3:]).T + p[:3]).astype(np.float32),
-                        np.asarray(m.faces, dtype=np.uint32),
-                    )
-                    for m, p in zip(env, env_poses, strict=True)
-                ]
-                for env, env_poses in zip(meshes, poses, strict=True)
+        posed = [
+            [
+                (
+                    (np.asarray(m.vertices) @ _rotation(p[3:]).T + p[:3]).astype(np.float32),
+                    np.asarray(m.faces, dtype=np.uint32),
+                )
+                for m, p in zip(env, env_poses, strict=True)
             ]
-            theirs = statistics.median(
-                open3d_rl(o3d, posed, np.ascontiguousarray(spheres[..., :3])) for _ in range(args.rl_repeat)
-            )
-            line += f"  open3d {theirs:7.3f} s  {first / theirs:6.2f}x open3d"
-        print(line + f"  (tables in: {full:.3f} s)", flush=True)
+            for env, env_poses in zip(meshes, poses, strict=True)
+        ]
+        centres = np.ascontiguousarray(spheres[..., :3])
+        mine, theirs = [], []
+        for _ in range(args.rl_repeat):
+            mine.append(warpgeo_rl(meshes, poses, spheres_t, env_index, device, tables=False)[0])
+            if o3d is not None:
+                theirs.append(open3d_rl(o3d, posed, centres))
+        first = statistics.median(mine)
+        line = f"  {envs:>6} envs {10 * envs:>7} objects {faces:>10,} faces  warpgeo {first:7.3f} s"
+        if theirs:
+            peer = statistics.median(theirs)
+            line += f"  open3d {peer:7.3f} s  {first / peer:6.2f}x open3d"
+        if args.rl_tables:
+            full = warpgeo_rl(meshes, poses, spheres_t, env_index, device, tables=True)[1]
+            line += f"  (tables in: {full:.3f} s, one run)"
+        print(line, flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -355,6 +371,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--rl-repeat", type=int, default=None, help="timed runs of each (default 3; 1 --quick)"
+    )
+    parser.add_argument("--rl-points", type=int, default=_QUERY_POINTS, help="spheres per environment (1000)")
+    parser.add_argument(
+        "--rl-tables", action="store_true", help="one more run of each, until every table is in (minutes)"
     )
     parser.add_argument(
         "--only", choices=("meshes", "envs", "rl"), nargs="*", default=None, help="cases to run (all)"
