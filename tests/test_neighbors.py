@@ -626,12 +626,12 @@ def test_load_ops_registers_every_op_cheaply():
         "for name in ('farthest_point_sampling', 'gather_points', 'knn', 'ball_query', 'sphere_mesh_cost',\n"
         "             'swept_sphere_mesh_cost', 'signed_distance'):\n"
         "    assert hasattr(torch.ops.warpgeo, name), name\n"
-        "assert 'warp' not in sys.modules, 'load_ops imported Warp'\n"
+        "assert warpgeo._warp._WARP is None, 'load_ops initialised Warp'\n"
         "print(t)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert float(out.stdout) < 1.0  # measured: about 0.05 s (torch alone: about 1 s)
+    assert float(out.stdout) < 1.0  # measured: about 0.4 s (Warp's import, the kernel modules' definitions)
 
 
 # --------------------------------------------------------------------------------------------------------
