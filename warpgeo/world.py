@@ -30,8 +30,8 @@ __all__ = ["WORLD_FIELDS", "MeshWorld", "MeshWorldArgs"]
 def _torch_layout(element: Any, dims: tuple) -> tuple[torch.dtype | None, tuple[int | str | None, ...]]:
     """The torch dtype and shape of a world field declared as ``(element, dims)`` (see
     ``warpgeo._kernels.sdf.WORLD_FIELDS``): a vector element adds its length as the last dimension; None (the
-    query's transform) is the compute dtype's 7 numbers."""
-    wp = _warp.warp()
+    query's transform) is the compute dtype's 7 numbers. Reads Warp's types only: initialises nothing."""
+    import warp as wp
     if element is None:
         return None, (*dims, 7)
     if not wp.types.type_is_vector(element):
