@@ -161,7 +161,7 @@ def test_failed_background_build_warns_and_stays_exact(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(_mesh_prep, "_plane_tree", broken)
+    monkeypatch.setattr(_mesh_prep, "_plane_trees", broken)
     world = MeshWorld([_sphere()])
     world._later.future.exception(60)
     points = _points(50)
@@ -422,6 +422,18 @@ def test_a_large_plane_tree_built_in_two_halves_is_the_same(monkeypatch):
     halves = _mesh_prep._plane_tree(part, None, _mesh_prep._helper_pool(False))
     for mine, theirs in zip(halves, one_loop, strict=True):
         assert mine.dtype == theirs.dtype and mine.tobytes() == theirs.tobytes()
+    # several meshes' trees in one build (their nodes side by side in each level, the rows cut in two runs):
+    # each the tree of its mesh alone
+    others = [trimesh.creation.icosphere(2, radius=0.3), trimesh.creation.cylinder(0.2, 0.4, sections=48)]
+    parts = [part] + [
+        _mesh_prep._Geometry([(np.asarray(m.vertices, np.float32), np.asarray(m.faces, np.int32))]).part(0)
+        for m in others
+    ]
+    together = _mesh_prep._plane_trees(parts[::-1], None, _mesh_prep._helper_pool(False))[::-1]
+    monkeypatch.setattr(_mesh_prep, "_PARALLEL_TREE_FACES", 1 << 40)
+    for mesh_part, tree in zip(parts, together, strict=True):
+        for mine, theirs in zip(tree, _mesh_prep._plane_tree(mesh_part), strict=True):
+            assert mine.dtype == theirs.dtype and mine.tobytes() == theirs.tobytes()
     nodes, links, _, order = halves
     assert sorted(order.tolist()) == list(range(len(faces)))  # every face in one leaf
     normals = np.cross(*(vertices[faces][:, k] - vertices[faces][:, 0] for k in (1, 2))).astype(np.float64)

@@ -696,10 +696,13 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
             convex = _is_convex(
                 geometry, [topology[k][0] for k, _ in paired], [specs[k].box for k, _ in paired]
             )
-            for j, (k, _) in enumerate(paired):
-                if convex[j]:
-                    check()
-                    trees[k] = _plane_tree(geometry.part(j), check, _helper_pool(alive is not None))
+            chosen = [j for j in range(len(paired)) if convex[j]]
+            if chosen:
+                built = _plane_trees(
+                    [geometry.part(j) for j in chosen], check, _helper_pool(alive is not None)
+                )
+                for j, tree in zip(chosen, built, strict=True):
+                    trees[paired[j][0]] = tree
     gridded = [
         k
         for k, spec in enumerate(specs)
@@ -1063,10 +1066,17 @@ def _components(neighbors: np.ndarray) -> np.ndarray:
 
 
 def _plane_tree(geometry: _Part, check: Any = None, pool: ThreadPoolExecutor | None = None) -> tuple:
-    """The plane tree of a convex closed mesh (:func:`_is_convex`): ``(nodes (1 + 2K, 4) float32, links
+    """The plane tree of one convex closed mesh (see :func:`_plane_trees`)."""
+    return _plane_trees([geometry], check, pool)[0]
+
+
+def _plane_trees(
+    parts: list[_Part], check: Any = None, pool: ThreadPoolExecutor | None = None
+) -> list[tuple]:
+    """The plane trees of convex closed meshes (:func:`_is_convex`), each ``(nodes (1 + 2K, 4) float32, links
     (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``. ``check()`` is called between levels (it may
-    raise to stop the build); ``pool``: a thread that builds one half of a large tree while this one builds
-    the other.
+    raise to stop the build); ``pool``: a thread that builds one half of the trees' rows (from
+    :data:`_PARALLEL_TREE_FACES` faces) while this one builds the other.
 
     Each face's plane ``(n, b)`` (unit normal, ``b = n . (a - o)`` for a corner ``a`` and the origin ``o``, the
     box centre) in leaf order, with the face's index. The K nodes in depth-first order split the faces by
@@ -1077,18 +1087,14 @@ def _plane_tree(geometry: _Part, check: Any = None, pool: ThreadPoolExecutor | N
     of the kernels' bounds). For a point ``p = o + w``, every face below node ``k`` is at least
     ``b_min - max over the cone of n . w`` from it.
 
-    Built one level of the tree at a time, NumPy over all nodes of a level at once: the faces stay in one
-    permutation in which every node's faces are a contiguous run, in the node's order. The nodes of a level
+    Built one level of the trees at a time, NumPy over all nodes of a level (of every mesh) at once: the faces
+    stay in one permutation in which every node's faces are a contiguous run, in the node's order. The nodes of a level
     hold one of two sizes (``n // 2`` and ``n - n // 2`` at each split), so each size's nodes are one stacked
     array, and every per-node step is the one of a node built alone (the same sums, in the same order, and the
     same matrix-vector products per node; a stable sort as a sort of unique integer keys, the faces' ranks
     along the axis): the tables are bit for bit those of a node-by-node build."""
-    points, tri, normal = geometry.points, geometry.tri, geometry.normal
     if check is not None:
         check()
-    origin = ((points.min(axis=0) + points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
-    offset = (normal * (tri[:, 0] - origin)).sum(axis=1)
-    num_faces = len(tri)
     sizes: dict[int, int] = {}
 
     def subtree(n: int) -> int:  # the nodes of the subtree over n faces
@@ -1098,14 +1104,28 @@ def _plane_tree(geometry: _Part, check: Any = None, pool: ThreadPoolExecutor | N
             sizes[n] = found
         return found
 
-    num_nodes = subtree(num_faces)
+    counts = np.array([len(part.tri) for part in parts], dtype=np.int64)
+    row_first = np.concatenate([[0], np.cumsum(counts)])
+    node_first = np.concatenate([[0], np.cumsum([subtree(int(n)) for n in counts])]).astype(np.int64)
+    num_faces, num_nodes = int(row_first[-1]), int(node_first[-1])
+    origins, offsets, rank_parts = [], [], []
+    for part in parts:
+        origin = (
+            ((part.points.min(axis=0) + part.points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
+        )
+        origins.append(origin)
+        offsets.append((part.normal * (part.tri[:, 0] - origin)).sum(axis=1))
+        # each face's rank along each axis in its mesh (equal normal components: equal ranks), to sort by
+        # integers
+        rank_parts.append(
+            np.stack([np.unique(part.normal[:, a], return_inverse=True)[1].reshape(-1) for a in range(3)])
+        )
+    ranks = np.concatenate(rank_parts, axis=1)
+    num_ranks = int(ranks.max()) + 1
     axes = np.zeros((num_nodes, 3))
     lowest = np.zeros(num_nodes)
     widest = np.zeros(num_nodes)  # the largest angle between a normal and the axis
     links = np.zeros((num_nodes, 3), dtype=np.int64)
-    # each face's rank along each axis (equal normal components: equal ranks), to sort by integers
-    ranks = np.stack([np.unique(normal[:, a], return_inverse=True)[1].reshape(-1) for a in range(3)])
-    num_ranks = int(ranks.max()) + 1
 
     def grow(block: tuple, row0: int, levels: float) -> tuple:
         """Build the subtrees of ``block = (normals, carried, starts, counts, index)`` (rows ``row0 + i`` of the
@@ -1160,43 +1180,57 @@ def _plane_tree(geometry: _Part, check: Any = None, pool: ThreadPoolExecutor | N
             starts, counts, index = (np.concatenate(parts) for parts in zip(*next_levels, strict=True))
         return normals, carried, starts, counts, index
 
-    # in tree order (a node's rows contiguous in memory): the faces' normals, and their offsets and indices
+    # in tree order (a node's rows contiguous in memory): the faces' normals, and their offsets and row numbers
     # (exact in float64) side by side; the nodes of the current level: first row, face count, depth-first index
     root = (
-        normal.copy(),
-        np.stack([offset, np.arange(num_faces, dtype=np.float64)], axis=1),
-        np.zeros(1, np.int64),
-        np.full(1, num_faces, np.int64),
-        np.zeros(1, np.int64),
+        np.concatenate([part.normal for part in parts]),
+        np.stack([np.concatenate(offsets), np.arange(num_faces, dtype=np.float64)], axis=1),
+        row_first[:-1].copy(),
+        counts.copy(),
+        node_first[:-1].copy(),
     )
     if num_faces < _PARALLEL_TREE_FACES or pool is None:
         normals, carried, *_ = grow(root, 0, math.inf)
     else:
-        # the root, then its two subtrees side by side (NumPy's sorts, takes and sums release the GIL): every
-        # node is built as in one loop, so the tables are the same
-        normals, carried, _, counts, index = grow(root, 0, 1)
-        half = int(counts[0])
-        parts = [
-            (normals[a:b], carried[a:b], np.zeros(1, np.int64), np.full(1, b - a, np.int64), index[j : j + 1])
-            for j, (a, b) in enumerate(((0, half), (half, num_faces)))
+        # the roots, then the nodes below them in two runs of rows side by side (NumPy's sorts, takes and sums
+        # release the GIL): every node is built as in one loop, so the tables are the same
+        normals, carried, starts, level_counts, index = grow(root, 0, 1)
+        order = np.argsort(starts)
+        starts, level_counts, index = starts[order], level_counts[order], index[order]
+        cut = int(np.clip(np.searchsorted(starts, num_faces // 2), 1, max(1, len(starts) - 1)))
+        half = int(starts[cut]) if len(starts) > 1 else num_faces
+        blocks = [
+            (normals[:half], carried[:half], starts[:cut], level_counts[:cut], index[:cut]),
+            (normals[half:], carried[half:], starts[cut:] - half, level_counts[cut:], index[cut:]),
         ]
-        second = pool.submit(grow, parts[1], half, math.inf)
-        first = grow(parts[0], 0, math.inf)
+        second = pool.submit(grow, blocks[1], half, math.inf)
+        first = grow(blocks[0], 0, math.inf)
         second = second.result()
         normals = np.concatenate([first[0], second[0]])
         carried = np.concatenate([first[1], second[1]])
-    # the cone's half-angle, widened far beyond the float32 rounding of its cosine and sine
-    angles = np.minimum(math.pi, widest + _CONE_PAD).tolist()
-    scale = float(np.abs(points).max() + np.linalg.norm(points.max(axis=0) - points.min(axis=0)))
-    table = np.zeros((1 + 2 * num_nodes, 4), dtype=np.float32)
-    table[0] = (*origin, 1.0e-5 * scale)
-    table[1::2, :3] = axes
-    table[1::2, 3] = lowest
-    # math's cosine and sine (the C library's), one node at a time: NumPy's vectorised ones may round otherwise
-    table[2::2, 0] = np.fromiter(map(math.cos, angles), dtype=np.float64, count=num_nodes)
-    table[2::2, 1] = np.fromiter(map(math.sin, angles), dtype=np.float64, count=num_nodes)
-    planes = np.concatenate([normals, carried[:, :1]], axis=1).astype(np.float32)
-    return table, links.astype(np.int32), planes, carried[:, 1].astype(np.int32)
+    out = []
+    for j, part in enumerate(parts):
+        r0, r1, n0, n1 = (int(x) for x in (row_first[j], row_first[j + 1], node_first[j], node_first[j + 1]))
+        count = n1 - n0
+        points = part.points
+        # the cone's half-angle, widened far beyond the float32 rounding of its cosine and sine
+        angles = np.minimum(math.pi, widest[n0:n1] + _CONE_PAD).tolist()
+        scale = float(np.abs(points).max() + np.linalg.norm(points.max(axis=0) - points.min(axis=0)))
+        table = np.zeros((1 + 2 * count, 4), dtype=np.float32)
+        table[0] = (*origins[j], 1.0e-5 * scale)
+        table[1::2, :3] = axes[n0:n1]
+        table[1::2, 3] = lowest[n0:n1]
+        # math's cosine and sine (the C library's), one node at a time: NumPy's vectorised ones may round
+        # otherwise
+        table[2::2, 0] = np.fromiter(map(math.cos, angles), dtype=np.float64, count=count)
+        table[2::2, 1] = np.fromiter(map(math.sin, angles), dtype=np.float64, count=count)
+        mesh_links = links[n0:n1].copy()
+        mesh_links[:, 0] -= n0
+        mesh_links[:, 1] -= np.where(mesh_links[:, 2] > 0, r0, 0)
+        planes = np.concatenate([normals[r0:r1], carried[r0:r1, :1]], axis=1).astype(np.float32)
+        faces = (carried[r0:r1, 1] - r0).astype(np.int32)
+        out.append((table, mesh_links.astype(np.int32), planes, faces))
+    return out
 
 
 def _stable_argsort(keys: np.ndarray) -> np.ndarray:
