@@ -27,8 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from warpgeo.compat._common import shape_of
-from warpgeo.compat.pytorch3d import _padded_knn
+from warpgeo.compat._common import padded_knn, shape_of
 
 __all__ = ["KNN", "knn"]
 
@@ -40,7 +39,7 @@ def _search(ref: torch.Tensor, query: torch.Tensor, k: int) -> tuple[torch.Tenso
     if k > ref.shape[1]:
         raise ValueError(f"k={k} is larger than the reference cloud (N={ref.shape[1]} points)")
     with torch.no_grad():
-        dist, idx = _padded_knn(query.float(), ref.float(), k)
+        dist, idx = padded_knn(query.float(), ref.float(), k)
     return dist.float(), idx
 
 

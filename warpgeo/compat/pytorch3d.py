@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 import warpgeo
-from warpgeo.compat._common import shape_of
+from warpgeo.compat._common import pad3, padded_fps, padded_knn, shape_of, valid_mask
 
 __all__ = ["ball_query", "chamfer_distance", "knn_gather", "knn_points", "sample_farthest_points"]
 
@@ -54,81 +54,6 @@ _KNN = namedtuple("KNN", "dists idx knn")
 # --------------------------------------------------------------------------------------------------------
 # helpers shared by the compat modules (knn_cuda, torch_cluster): any dimension, padded batches
 # --------------------------------------------------------------------------------------------------------
-
-
-def _pad3(t: torch.Tensor) -> torch.Tensor:
-    """``(..., D)`` with D <= 3 -> ``(..., 3)``, zeros appended (distances are unchanged)."""
-    if t.shape[-1] == 3:
-        return t
-    return F.pad(t, (0, 3 - t.shape[-1]))
-
-
-def _valid(lengths: torch.Tensor | None, batch: int, size: int, device: torch.device) -> torch.Tensor:
-    """``(B, size)`` bool: the entries below each cloud's length."""
-    if lengths is None:
-        return torch.ones(batch, size, dtype=torch.bool, device=device)
-    return torch.arange(size, device=device)[None, :] < lengths.to(device)[:, None]
-
-
-def _padded_knn(queries, points, k, query_lengths=None, point_lengths=None, norm=2):
-    """``(dists, idx)`` ``(B, M, k)``: the k nearest valid points of each valid query, nearest first, ties to
-    the lowest index, ``-1`` / ``inf`` padding; ``dists`` Euclidean (L2) or L1, differentiable.
-
-    Points of dimension <= 3 and ``norm=2`` run on :func:`warpgeo.knn`; otherwise plain torch (``cdist``
-    from coordinate differences, a stable sort)."""
-    if norm == 2 and queries.shape[-1] <= 3:
-        found = warpgeo.knn(
-            _pad3(queries), _pad3(points), k, query_lengths=query_lengths, point_lengths=point_lengths
-        )
-        return found.dists, found.idx
-    batch, m, n = queries.shape[0], queries.shape[1], points.shape[1]
-    device = queries.device
-    if n == 0 or m == 0:
-        return (
-            queries.new_full((batch, m, k), float("inf")),
-            torch.full((batch, m, k), -1, dtype=torch.int64, device=device),
-        )
-    d = torch.cdist(queries, points, p=float(norm), compute_mode="donot_use_mm_for_euclid_dist")
-    point_ok = _valid(point_lengths, batch, n, device)[:, None, :]
-    d = torch.where(point_ok, d, float("inf"))
-    order = torch.sort(d.detach(), dim=-1, stable=True).indices[..., :k]
-    dists = torch.gather(d, 2, order)
-    ok = torch.isfinite(dists.detach()) & _valid(query_lengths, batch, m, device)[..., None]
-    idx = torch.where(ok, order, -1)
-    dists = torch.where(ok, dists, float("inf"))
-    if dists.shape[-1] < k:  # fewer points than k
-        extra = k - dists.shape[-1]
-        dists = F.pad(dists, (0, extra), value=float("inf"))
-        idx = F.pad(idx, (0, extra), value=-1)
-    return dists, idx
-
-
-def _padded_fps(points, num_samples, lengths=None, random_start=False):
-    """int64 ``(B, max K)``: greedy farthest point sampling of each cloud (``num_samples`` an int or an int64
-    ``(B,)`` tensor), ``-1`` padding; :func:`warpgeo.farthest_point_sampling` for dimensions <= 3, plain
-    torch beyond (the same greedy order: squared distances, ties to the lowest index)."""
-    if points.shape[-1] <= 3:
-        return warpgeo.farthest_point_sampling(
-            _pad3(points), num_samples, lengths=lengths, random_start=random_start
-        )
-    batch, n = points.shape[0], points.shape[1]
-    device = points.device
-    ks = torch.as_tensor(num_samples, device=device).expand(batch).tolist()
-    lens = [n] * batch if lengths is None else lengths.tolist()
-    out = torch.full((batch, max(ks, default=0)), -1, dtype=torch.int64, device=device)
-    for b in range(batch):
-        count = min(ks[b], lens[b])
-        if count == 0:
-            continue
-        cloud = points[b, : lens[b]].detach().double()
-        start = int(torch.randint(lens[b], ())) if random_start else 0
-        nearest = torch.full((lens[b],), float("inf"), dtype=torch.float64, device=device)
-        chosen = [start]
-        for _ in range(1, count):
-            nearest = torch.minimum(nearest, (cloud - cloud[chosen[-1]]).square().sum(-1))
-            chosen.append(int(torch.argmax(nearest)))  # argmax returns the first maximum
-        out[b, :count] = torch.tensor(chosen, device=device)
-    return out
 
 
 def _lengths_or_full(lengths, batch, size, device, name):
@@ -186,7 +111,7 @@ def sample_farthest_points(
         K = torch.tensor(K, dtype=torch.int64, device=points.device)
     if isinstance(K, torch.Tensor) and K.shape != (batch,):
         raise ValueError(f"K and points must have the same batch dimension; got K of shape {tuple(K.shape)}")
-    idx = _padded_fps(points, K, lengths=lengths, random_start=random_start_point)
+    idx = padded_fps(points, K, lengths=lengths, random_start=random_start_point)
     return _masked_gather(points, idx), idx
 
 
@@ -249,8 +174,8 @@ def knn_points(
     lengths2 = _lengths_or_full(lengths2, batch, p2.shape[1], p1.device, "lengths2")
     if norm == 1 and K == 1 and p1.shape[-1] <= 3:
         found = warpgeo.chamfer_distance(
-            _pad3(p1),
-            _pad3(p2),
+            pad3(p1),
+            pad3(p2),
             x_lengths=lengths1,
             y_lengths=lengths2,
             norm=1,
@@ -260,7 +185,7 @@ def knn_points(
         )
         dists, idx = found.dist_xy[..., None], found.idx_xy[..., None]
     else:
-        dists, idx = _padded_knn(p1, p2, K, lengths1, lengths2, norm=norm)
+        dists, idx = padded_knn(p1, p2, K, lengths1, lengths2, norm=norm)
         if norm == 2:
             dists = dists.square()
     missing = idx < 0
@@ -303,8 +228,8 @@ def ball_query(
         idx = torch.full((batch, p1.shape[1], K), -1, dtype=torch.int64, device=p1.device)
     elif d <= 3:
         idx = warpgeo.ball_query(
-            _pad3(p1),
-            _pad3(p2),
+            pad3(p1),
+            pad3(p2),
             float(radius),
             K,
             query_lengths=lengths1,
@@ -313,8 +238,10 @@ def ball_query(
         )
     else:
         dist = torch.cdist(p1, p2, compute_mode="donot_use_mm_for_euclid_dist").detach()
-        inside = (dist.square() < radius * radius) & _valid(lengths2, batch, p2.shape[1], p1.device)[:, None]
-        inside &= _valid(lengths1, batch, p1.shape[1], p1.device)[..., None]
+        inside = (dist.square() < radius * radius) & valid_mask(lengths2, batch, p2.shape[1], p1.device)[
+            :, None
+        ]
+        inside &= valid_mask(lengths1, batch, p1.shape[1], p1.device)[..., None]
         n = p2.shape[1]
         key = torch.where(inside, torch.arange(n, device=p1.device), n)
         first = torch.sort(key, dim=-1).values[..., :K]
@@ -400,8 +327,8 @@ def chamfer_distance(
 
     if x.shape[-1] <= 3:
         found = warpgeo.chamfer_distance(
-            _pad3(x),
-            _pad3(y),
+            pad3(x),
+            pad3(y),
             x_lengths=x_lengths,
             y_lengths=y_lengths,
             norm=norm,
@@ -411,16 +338,16 @@ def chamfer_distance(
         )
         dist_xy, idx_xy, dist_yx, idx_yx = found.dist_xy, found.idx_xy, found.dist_yx, found.idx_yx
     else:
-        dists, idx = _padded_knn(x, y, 1, x_lengths, y_lengths, norm=norm)
+        dists, idx = padded_knn(x, y, 1, x_lengths, y_lengths, norm=norm)
         dist_xy, idx_xy = _per_point(dists, idx, norm)
         dist_yx = idx_yx = None
         if not single_directional:
-            dists, idx = _padded_knn(y, x, 1, y_lengths, x_lengths, norm=norm)
+            dists, idx = padded_knn(y, x, 1, y_lengths, x_lengths, norm=norm)
             dist_yx, idx_yx = _per_point(dists, idx, norm)
 
     def direction(per_point, idx, lengths, size, normals, other_normals):
         """One direction's distance term and normals term (None without normals), point-reduced."""
-        valid = _valid(lengths, batch, size, x.device)
+        valid = valid_mask(lengths, batch, size, x.device)
         scale = None if weights is None else weights.view(batch, 1).to(per_point.dtype)
         terms = [per_point]
         if use_normals:
@@ -531,7 +458,7 @@ def _zero_weights(x, y, weights, point_reduction, batch_reduction, single_direct
 
 
 def _per_point(dists, idx, norm):
-    """``(B, M, 1)`` nearest distances / indices of :func:`_padded_knn` -> pytorch3d's per-point terms."""
+    """``(B, M, 1)`` nearest distances / indices of :func:`padded_knn` -> pytorch3d's per-point terms."""
     d, i = dists[..., 0], idx[..., 0]
     d = torch.where(i >= 0, d.square() if norm == 2 else d, 0.0)
     return d, i

@@ -53,8 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import warpgeo
-from warpgeo.compat._common import shape_of
-from warpgeo.compat.pytorch3d import _pad3, _padded_fps, _padded_knn
+from warpgeo.compat._common import pad3, padded_fps, padded_knn, shape_of
 
 __all__ = [
     "fps",
@@ -111,7 +110,7 @@ def _pack(points: torch.Tensor, ptr: torch.Tensor):
 def _prepare(t: torch.Tensor, cosine: bool = False) -> torch.Tensor:
     if cosine:
         t = F.normalize(t, dim=-1)
-    return _pad3(t) if t.shape[-1] <= 3 else t
+    return pad3(t) if t.shape[-1] <= 3 else t
 
 
 def fps(
@@ -166,7 +165,7 @@ def _fps(src, batch, ratio, random_start, batch_size, ptr) -> torch.Tensor:
     samples = torch.ceil(counts.to(src.dtype) * r).to(torch.int64).expand(counts.shape).contiguous()
     if counts.numel() == 0 or int(samples.max()) == 0:
         return torch.empty(0, dtype=torch.int64, device=device)
-    idx = _padded_fps(padded.detach(), samples, lengths=counts, random_start=random_start)
+    idx = padded_fps(padded.detach(), samples, lengths=counts, random_start=random_start)
     keep = torch.arange(idx.shape[1], device=device)[None, :] < samples[:, None]
     return (idx + ptr[:-1, None])[keep]
 
@@ -210,7 +209,7 @@ def _knn(x, y, k, batch_x, batch_y, cosine, num_workers, batch_size) -> torch.Te
     yp, y_len, y_rows = _pack(
         _prepare(y.detach(), cosine), _ptr(batch_y, y.shape[0], size, x.device, "batch_y")
     )
-    _, idx = _padded_knn(yp, xp, k, y_len, x_len)
+    _, idx = padded_knn(yp, xp, k, y_len, x_len)
     return _edges(idx, x_rows, y_rows)
 
 
