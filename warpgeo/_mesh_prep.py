@@ -6,10 +6,13 @@ mesh, building its Warp mesh (a BVH), and the tables of the SDF kernels' exact s
 self-intersections), angle-weighted pseudo-normals, plane trees of convex meshes and coarse distance grids.
 :func:`prepare` assembles them into the world's tensors (``warpgeo.world.WORLD_FIELDS``).
 
-What a query needs (the BVH, the box) is built at once; the tables of a large mesh on a CPU world are built
-on a background thread (:class:`Later`, :data:`BACKGROUND_FACES`), because they take longer than the BVH by
-far (at 1.3M faces: 0.5 s for the BVH, 7 s for the tables of a convex mesh, on one core), and the queries
-are exact without them. The world takes them in between ops (``MeshWorld.wait_tables``)."""
+Every step takes all of a world's new meshes at once (:func:`build_tables`): one kernel launch over all their
+faces or grid cells, NumPy over their concatenated faces, the plane trees' levels over all their nodes, and
+each mesh gets the tables of building it alone. What a query needs (the BVH, the box) is built at once; on a
+CPU world the tables of a large mesh (:data:`BACKGROUND_FACES`), or of many meshes that add up
+(:data:`BACKGROUND_WORLD_FACES`: thousands of environments of small objects), are built on a background
+thread (:class:`Later`), because they take longer than the BVHs by far, and the queries are exact without
+them. The world takes them in between ops (``MeshWorld.wait_tables``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
 """The kernels a :class:`~warpgeo.world.MeshWorld` runs once per mesh when it is built (see ``sdf.py``).
 
-Apart from the query kernels: building a world compiles only this small module (:data:`BUILD`:
-``grid_centres``, ``face_intersections_rows`` and ``face_checks_rows``: the coarse distance grid, the
-closed-mesh check and the per-face checks of a new mesh (slivers, edge pairing hash), all launched by rows: on
-the CPU, side by side on every core), never the query kernels, and a query compiles only its own kernel. A world of cuboids
-launches none of them. ``winding_probe`` (:data:`WINDING_PROBE`, run once per process and device, for worlds
-with winding-number meshes) is a Warp module of its own: most worlds never compile it. Both tables have one
-key, ``"float32"`` (Warp meshes are float32).
+Apart from the query kernels: building a world compiles only this small module (:data:`BUILD`), never the
+query kernels, and a query compiles only its own kernel. Each kernel takes every new mesh of a world at once,
+one row a face or a grid cell, and finds its mesh by a binary search over the meshes' first rows
+(``segment_of``): ``face_checks_rows`` (slivers, the edge-pairing hash), ``mesh_intersections_rows`` (the
+closed-mesh check) and ``grid_cells_rows`` (the coarse distance grids), all launched by rows (on the CPU, side
+by side on every core). ``grid_centres`` and ``face_intersections_rows`` are the same per-row code for one
+mesh. A world of cuboids launches none of them. ``winding_probe`` (:data:`WINDING_PROBE`, run once per
+process and device, for worlds with winding-number meshes) is a Warp module of its own: most worlds never
+compile it. Both tables have one key, ``"float32"`` (Warp meshes are float32).
 """
 
 import warp as wp
