@@ -288,11 +288,12 @@ def warpgeo_rl(meshes, poses, spheres: torch.Tensor, env_index: torch.Tensor, de
         world.wait_tables()
         sync(device)
         return first, time.perf_counter() - start
-    later = world._later
+    # the background build's future (not its Later, which holds the world's build token)
+    future = None if world._later is None else world._later.future
     del world
     gc.collect()
-    if later is not None:
-        later.future.exception()  # cancelled at its next step
+    if future is not None:
+        future.exception()  # cancelled at its next step
     return first, float("nan")
 
 
