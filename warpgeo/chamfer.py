@@ -126,17 +126,10 @@ def _chamfer_impl(
         nbytes += neighbors.workspace_bytes((torch.float64, batch * neighbors.kernels.PARAMS))
     ws = neighbors.Workspace(device, nbytes)
     work = {"work_idx": ws.take(torch.int64, rows, 1), "work_d2": ws.take(torch.float64, rows, 1)}
-    grids = {}
-    for name, cloud in (("x", x), ("y", y)):
-        size = cloud.shape[1] if use_grid else 0
-        cap = neighbors._cap(size) if use_grid else 0
-        grids[name] = {
-            f"params_{name}": ws.take(torch.float64, batch if use_grid else 0, neighbors.kernels.PARAMS),
-            f"dims_{name}": ws.take(torch.int32, batch if use_grid else 0, 3),
-            f"start_{name}": ws.take(torch.int32, batch if use_grid else 0, cap + 2),
-            f"sorted_{name}": ws.take(compute, batch if use_grid else 0, size, 3),
-            f"index_{name}": ws.take(torch.int32, batch if use_grid else 0, size),
-        }
+    grids = {
+        name: _grid_arrays(ws, name, batch, cloud.shape[1], compute, use_grid)
+        for name, cloud in (("x", x), ("y", y))
+    }
     clouds = {"x": x, "x_lengths": x_lengths, "y": y, "y_lengths": y_lengths}
     scale = neighbors.no_params(device)
     if use_grid:
@@ -206,6 +199,34 @@ def _chamfer_impl(
         return loss.to(dtype), dist_xy.to(dtype), dist_yx.to(dtype), idx_xy, idx_yx
     return loss, dist_xy, dist_yx, idx_xy, idx_yx
 
+
+def _grid_arrays(ws, name: str, batch: int, size: int, compute: torch.dtype, use_grid: bool) -> dict:
+    """The arrays of cloud ``name``'s grid, taken from the workspace; shared empty ones where no grid is
+    built (the scan: nothing allocated, nothing sliced)."""
+    if not use_grid:
+        key = (ws.buffer.device, compute)
+        empty = _NO_GRID.get(key)
+        if empty is None:
+            device = ws.buffer.device
+            empty = _NO_GRID[key] = {
+                "params": torch.empty(0, neighbors.kernels.PARAMS, dtype=torch.float64, device=device),
+                "dims": torch.empty(0, 3, dtype=torch.int32, device=device),
+                "start": torch.empty(0, 2, dtype=torch.int32, device=device),
+                "sorted": torch.empty(0, 0, 3, dtype=compute, device=device),
+                "index": torch.empty(0, 0, dtype=torch.int32, device=device),
+            }
+        return {f"{part}_{name}": t for part, t in empty.items()}
+    cap = neighbors._cap(size)
+    return {
+        f"params_{name}": ws.take(torch.float64, batch, neighbors.kernels.PARAMS),
+        f"dims_{name}": ws.take(torch.int32, batch, 3),
+        f"start_{name}": ws.take(torch.int32, batch, cap + 2),
+        f"sorted_{name}": ws.take(compute, batch, size, 3),
+        f"index_{name}": ws.take(torch.int32, batch, size),
+    }
+
+
+_NO_GRID: dict = {}
 
 #: ``reduction`` -> the loss kernels' code.
 _REDUCTION_CODES = {"mean": 0, "sum": 1, None: 2}
