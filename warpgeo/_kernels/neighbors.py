@@ -686,9 +686,13 @@ def ball_query_brute(
         rb = radius * f1 * f2
         r2 = rb * rb
         n = valid_count(b, point_lengths, points.shape[1])
+        unit = f1 == wp.float64(1.0) and f2 == wp.float64(1.0)  # float32: no scale, no multiplications
         for i in range(n):
-            if count < k:  # noqa: SIM102
-                if within(sq_dist(scaled_point(points[b, i], f1, f2), q), r2, inclusive):
+            if count < k:
+                p = to_vec3d(points[b, i])
+                if not unit:
+                    p = p * f1 * f2
+                if within(sq_dist(p, q), r2, inclusive):
                     out_idx[r, count] = wp.int64(i)
                     count += 1
     pad_indices(out_idx, r, count)
