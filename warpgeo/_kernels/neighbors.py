@@ -848,14 +848,16 @@ def knn_search_brute(
 ):
     """The k nearest of the (scaled) query ``q`` among cloud ``b``'s first ``n`` points, by a scan."""
     count = int(0)
-    unit = f1 == wp.float64(1.0) and f2 == wp.float64(1.0)  # float32: no scale, no multiplications
-    for i in range(n):
-        p = to_vec3d(points[b, i])
-        if not unit:
-            p = p * f1 * f2
-        d2 = sq_dist(p, q)
-        if beats_last(work_idx, work_d2, row, count, wp.int64(i), d2):
-            count = insert_neighbour(work_idx, work_d2, row, count, wp.int64(i), d2)
+    if f1 == wp.float64(1.0) and f2 == wp.float64(1.0):  # float32: no scale, no multiplications
+        for i in range(n):
+            d2 = sq_dist(to_vec3d(points[b, i]), q)
+            if beats_last(work_idx, work_d2, row, count, wp.int64(i), d2):
+                count = insert_neighbour(work_idx, work_d2, row, count, wp.int64(i), d2)
+    else:
+        for i in range(n):
+            d2 = sq_dist(scaled_point(points[b, i], f1, f2), q)
+            if beats_last(work_idx, work_d2, row, count, wp.int64(i), d2):
+                count = insert_neighbour(work_idx, work_d2, row, count, wp.int64(i), d2)
     return count
 
 
