@@ -119,12 +119,7 @@ def _chamfer_impl(
     rows = batch * (n + m_out)
     scaled = compute == torch.float64
     use_grid = norm == 2 and min(n, m) > 0 and max(n, m) > _brute_max_points(device)
-    nbytes = neighbors.workspace_bytes((torch.int64, rows), (torch.float64, rows))
-    if use_grid:
-        nbytes += neighbors._grid_bytes(batch, n, compute) + neighbors._grid_bytes(batch, m, compute)
-    elif scaled:
-        nbytes += neighbors.workspace_bytes((torch.float64, batch * neighbors.kernels.PARAMS))
-    ws = neighbors.Workspace(device, nbytes)
+    ws = neighbors.Workspace(device)
     work = {"work_idx": ws.take(torch.int64, rows, 1), "work_d2": ws.take(torch.float64, rows, 1)}
     grids = {
         name: _grid_arrays(ws, name, batch, cloud.shape[1], compute, use_grid)
@@ -204,10 +199,10 @@ def _grid_arrays(ws, name: str, batch: int, size: int, compute: torch.dtype, use
     """The arrays of cloud ``name``'s grid, taken from the workspace; shared empty ones where no grid is
     built (the scan: nothing allocated, nothing sliced)."""
     if not use_grid:
-        key = (ws.buffer.device, compute)
+        key = (ws.device, compute)
         empty = _NO_GRID.get(key)
         if empty is None:
-            device = ws.buffer.device
+            device = ws.device
             empty = _NO_GRID[key] = {
                 "params": torch.empty(0, neighbors.kernels.PARAMS, dtype=torch.float64, device=device),
                 "dims": torch.empty(0, 3, dtype=torch.int32, device=device),

@@ -190,53 +190,53 @@ _NO_PARAMS: dict[torch.device, torch.Tensor] = {}
 
 
 class Workspace:
-    """Scratch memory of one call, carved into typed arrays: one buffer per thread, device and stream, kept
-    and grown between calls (no allocation per call), or a fresh one while a CUDA graph is captured (a
-    graph keeps its own). Calls on one thread and stream run in order (on CUDA, in stream order), so they
-    never use the buffer at once; another thread or stream has its own."""
+    """Scratch memory of one call, handed out as typed arrays (each one view of a buffer: ``as_strided``).
 
-    def __init__(self, device: torch.device, nbytes: int) -> None:
-        self.buffer = _scratch(device, nbytes)
-        self.offset = 0
+    One buffer per dtype, thread, device and stream, kept and grown between calls (no allocation per call
+    once warm), or fresh ones while a CUDA graph is captured (a graph keeps its own). Calls on one thread and
+    stream run in order (on CUDA, in stream order), so they never use a buffer at once; another thread or
+    stream has its own. A buffer grown in the middle of a call leaves the arrays taken before it on the old
+    one (they keep it alive)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.offsets: dict[torch.dtype, int] = {}
 
     def take(self, dtype: torch.dtype, *shape: int) -> torch.Tensor:
         count = math.prod(shape)
-        size = count * _ITEM[dtype]
-        start = self.offset
-        self.offset = start + -(-size // _ALIGN) * _ALIGN
-        return self.buffer[start : start + size].view(dtype).view(shape)
+        start = self.offsets.get(dtype, 0)
+        self.offsets[dtype] = start + -(-count // _ALIGN) * _ALIGN
+        buffer = _scratch(self.device, dtype, start + count)
+        strides = [1] * len(shape)
+        for i in range(len(shape) - 2, -1, -1):
+            strides[i] = strides[i + 1] * shape[i + 1]
+        return buffer.as_strided(shape, strides, start)
 
 
-#: Bytes per element of the dtypes a workspace holds; every array starts on a 16-byte boundary.
-_ITEM = {torch.float64: 8, torch.int64: 8, torch.int32: 4, torch.float32: 4}
-_ALIGN = 16
-
-
-def workspace_bytes(*arrays: tuple[torch.dtype, int]) -> int:
-    """The bytes a :class:`Workspace` needs for arrays of ``(dtype, element count)``."""
-    return sum(-(-count * _ITEM[dtype] // _ALIGN) * _ALIGN for dtype, count in arrays)
-
+#: Each array of a workspace starts at a multiple of this many elements (16-byte vector loads).
+_ALIGN = 4
 
 _SCRATCH = threading.local()
 
 
-def _scratch(device: torch.device, nbytes: int) -> torch.Tensor:
-    """At least ``nbytes`` bytes of this thread's scratch on ``device`` (its current stream on CUDA)."""
-    nbytes = max(nbytes, 1)
+def _scratch(device: torch.device, dtype: torch.dtype, count: int) -> torch.Tensor:
+    """At least ``count`` elements of this thread's scratch of ``dtype`` on ``device`` (its current stream
+    on CUDA)."""
+    count = max(count, 1)
     if device.type == "cuda":
         if torch.cuda.is_current_stream_capturing():
-            return torch.empty(nbytes, dtype=torch.uint8, device=device)
-        key = (device, torch.cuda.current_stream(device).cuda_stream)
+            return torch.empty(count, dtype=dtype, device=device)
+        key = (device, dtype, torch.cuda.current_stream(device).cuda_stream)
     else:
-        key = (device, 0)
+        key = (device, dtype, 0)
     try:
         held = _SCRATCH.buffers
     except AttributeError:
         held = _SCRATCH.buffers = {}
     found = held.get(key)
-    if found is None or found.numel() < nbytes:
-        grown = nbytes if found is None else max(nbytes, 2 * found.numel())
-        found = held[key] = torch.empty(grown, dtype=torch.uint8, device=device)
+    if found is None or found.numel() < count:
+        grown = count if found is None else max(count, 2 * found.numel())
+        found = held[key] = torch.empty(grown, dtype=dtype, device=device)
     return found
 
 
@@ -246,7 +246,7 @@ def _grid(table, queries, query_lengths, points, point_lengths, mode, cell_size,
     ``table``: the search's module (``KNN_GRID`` / ``BALL_QUERY_GRID`` of the precision), which holds the
     builds. ``cell_size``: the least cell width (ball query, in the caller's units), 0 for kNN. ``method``:
     ``"counting"`` (a thread per cloud, a counting sort: the CPU) or ``"sort"`` (a block per cloud,
-    histogram and scan: CUDA's). ``ws``: a :class:`Workspace` sized by :func:`_grid_bytes`."""
+    histogram and scan: CUDA's). ``ws``: the call's :class:`Workspace`."""
     batch, n = points.shape[0], points.shape[1]
     device = points.device
     cap = _cap(n)
@@ -296,19 +296,6 @@ def _build_block_dim(device: torch.device) -> int:
 def _cap(n: int) -> int:
     """Cells per cloud: the power of two >= N."""
     return 1 << max(n - 1, 1).bit_length()
-
-
-def _grid_bytes(batch: int, n: int, dtype: torch.dtype = torch.float64) -> int:
-    """Bytes of a grid of ``batch`` clouds of ``n`` points of compute ``dtype`` (:func:`_grid`)."""
-    cap = _cap(n)
-    return workspace_bytes(
-        (torch.float64, batch * kernels.PARAMS),
-        (torch.int32, batch * 3),
-        (torch.int32, batch * (cap + 2)),
-        (dtype, batch * n * 3),
-        (torch.int32, batch * n),
-        (torch.int32, batch * n),
-    )
 
 
 def _method(points: torch.Tensor, method: str | None) -> str:
@@ -405,7 +392,7 @@ def _ball_query(
         )
         return out
     table = kernels.BALL_QUERY_GRID[key]
-    ws = Workspace(device, _grid_bytes(batch, n, points.dtype))
+    ws = Workspace(device)
     grid = _grid(
         table, queries, query_lengths, points, point_lengths, MODE_BALL, radius * _BALL_CELL, method, ws
     )
@@ -425,9 +412,7 @@ def _scale(table, queries, query_lengths, points, point_lengths) -> torch.Tensor
     """float64 clouds' ``params`` (B, PARAMS) with each cloud's scale (one launch; only the scale columns
     are set), in this thread's workspace."""
     batch = points.shape[0]
-    params = Workspace(points.device, workspace_bytes((torch.float64, batch * kernels.PARAMS))).take(
-        torch.float64, batch, kernels.PARAMS
-    )
+    params = Workspace(points.device).take(torch.float64, batch, kernels.PARAMS)
     _launch.launch_rows(
         table.cloud_scale_rows,
         batch,
@@ -554,9 +539,8 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=N
     query_lengths = lengths_arg(query_lengths, device)
     point_lengths = lengths_arg(point_lengths, device)
     method = _method(points, method)
-    grid_bytes = 0 if method == "brute" else _grid_bytes(batch, n, compute)
     scratch = 0 if compute == torch.float64 else rows * k  # float64 clouds keep the list in their output
-    ws = Workspace(device, grid_bytes + workspace_bytes((torch.float64, scratch)))
+    ws = Workspace(device)
     out_dist = dists.view(rows, k)
     common = {
         "queries": queries,
