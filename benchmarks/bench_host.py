@@ -17,7 +17,7 @@ signed distance) this prints:
 
     python benchmarks/bench_host.py --device cpu
     python benchmarks/bench_host.py --device cpu --cuda-algorithms   # CUDA's path, on CPU tensors
-    python benchmarks/bench_host.py --device cuda --json $OUT/host.json
+    python benchmarks/bench_host.py --device cuda --json $OUT/host.json --details $OUT/host-details.json
 
 No trimesh: the world is a box given as (vertices, faces) arrays.
 """
@@ -212,6 +212,30 @@ def cuda_api(fn: Callable[[], object], device: torch.device, calls: int) -> dict
     return {name: n / calls for name, n in sorted(found.items())}
 
 
+def figure_key(name: str) -> str:
+    """An op's row name as a figure key: ``"chamfer fwd+bwd"`` -> ``"chamfer_fwd_bwd"``."""
+    words = name.split(" (")[0].replace("+", " ").split()
+    return "_".join(words)
+
+
+def flat_figures(results: dict) -> dict[str, float]:
+    """``{host_<op>_<figure>: number}``: µs per call (checks on / off), launches, torch ops, views, work, and
+    on CUDA each API call per op call; ``host_trace_hook`` / ``host_profile_hook``: 1 where one is set."""
+    flat: dict[str, float] = {
+        "host_trace_hook": float(results["hooks"]["gettrace"] != "None"),
+        "host_profile_hook": float(results["hooks"]["getprofile"] != "None"),
+    }
+    for name, entry in results["ops"].items():
+        key = f"host_{figure_key(name)}"
+        flat[f"{key}_us_checks_on"] = round(entry["host_us_checks_on"], 2)
+        flat[f"{key}_us_checks_off"] = round(entry["host_us_checks_off"], 2)
+        for figure in ("launches", "torch_ops", "views", "work"):
+            flat[f"{key}_{figure}"] = entry[figure]
+        for api, per_call in entry.get("cuda_api_per_call", {}).items():
+            flat[f"{key}_{api}_per_call"] = round(per_call, 3)
+    return flat
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -221,7 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-calls", type=int, default=100, help="calls in the CUDA trace (default 100)")
     parser.add_argument("--top", type=int, default=15, help="cProfile rows per op (default 15)")
     parser.add_argument("--quick", action="store_true", help="200 calls (a smoke run; gpu_check passes it)")
-    parser.add_argument("--json", type=str, default=None, help="write every figure to this JSON file")
+    parser.add_argument(
+        "--json",
+        type=str,
+        default=None,
+        help="write the figures as a flat {name: number} JSON (gpu_check's results JSON: host_<op>_...)",
+    )
+    parser.add_argument(
+        "--details", type=str, default=None, help="write everything (op lists, cProfile rows) to this JSON"
+    )
     parser.add_argument(
         "--cuda-algorithms",
         action="store_true",
@@ -305,8 +337,12 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump(flat_figures(results), f, indent=1)
         print(f"\nwrote {args.json}")
+    if args.details:
+        with open(args.details, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"wrote {args.details}")
     return 0
 
 

@@ -76,7 +76,7 @@ FULL_CUDA_ARGS = {
 }
 #: benchmarks that write a flat ``{figure: value}`` with ``--json``: their figures go into the results JSON
 #: (``<results>.json`` beside the .md; issue 36's keys, e.g. ``fps_b1_n100000_k4096_ms``)
-JSON_FIGURES = ("bench_fps", "bench_self_collision")
+JSON_FIGURES = ("bench_fps", "bench_self_collision", "bench_host")
 _SECTION = re.compile(r"<!-- gpu_check:(\w+) -->\n(.*?)<!-- /gpu_check:\1 -->\n", re.S)
 
 
