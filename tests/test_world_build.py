@@ -614,3 +614,24 @@ def test_tables_through_the_cuda_algorithms_on_cpu_tensors(monkeypatch):
             assert np.asarray(mine[name]).tobytes() == np.asarray(theirs[name]).tobytes(), (m, name)
     points = _points(300, seed=9)
     assert torch.equal(signed_distance(points, cuda_like), signed_distance(points, cpu))
+
+
+def test_batches_too_large_for_one_launch_go_in_parts(monkeypatch):
+    """More faces or grid cells than one launch takes: the meshes go in parts, with the same tables."""
+    meshes = [
+        trimesh.creation.icosphere(2, radius=0.3),
+        trimesh.creation.torus(0.4, 0.1, major_sections=24, minor_sections=12),
+        trimesh.creation.cylinder(0.1, 0.3, sections=40),
+    ]
+    whole = MeshWorld(meshes)
+    launches = []
+    run = _mesh_prep._launch_rows
+    monkeypatch.setattr(_mesh_prep, "_launch_rows", lambda *a, **kw: launches.append(a[1]) or run(*a, **kw))
+    monkeypatch.setattr(_mesh_prep, "_MAX_BATCH_ROWS", 400)
+    parts = MeshWorld(meshes)
+    assert len(launches) >= 6 and max(launches) <= 2 * 576  # each mesh alone (the torus: 576 faces)
+    for m in range(len(meshes)):
+        mine, theirs = _slot_tables(parts, 0, m), _slot_tables(whole, 0, m)
+        assert mine.keys() == theirs.keys()
+        for name in theirs:
+            assert np.asarray(mine[name]).tobytes() == np.asarray(theirs[name]).tobytes(), (m, name)

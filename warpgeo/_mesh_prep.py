@@ -205,6 +205,9 @@ def _build_meshes(
     # the Warp meshes point into one tensor of every new mesh's vertices and one of their faces (on the device)
     points = torch.from_numpy(np.concatenate([a[0] for a in arrays])).to(device)
     indices = torch.from_numpy(np.concatenate([a[1] for a in arrays]).reshape(-1)).to(device)
+    if device.type == "cuda":
+        # the copies run on torch's stream, the BVH builds on Warp's: the arrays are in before any build reads
+        torch.cuda.current_stream(device).synchronize()
     cuboid = [len(f) == 12 and _is_cuboid(v, f, _box_of(v)) for v, f, _, _ in arrays]
     slivers = np.zeros(len(arrays), dtype=np.int64)
     pairs_up = np.ones(len(arrays), dtype=bool)
@@ -652,6 +655,8 @@ _COORDINATE_LIMIT = 2.0**60
 _GRID_CELLS = 8192
 _GRID_MIN_CELLS = 512
 _GRID_MAX_AXIS = 64
+#: The most rows of one batched launch (faces or grid cells; a launch's rows are int32): more go in parts.
+_MAX_BATCH_ROWS = 1 << 30
 #: A world whose new meshes hold this many faces in all (on the CPU) builds their tables on the background
 #: thread, however small each is (thousands of environments of small distinct objects).
 BACKGROUND_WORLD_FACES = 1 << 16
@@ -734,6 +739,11 @@ def _grids(specs: list[_MeshSpec], signed: np.ndarray, device: torch.device, che
     over every cell (values: views of one tensor)."""
     if not specs:
         return []
+    if len(specs) > 1 and len(specs) * _GRID_MAX_AXIS**3 > _MAX_BATCH_ROWS:  # one launch's rows are int32
+        half = len(specs) // 2
+        return _grids(specs[:half], signed[:half], device, check) + _grids(
+            specs[half:], signed[half:], device, check
+        )
     dims = np.zeros((len(specs), 4), dtype=np.int32)
     sizes = np.zeros((len(specs), 3), dtype=np.float32)
     lowers = np.zeros((len(specs), 3), dtype=np.float32)
@@ -926,6 +936,9 @@ def faces_meet(specs: list[_MeshSpec], device: torch.device, check: Any = None) 
     if not specs:
         return []
     first = np.concatenate([[0], np.cumsum([len(spec.faces) for spec in specs])]).astype(np.int64)
+    if first[-1] > _MAX_BATCH_ROWS and len(specs) > 1:  # one launch's rows are int32: in parts
+        half = len(specs) // 2
+        return faces_meet(specs[:half], device, check) + faces_meet(specs[half:], device, check)
     found = torch.zeros(len(specs), dtype=torch.int32, device=device)
     ids = np.array([spec.mesh.id for spec in specs], dtype=np.uint64).view(np.int64)
     faces = max(len(spec.faces) for spec in specs)
