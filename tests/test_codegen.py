@@ -89,12 +89,29 @@ def launch_block_dims() -> set[int]:
                 dims.add(getattr(module, value.id))
             elif isinstance(value, ast.Attribute) and value.attr == "block_dim":
                 pass  # a kernel table's own block size (``table.block_dim``): built as the table says
+            elif isinstance(value, ast.Attribute) and isinstance(_module_constant(module, value), int):
+                dims.add(_module_constant(module, value))  # e.g. ``kernels.BUILD_BLOCK_DIM``
             else:
                 raise AssertionError(
                     f"{info.name} line {node.lineno}: block_dim={ast.unparse(value)} is not an int literal or "
-                    "a module-level int constant; test_codegen cannot tell which block size to build"
+                    "a module-level int constant (or a dotted one); test_codegen cannot tell which block size to build"
                 )
     return dims
+
+
+def _module_constant(module, node: ast.Attribute):
+    """The value of a dotted name such as ``kernels.BUILD_BLOCK_DIM`` in ``module``'s namespace (None if a
+    part is missing)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    value = getattr(module, node.id, None)
+    for part in reversed(parts):
+        value = getattr(value, part, None)
+    return value
 
 
 def _entry_points(ptx: str) -> dict[str, int]:

@@ -330,3 +330,33 @@ def test_cuda_only_tests_are_listed_in_one_place():
         assert (here / name).exists(), entry
         if test:
             assert re.search(rf"^def {test}\(", (here / name).read_text(), re.M), entry
+
+
+@pytest.mark.parametrize(
+    "case", ["1,500,8,float32", "4,9000,100,float64", "8,20000,512,float32"], ids=["small", "f64", "b8"]
+)
+def test_tile_kernels_without_cpu_blocks_run_one_lane_a_block(case):
+    """CUDA's tile kernels on CPU tensors without Warp's CPU blocks (the default): the launcher gives each
+    block one lane, and the answers equal the CPU path's. With a block's lanes in one thread the FPS block
+    kernel segfaulted (the small case) and FPS / kNN gave wrong indices (the others). In a fresh process: a
+    crash is an exit status, not a lost test run."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, warpgeo\n"
+        "from warpgeo import _warp\n"
+        "torch.manual_seed(0)\n"
+        f"b, n, k, dtype = {case.split(',')!r}\n"
+        "p = torch.rand(int(b), int(n), 3, dtype=getattr(torch, dtype))\n"
+        "calls = [lambda: warpgeo.farthest_point_sampling(p, int(k)), lambda: warpgeo.knn(p[:, :64], p, 5).idx,\n"
+        "         lambda: warpgeo.chamfer_distance(p, p[:, :300]).idx_xy]\n"
+        "_warp.PATHS.cuda_on_cpu = True\n"
+        "cuda = [f() for f in calls]\n"
+        "_warp.PATHS.cuda_on_cpu = False\n"
+        "assert not _warp.warp().config.enable_cpu_blocks\n"
+        "assert [torch.equal(a, f()) for a, f in zip(cuda, calls)] == [True] * 3\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-3000:])

@@ -275,6 +275,8 @@ def launch(
     if 0 in dims:
         return
     if tiled:
+        if device.type == "cpu" and not warp().config.enable_cpu_blocks:
+            block_dim = 1  # without Warp's CPU blocks a CPU tile launch runs each lane as a block of its own
         dims = (*dims, block_dim)
     run(kernel, dims, device, block_dim, args)
 

@@ -99,7 +99,7 @@ def _chamfer_impl(
     (half inputs: float32, then cast); the launches: both directions in one (after the grids of both clouds,
     one launch, on large clouds; or the float64 scale, on small ones), then the loss."""
     if checks.checking_values(x.device):
-        neighbors._check_values(
+        neighbors.check_values(
             x, y, x_lengths, y_lengths, names=("x", "y", "x_lengths", "N", "y_lengths", "M")
         )
     device = x.device
@@ -128,7 +128,7 @@ def _chamfer_impl(
     clouds = {"x": x, "x_lengths": x_lengths, "y": y, "y_lengths": y_lengths}
     scale = neighbors.no_params(device)
     if use_grid:
-        build = {**clouds, **grids["x"], **grids["y"], "points_per_cell": neighbors._KNN_POINTS_PER_CELL}
+        build = {**clouds, **grids["x"], **grids["y"], "points_per_cell": neighbors.KNN_POINTS_PER_CELL}
         build["scaled"] = int(scaled)
         if _warp.cuda_algorithms(device):
             _launch.launch(
@@ -136,7 +136,7 @@ def _chamfer_impl(
                 2 * batch,
                 device=device,
                 tiled=True,
-                block_dim=neighbors._build_block_dim(device),
+                block_dim=kernels.BUILD_BLOCK_DIM,
                 rank_x=ws.take(torch.int32, batch, n),
                 rank_y=ws.take(torch.int32, batch, m),
                 **build,
@@ -162,7 +162,7 @@ def _chamfer_impl(
         table.chamfer_nearest,
         rows,
         device=device,
-        work_per_row=neighbors._ROW_WORK if use_grid else max(n, m),
+        work_per_row=neighbors.ROW_WORK if use_grid else max(n, m),
         use_grid=int(use_grid),
         norm=norm,
         squared=int(squared),
@@ -186,8 +186,14 @@ def _chamfer_impl(
         "out_loss": loss.view(-1),
     }
     if _warp.cuda_algorithms(device):
-        block = kernels.BUILD_BLOCK_DIM if neighbors._build_block_dim(device) > 1 else 1
-        _launch.launch(table.chamfer_loss_block, 1, device=device, tiled=True, block_dim=block, **loss_args)
+        _launch.launch(
+            table.chamfer_loss_block,
+            1,
+            device=device,
+            tiled=True,
+            block_dim=kernels.BUILD_BLOCK_DIM,
+            **loss_args,
+        )
     else:
         _launch.launch(table.chamfer_loss_rows, 1, device=device, **loss_args)
     if compute != dtype:
@@ -211,7 +217,7 @@ def _grid_arrays(ws, name: str, batch: int, size: int, compute: torch.dtype, use
                 "index": torch.empty(0, 0, dtype=torch.int32, device=device),
             }
         return {f"{part}_{name}": t for part, t in empty.items()}
-    cap = neighbors._cap(size)
+    cap = neighbors.grid_cells(size)
     return {
         f"params_{name}": ws.take(torch.float64, batch, neighbors.kernels.PARAMS),
         f"dims_{name}": ws.take(torch.int32, batch, 3),
@@ -230,8 +236,8 @@ _REDUCTION_CODES = {"mean": 0, "sum": 1, None: 2}
 def _brute_max_points(device: torch.device) -> int:
     """Clouds up to this size are scanned (as :func:`warpgeo.knn` chooses)."""
     if _warp.cuda_algorithms(device):
-        return neighbors._CUDA_BRUTE_MAX_POINTS
-    return neighbors._BRUTE_MAX_POINTS
+        return neighbors.CUDA_BRUTE_MAX_POINTS
+    return neighbors.BRUTE_MAX_POINTS
 
 
 def _chamfer_fake(x, y, x_lengths, y_lengths, norm, squared, reduction, single_directional):

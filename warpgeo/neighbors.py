@@ -25,18 +25,18 @@ __all__ = ["KNN", "ball_query", "knn"]
 
 #: Clouds with at most this many points are scanned directly: below it building the grid costs more than
 #: it saves (measured on the CPU at k = 16 and 32).
-_BRUTE_MAX_POINTS = 256
+BRUTE_MAX_POINTS = 256
 #: Mean points per cell of the kNN grid.
-_KNN_POINTS_PER_CELL = 2.0
+KNN_POINTS_PER_CELL = 2.0
 #: Cell size of the ball-query grid, in radii.
 _BALL_CELL = 0.5
 #: Rough cost of one query row, for splitting CPU launches among threads.
-_ROW_WORK = 256
+ROW_WORK = 256
 #: ``k`` is below this whatever M is (the output's int32 byte strides: 8-byte entries).
 _MAX_K = INT32_LIMIT // 8
 #: On CUDA's algorithms clouds of at most this many points are scanned (one launch: a GPU scans 4k points
 #: per query in less time than two more launches take).
-_CUDA_BRUTE_MAX_POINTS = 4096
+CUDA_BRUTE_MAX_POINTS = 4096
 #: Compute dtype -> the key of the neighbour kernel tables (``warpgeo._kernels.neighbors.TYPES``).
 _KEY = {torch.float32: "float32", torch.float64: "float64"}
 
@@ -114,12 +114,12 @@ def _shown(value: int | float) -> str:
     return str(value)
 
 
-#: How :func:`_check_values`' messages name the arguments: the two clouds, and each one's lengths with the
+#: How :func:`check_values`' messages name the arguments: the two clouds, and each one's lengths with the
 #: letter of its size.
 _NAMES = ("queries", "points", "query_lengths", "M", "point_lengths", "N")
 
 
-def _check_values(queries, points, query_lengths, point_lengths, names=_NAMES):
+def check_values(queries, points, query_lengths, point_lengths, names=_NAMES):
     """The checks that need tensor values: one device-to-host transfer for all of them (``names``: as
     :data:`_NAMES`, for an op whose arguments are called otherwise: chamfer's ``x``, ``y``).
 
@@ -249,7 +249,7 @@ def _grid(table, queries, query_lengths, points, point_lengths, mode, cell_size,
     histogram and scan: CUDA's). ``ws``: the call's :class:`Workspace`."""
     batch, n = points.shape[0], points.shape[1]
     device = points.device
-    cap = _cap(n)
+    cap = grid_cells(n)
     grid = {
         "params": ws.take(torch.float64, batch, kernels.PARAMS),
         "dims": ws.take(torch.int32, batch, 3),
@@ -264,7 +264,7 @@ def _grid(table, queries, query_lengths, points, point_lengths, mode, cell_size,
         "point_lengths": point_lengths,
         "mode": mode,
         "cell_size": float(cell_size),
-        "points_per_cell": _KNN_POINTS_PER_CELL,
+        "points_per_cell": KNN_POINTS_PER_CELL,
         "scaled": int(points.dtype == torch.float64),
         **grid,
     }
@@ -276,7 +276,7 @@ def _grid(table, queries, query_lengths, points, point_lengths, mode, cell_size,
             batch,
             device=device,
             tiled=True,
-            block_dim=_build_block_dim(device),
+            block_dim=kernels.BUILD_BLOCK_DIM,
             rank=ws.take(torch.int32, batch, n),
             **args,
         )
@@ -285,15 +285,7 @@ def _grid(table, queries, query_lengths, points, point_lengths, mode, cell_size,
     return grid
 
 
-def _build_block_dim(device: torch.device) -> int:
-    """Lanes of the grid build's block: its table's on CUDA and in Warp's CPU blocks; one elsewhere on the
-    CPU (there Warp runs each thread of a tiled launch as a block of one)."""
-    if device.type == "cuda" or _warp.warp().config.enable_cpu_blocks:
-        return kernels.BUILD_BLOCK_DIM
-    return 1
-
-
-def _cap(n: int) -> int:
+def grid_cells(n: int) -> int:
     """Cells per cloud: the power of two >= N."""
     return 1 << max(n - 1, 1).bit_length()
 
@@ -303,7 +295,7 @@ def _method(points: torch.Tensor, method: str | None) -> str:
     if method is not None:
         return method
     cuda = _warp.cuda_algorithms(points.device)
-    if points.shape[1] <= (_CUDA_BRUTE_MAX_POINTS if cuda else _BRUTE_MAX_POINTS):
+    if points.shape[1] <= (CUDA_BRUTE_MAX_POINTS if cuda else BRUTE_MAX_POINTS):
         return "brute"
     return "sort" if cuda else "counting"
 
@@ -326,7 +318,7 @@ def _ball_query_impl(
     <= radius (``inclusive``) or < radius, ascending, then -1."""
     query_bounds = bounds = None
     if checks.checking_values(queries.device):
-        query_bounds, bounds = _check_values(queries, points, query_lengths, point_lengths)
+        query_bounds, bounds = check_values(queries, points, query_lengths, point_lengths)
     return _ball_query(
         queries,
         points,
@@ -400,7 +392,7 @@ def _ball_query(
         table.ball_query_rows,
         batch * m,
         device=device,
-        work_per_row=_ROW_WORK,
+        work_per_row=ROW_WORK,
         ordered=int(method == "counting"),
         **grid,
         **common,
@@ -511,7 +503,7 @@ def _knn_impl(
     """queries (B, M, 3), points (B, N, 3) -> dists (B, M, k) in points' dtype, idx (B, M, k) int64."""
     query_bounds = bounds = None
     if checks.checking_values(queries.device):
-        query_bounds, bounds = _check_values(queries, points, query_lengths, point_lengths)
+        query_bounds, bounds = check_values(queries, points, query_lengths, point_lengths)
     return _knn(queries, points, query_lengths, point_lengths, k, bounds=bounds, query_bounds=query_bounds)
 
 
@@ -568,7 +560,7 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=N
     else:
         table = kernels.KNN_GRID[key]
         grid = _grid(table, queries, query_lengths, points, point_lengths, MODE_KNN, 0.0, method, ws)
-        _launch.launch_rows(table.knn_rows, rows, device=device, work_per_row=_ROW_WORK, **grid, **common)
+        _launch.launch_rows(table.knn_rows, rows, device=device, work_per_row=ROW_WORK, **grid, **common)
     return (dists if dists.dtype == dtype else dists.to(dtype)), idx
 
 
