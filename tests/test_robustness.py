@@ -362,6 +362,30 @@ CASES: list[Case] = [
         V,
         "reduction",
     ),
+    R(
+        "chamfer_backward_op_grad_loss",
+        "torch.ops.warpgeo.chamfer_distance_backward(torch.rand(2, 4, 3), torch.rand(2, 5, 3), None, None, "
+        "torch.zeros(2, 4, dtype=torch.int64), torch.zeros(2, 5, dtype=torch.int64), torch.ones(1), None, None, "
+        "2, True, None, True, True)",
+        V,
+        "grad_loss",
+    ),
+    R(
+        "chamfer_backward_op_grad_dist_yx",
+        "torch.ops.warpgeo.chamfer_distance_backward(torch.rand(2, 4, 3), torch.rand(2, 5, 3), None, None, "
+        "torch.zeros(2, 4, dtype=torch.int64), torch.zeros(2, 5, dtype=torch.int64), None, None, "
+        "torch.ones(2, 0), 2, True, 'mean', True, True)",
+        V,
+        "grad_dist_yx",
+    ),
+    R(
+        "chamfer_backward_op_idx_dtype",
+        "torch.ops.warpgeo.chamfer_distance_backward(torch.rand(2, 4, 3), torch.rand(2, 5, 3), None, None, "
+        "torch.zeros(2, 4, dtype=torch.int32), torch.zeros(2, 5, dtype=torch.int64), torch.ones(()), None, None, "
+        "2, True, 'mean', True, True)",
+        T,
+        "idx_xy",
+    ),
     OK(
         "chamfer_result_fields",
         "ChamferResult(*chamfer_distance(torch.rand(1, 4, 3), torch.rand(1, 5, 3)))",

@@ -291,11 +291,24 @@ def _check_chamfer_backward(
     for name, t, shape in (("idx_xy", idx_xy, (batch, n)), ("grad_dist_xy", grad_dist_xy, (batch, n))):
         if t is not None and tuple(t.shape) != shape:
             raise ValueError(f"{name} must have shape {shape}; got {tuple(t.shape)}")
-    for name, t in (("idx_yx", idx_yx), ("grad_dist_yx", grad_dist_yx)):
-        if t is not None and tuple(t.shape) not in ((batch, m), (batch, 0)):
-            raise ValueError(f"{name} must have shape {(batch, m)} or {(batch, 0)}; got {tuple(t.shape)}")
-    checks.check_index(idx_xy, "idx_xy")
-    checks.check_index(idx_yx, "idx_yx")
+    if tuple(idx_yx.shape) not in ((batch, m), (batch, 0)):
+        raise ValueError(f"idx_yx must have shape {(batch, m)} or {(batch, 0)}; got {tuple(idx_yx.shape)}")
+    # the kernel reads grad_dist_yx wherever idx_yx has a row, grad_loss per cloud (reduction None) or once
+    if grad_dist_yx is not None and grad_dist_yx.shape != idx_yx.shape:
+        raise ValueError(
+            f"grad_dist_yx must have the shape of idx_yx {tuple(idx_yx.shape)}; got {tuple(grad_dist_yx.shape)}"
+        )
+    loss_shape = (batch,) if reduction is None else ()
+    if grad_loss is not None and tuple(grad_loss.shape) != loss_shape:
+        raise ValueError(f"grad_loss must have shape {loss_shape} (the loss's); got {tuple(grad_loss.shape)}")
+    for name, t in (("grad_loss", grad_loss), ("grad_dist_xy", grad_dist_xy), ("grad_dist_yx", grad_dist_yx)):
+        if t is not None:
+            checks.check_float(t, name)
+            checks.check_device("x", x=x, **{name: t})
+    for name, t in (("idx_xy", idx_xy), ("idx_yx", idx_yx)):  # the forward's own int64 outputs
+        if t.dtype != torch.int64:
+            raise TypeError(f"{name} must have dtype torch.int64 (the forward's indices); got {t.dtype}")
+    checks.check_device("x", x=x, idx_xy=idx_xy, idx_yx=idx_yx)
 
 
 def _chamfer_backward_impl(
