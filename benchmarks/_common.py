@@ -103,6 +103,45 @@ def timeit(
     return statistics.median(times)
 
 
+def device_time(
+    fn: Callable[[], object], device: torch.device | str, *, repeat: int = 5, warmup: int = 1
+) -> float:
+    """Median seconds of ``fn()``: CUDA-event times on CUDA (the stream's time from before the call to after
+    it), wall times (``timeit``) on the CPU; ``warmup`` untimed calls first."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return timeit(fn, device, repeat=repeat, warmup=warmup)
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize(device)
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def write_figures(path: str | None, figures: dict[str, float | None]) -> None:
+    """``--json``: write ``figures`` (flat ``{key: number or None}``) to ``path`` (gpu_check collects them into
+    ``<results>.json``). None = not measured (the reason is in the printed output). Nothing when no path."""
+    if not path:
+        return
+    import json
+
+    with open(path, "w") as f:
+        json.dump(figures, f, indent=1)
+    print(f"\nwrote {path}")
+
+
+def size_key(**sizes: int) -> str:
+    """A figure key's size part: ``size_key(b=8, n=2048)`` -> ``"b8_n2048"`` (1,000,000 is written ``1m``)."""
+    return "_".join(f"{name}{'1m' if value == 1_000_000 else value}" for name, value in sizes.items())
+
+
 def report(title: str, rows: list[tuple[str, float]], baseline: str) -> None:
     """Print one table: each peer's time and its ratio to ``baseline`` (>1: slower than the baseline)."""
     base = dict(rows)[baseline]
