@@ -109,7 +109,7 @@ def load_world(
     root = None if mesh_root is None else os.fspath(mesh_root)
     if isinstance(config, (str, os.PathLike)):
         path = os.fspath(config)
-        config = _read_yaml(path)
+        config = _yaml_mapping(path, "config", "a mapping of obstacle types")
         if root is None:
             root = os.path.dirname(os.path.abspath(path))
     elif not isinstance(config, Mapping):
@@ -145,28 +145,6 @@ def load_world(
             entries[name] = entry
             poses[name] = pose if local is None else compose_poses(pose, local)
     return MeshWorld(entries, poses=poses, device=device, sign_method=sign_method)
-
-
-def _read_yaml(path: str) -> Any:
-    if not os.path.isfile(path):
-        raise ValueError(f"config: no such file {path!r}")
-    try:
-        import yaml
-    except ImportError as exc:
-        raise ImportError(
-            'reading a cuRobo YAML file needs PyYAML: pip install "warpgeo[curobo]" (or pyyaml), or pass the '
-            "configuration as a dict"
-        ) from exc
-    with open(path, encoding="utf-8") as f:
-        try:
-            loaded = yaml.safe_load(f)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"config: {path!r} is not valid YAML: {exc}") from exc
-    if not isinstance(loaded, Mapping):
-        raise ValueError(
-            f"config: {path!r} must hold a mapping of obstacle types; got {type(loaded).__name__}"
-        )
-    return loaded
 
 
 def _check_fields(kind: str, name: str, fields: Mapping, where: str) -> None:
@@ -409,7 +387,7 @@ def load_robot_spheres(
     root_dir = None if root is None else os.fspath(root)
     if isinstance(config, (str, os.PathLike)):
         path = os.fspath(config)
-        config = _yaml_mapping(path, "config", "a robot configuration")
+        config = _yaml_mapping(path, "config", "a robot configuration (a mapping)")
         if root_dir is None:
             root_dir = os.path.dirname(os.path.abspath(path))
     elif not isinstance(config, Mapping):
@@ -457,7 +435,7 @@ def _yaml_mapping(path: str, where: str, what: str) -> Mapping:
         except yaml.YAMLError as exc:
             raise ValueError(f"{where}: {path!r} is not valid YAML: {exc}") from exc
     if not isinstance(loaded, Mapping):
-        raise ValueError(f"{where}: {path!r} must hold {what} (a mapping); got {type(loaded).__name__}")
+        raise ValueError(f"{where}: {path!r} must hold {what}; got {type(loaded).__name__}")
     return loaded
 
 
@@ -487,7 +465,7 @@ def _sphere_table(spheres: Any, root: str | None) -> dict[str, list]:
             path = os.path.join(root, path)
         if not os.path.isfile(path):
             raise ValueError(f"{where}: no such spheres file {path!r} (root: {root!r})")
-        loaded = _yaml_mapping(path, where, "a spheres file")
+        loaded = _yaml_mapping(path, where, "a mapping of links to spheres")
         if "collision_spheres" not in loaded:
             raise ValueError(f"{where}: the spheres file {path!r} has no collision_spheres key")
         return _sphere_table(loaded["collision_spheres"], None)
