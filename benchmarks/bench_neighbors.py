@@ -3,6 +3,7 @@
     python benchmarks/bench_neighbors.py                    # CPU: B=8, N=16384 -> M=4096; B=1, N=1M -> M=65536
     python benchmarks/bench_neighbors.py --quick            # B=2, N=4096 -> M=1024; B=1, N=65536 -> M=4096
     python benchmarks/bench_neighbors.py --device cuda
+    python benchmarks/bench_neighbors.py --device cuda --cases 8x2048x512 8x16384x4096 --json $OUT/nb.json
 
 Points are uniform in the unit cube, the queries are the first M points (FPS output has no order either).
 Every implementation answers from scratch each call: warpgeo builds its grid, the KD-trees are built.
@@ -11,7 +12,12 @@ minutes of work), scipy's ``cKDTree`` (all cores), ``pykdtree`` and Open3D's ``K
 time from Python: slow, shown for completeness); missing peers are skipped with a line. For the ball
 query, the tree peers answer "the k nearest within r" (``distance_upper_bound`` / ``search_hybrid``), a
 search of the same cost as pointnet2's "first k in index order within r" that warpgeo and the torch peer
-return. Times are medians with warm-up excluded; ratios are to warpgeo (>1: slower than warpgeo).
+return. Times are medians with warm-up excluded (warpgeo and torch: CUDA-event times on CUDA, wall times on
+the CPU; the tree peers: wall times); ratios are to warpgeo (>1: slower than warpgeo).
+
+``--json PATH`` writes flat ``{key: ms}`` figures: ``knn_b8_n2048_m512_k16_ms`` (issue 36's small case, the
+fixed cost per call), ``torch_knn_...``, ``ball_query_b8_n2048_m512_k32_ms``, ``torch_ball_query_...`` for
+each case; a peer that did not run has no key.
 """
 
 from __future__ import annotations
@@ -21,7 +27,17 @@ import math
 
 import numpy as np
 import torch
-from _common import add_size_arguments, fill_sizes, import_peer, print_header, report, timeit
+from _common import (
+    add_size_arguments,
+    device_time,
+    fill_sizes,
+    import_peer,
+    print_header,
+    report,
+    size_key,
+    timeit,
+    write_figures,
+)
 
 import warpgeo
 
@@ -56,7 +72,7 @@ def torch_ball(q, p, r, k):
     return torch.cat(outs, 1)
 
 
-def bench_case(args, batch, n, m, peers) -> None:
+def bench_case(args, batch, n, m, peers, figures: dict) -> None:
     device = torch.device(args.device)
     q, p = make_inputs(batch, n, m, device=device)
     qn, pn = q.cpu().numpy(), p.cpu().numpy()
@@ -75,13 +91,16 @@ def bench_case(args, batch, n, m, peers) -> None:
     if not torch_fits:
         print(f"\ntorch.cdist + topk skipped at {shape}: B*M*N = 2**{math.log2(work):.1f} (minutes of work)")
 
-    rows = [("warpgeo.knn", timeit(lambda: warpgeo.knn(q, p, k_knn), device, repeat=args.repeat))]
+    size = size_key(b=batch, n=n, m=m)
+    rows = [("warpgeo.knn", device_time(lambda: warpgeo.knn(q, p, k_knn), device, repeat=args.repeat))]
+    figures[f"knn_{size}_k{k_knn}_ms"] = rows[-1][1] * 1e3
     if torch_fits:
         # cdist's |a|^2 + |b|^2 - 2ab form is off by ~1e-3 near 0 (a point's distance to itself)
         torch.testing.assert_close(torch_knn(q, p, k_knn)[0], ours.dists, rtol=1e-4, atol=2e-3)
         rows.append(
-            ("torch.cdist + topk", timeit(lambda: torch_knn(q, p, k_knn), device, repeat=args.repeat))
+            ("torch.cdist + topk", device_time(lambda: torch_knn(q, p, k_knn), device, repeat=args.repeat))
         )
+        figures[f"torch_knn_{size}_k{k_knn}_ms"] = rows[-1][1] * 1e3
     rows += _tree_rows(peers, qn, pn, k_knn, None, args.repeat, device)
     report(f"kNN k={k_knn}, {shape}, float32", rows, "warpgeo.knn")
 
@@ -89,18 +108,20 @@ def bench_case(args, batch, n, m, peers) -> None:
     rows = [
         (
             "warpgeo.ball_query",
-            timeit(lambda: warpgeo.ball_query(q, p, r, k_ball), device, repeat=args.repeat),
+            device_time(lambda: warpgeo.ball_query(q, p, r, k_ball), device, repeat=args.repeat),
         )
     ]
+    figures[f"ball_query_{size}_k{k_ball}_ms"] = rows[-1][1] * 1e3
     if torch_fits:
         agree = (torch_ball(q, p, r, k_ball).long() == ours_ball).float().mean().item()
         assert agree > 0.999, agree  # cdist rounding can flip points right on the sphere
         rows.append(
             (
                 "torch.cdist + mask + topk",
-                timeit(lambda: torch_ball(q, p, r, k_ball), device, repeat=args.repeat),
+                device_time(lambda: torch_ball(q, p, r, k_ball), device, repeat=args.repeat),
             )
         )
+        figures[f"torch_ball_query_{size}_k{k_ball}_ms"] = rows[-1][1] * 1e3
     rows += _tree_rows(peers, qn, pn, k_ball, r, args.repeat, device)
     report(f"ball query r={r}, k={k_ball}, {shape}, float32", rows, "warpgeo.ball_query")
 
@@ -151,6 +172,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--radius", type=float, default=0.1, help="ball radius (0.1)")
     parser.add_argument("--ball-k", type=int, default=32, help="ball query neighbours (32)")
     parser.add_argument("--repeat", type=int, default=None, help="timed runs (default 5; 2 with --quick)")
+    parser.add_argument(
+        "--cases", type=_case, nargs="+", default=None, help="BxNxM sizes (default: by --quick)"
+    )
+    parser.add_argument("--json", default=None, help="write the figures to this JSON file (flat, ms)")
     args = parser.parse_args(argv)
     fill_sizes(args, repeat=(5, 2))
     print_header(args.device)
@@ -164,8 +189,20 @@ def main(argv: list[str] | None = None) -> None:
 
         peers["scipy"] = scipy
     cases = [(2, 4096, 1024), (1, 65536, 4096)] if args.quick else [(8, 16384, 4096), (1, 1 << 20, 65536)]
-    for batch, n, m in cases:
-        bench_case(args, batch, n, m, peers)
+    figures: dict[str, float] = {}
+    for batch, n, m in args.cases or cases:
+        bench_case(args, batch, n, m, peers, figures)
+    write_figures(args.json, {key: round(value, 4) for key, value in figures.items()})
+
+
+def _case(text: str) -> tuple[int, int, int]:
+    try:
+        b, n, m = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected BxNxM, e.g. 8x2048x512; got {text!r}") from None
+    if min(b, n, m) < 1 or m > n:
+        raise argparse.ArgumentTypeError(f"expected B, N, M >= 1 and M <= N; got {text!r}")
+    return b, n, m
 
 
 if __name__ == "__main__":
