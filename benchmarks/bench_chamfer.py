@@ -10,7 +10,13 @@ Peers, timed in the same run: ``torch.cdist`` + ``min`` both ways, in chunks of 
 built and queried both ways, all cores) where installed. Forward + backward is timed for warpgeo and, where
 its saved distance matrices fit, for the unchunked torch peer. Peak memory is what a call adds to the process:
 on CUDA ``torch.cuda.max_memory_allocated``, on the CPU the peak resident set size of a fresh process. Times are
-medians with warm-up (``--warmup`` calls) excluded; ratios are to warpgeo (>1: slower than warpgeo).
+medians with warm-up (``--warmup`` calls) excluded (warpgeo and torch: CUDA-event times on CUDA, wall times on
+the CPU); ratios are to warpgeo (>1: slower than warpgeo).
+
+``--json PATH`` writes flat ``{key: ms}`` figures per case: ``chamfer_b8_n2048_fwd_ms``,
+``chamfer_b8_n2048_fwd_bwd_ms``, ``cdist_min_b8_n2048_ms`` (the 1 GiB-chunked peer, issue 36's key),
+``cdist_min_whole_b8_n2048_ms`` and ``cdist_min_whole_b8_n2048_fwd_bwd_ms`` where the whole matrix fits
+(``_n<N>_m<M>`` where N != M); a peer that did not run has no key.
 """
 
 from __future__ import annotations
@@ -23,7 +29,18 @@ import sys
 import time
 
 import torch
-from _common import add_size_arguments, fill_sizes, import_peer, print_header, report, sync, timeit
+from _common import (
+    add_size_arguments,
+    device_time,
+    fill_sizes,
+    import_peer,
+    print_header,
+    report,
+    size_key,
+    sync,
+    timeit,
+    write_figures,
+)
 
 import warpgeo
 
@@ -133,11 +150,19 @@ def _peak_child(name: str, batch: int, n: int, m: int) -> None:
 def _row(name, calls, x, y, args, device, batch, n, m):
     """(time row, memory row) of ``CALLS[calls]``, shown as ``name``."""
     time.sleep(1.0)  # idle workers of the previous row (torch's OpenMP / MKL threads spin) go to sleep
-    seconds = timeit(CALLS[calls](x, y), device, repeat=args.repeat, warmup=args.warmup)
+    seconds = device_time(CALLS[calls](x, y), device, repeat=args.repeat, warmup=args.warmup)
     return (name, seconds), (name, peak_memory(calls, batch, n, m, device))
 
 
-def bench_case(args, batch, n, m, scipy_spatial) -> None:
+#: the ``--json`` key of each row (before its size and, for fwd+bwd, ``_fwd_bwd``)
+_KEYS = {
+    "warpgeo.chamfer_distance": "chamfer_{size}_fwd",
+    "torch.cdist + min (1 GiB chunks)": "cdist_min_{size}",
+    "torch.cdist + min (whole matrix)": "cdist_min_whole_{size}",
+}
+
+
+def bench_case(args, batch, n, m, scipy_spatial, figures: dict) -> None:
     device = torch.device(args.device)
     x, y = make_inputs(batch, n, m, device=device)
     shape = f"B={batch}, N={n}, M={m}"
@@ -160,6 +185,9 @@ def bench_case(args, batch, n, m, scipy_spatial) -> None:
         if name == chunked:  # the peers must agree before their times mean anything
             got = torch_chamfer_chunked(x, y)
             torch.testing.assert_close(got, expected, rtol=2e-3, atol=1e-7)  # cdist's |a|^2+|b|^2-2ab
+    size = size_key(b=batch, n=n) if n == m else size_key(b=batch, n=n, m=m)
+    for name, seconds in rows:
+        figures[_KEYS[name].format(size=size) + "_ms"] = seconds * 1e3
     if full_bytes > limit:
         print(f"\n{whole} skipped at {shape}: {full_bytes / 2**30:.1f} GiB of distances")
     if scipy_spatial is not None and device.type == "cpu":
@@ -180,6 +208,8 @@ def bench_case(args, batch, n, m, scipy_spatial) -> None:
         row, mem = _row(name, f"{name} fwd+bwd", x, y, args, device, batch, n, m)
         rows.append(row)
         memory.append(mem)
+        key = "chamfer_{size}_fwd_bwd" if name == ours else _KEYS[name] + "_fwd_bwd"
+        figures[key.format(size=size) + "_ms"] = row[1] * 1e3
     if 2 * full_bytes > limit:
         print(
             f"\ntorch forward + backward skipped at {shape}: it keeps {full_bytes / 2**30:.1f} GiB of distances"
@@ -210,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--sizes", default=None, help="B:N:M,... (default: by --quick)")
     parser.add_argument("--peak-of", default=None, help=argparse.SUPPRESS)  # the child of peak_memory()
+    parser.add_argument("--json", default=None, help="write the figures to this JSON file (flat, ms)")
     args = parser.parse_args(argv)
     if args.peak_of is not None:
         _peak_child(args.peak_of, *(int(v) for v in args.sizes.split(":")))
@@ -220,9 +251,11 @@ def main(argv: list[str] | None = None) -> None:
     spatial = None
     if scipy_mod is not None:
         import scipy.spatial as spatial
+    figures: dict[str, float] = {}
     for case in args.sizes.split(","):
         batch, n, m = (int(v) for v in case.split(":"))
-        bench_case(args, batch, n, m, spatial)
+        bench_case(args, batch, n, m, spatial, figures)
+    write_figures(args.json, {key: round(value, 4) for key, value in figures.items()})
 
 
 if __name__ == "__main__":
