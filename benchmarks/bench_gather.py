@@ -9,7 +9,13 @@ and write the same layout; its backward is torch's scatter_add. The peers are ti
 per round (a shared machine's load falls on all of them alike), warm-up excluded; times are medians over
 the rounds, ratios are to torch.gather (>1: slower), and the load average is printed with each table.
 Forward and forward+backward (random upstream gradient) are timed, the latter for warpgeo's default and
-deterministic backward.
+deterministic backward; the forward also with value checks off.
+
+``--json PATH`` writes flat figures, µs per eager call (wall medians, the device synchronised after each
+call: on CUDA the host time plus the few µs of the kernel): ``gather_fwd_eager_host_us`` (value checks off),
+``gather_fwd_eager_checks_on_host_us``, ``torch_gather_fwd_eager_host_us`` and ``..._fwd_bwd_eager_...``
+at the default sizes (issue 36's keys); other sizes, dtypes or groups put them in the key
+(``gather_b2_c16_n4096_m1024_k8_fwd_eager_host_us``).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import statistics
 import time
 
 import torch
-from _common import add_size_arguments, fill_sizes, print_header, report, sync
+from _common import add_size_arguments, fill_sizes, print_header, report, size_key, sync, write_figures
 
 import warpgeo
 
@@ -55,7 +61,24 @@ def load() -> str:
     return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def bench(args, group: int, device: torch.device, dtype: torch.dtype) -> None:
+def figure_prefix(args, group: int, dtype: torch.dtype) -> str:
+    """``gather`` at issue 36's sizes (B=8, C=64, N=16384, M=4096, float32, int64, K=1), else with them."""
+    sizes = (args.batch, args.channels, args.points, args.samples)
+    if (
+        sizes == (8, 64, 16384, 4096)
+        and dtype == torch.float32
+        and args.index_dtype == "int64"
+        and group == 1
+    ):
+        return "gather"
+    b, c, n, m = sizes
+    key = "gather_" + size_key(b=b, c=c, n=n, m=m) + ("" if group == 1 else f"_k{group}")
+    if dtype != torch.float32:
+        key += "_" + str(dtype).replace("torch.", "")
+    return key + ("_int32" if args.index_dtype == "int32" else "")
+
+
+def bench(args, group: int, device: torch.device, dtype: torch.dtype, figures: dict) -> None:
     b, c, n, m = args.batch, args.channels, args.points, args.samples
     index_dtype = getattr(torch, args.index_dtype)
     features, idx, grad = make_inputs(b, c, n, m, group, dtype=dtype, device=device, index_dtype=index_dtype)
@@ -66,6 +89,10 @@ def bench(args, group: int, device: torch.device, dtype: torch.dtype) -> None:
 
     def warpgeo_forward(deterministic=False):
         return warpgeo.gather_points(features, idx, deterministic=deterministic)
+
+    def warpgeo_forward_unchecked():
+        with warpgeo.value_checks(False):
+            return warpgeo.gather_points(features, idx)
 
     def both(forward, **kwargs):
         def run():
@@ -89,9 +116,20 @@ def bench(args, group: int, device: torch.device, dtype: torch.dtype) -> None:
     before = load()
     with torch.no_grad():
         rows = in_turn(
-            {"warpgeo.gather_points": warpgeo_forward, "torch.gather": torch_forward}, device, args.repeat
+            {
+                "warpgeo.gather_points": warpgeo_forward,
+                "warpgeo (value checks off)": warpgeo_forward_unchecked,
+                "torch.gather": torch_forward,
+            },
+            device,
+            args.repeat,
         )
     report(f"forward, {shape}; {before}, after: {load()}", rows, "torch.gather")
+    key = figure_prefix(args, group, dtype)
+    times = dict(rows)
+    figures[f"{key}_fwd_eager_host_us"] = times["warpgeo (value checks off)"] * 1e6
+    figures[f"{key}_fwd_eager_checks_on_host_us"] = times["warpgeo.gather_points"] * 1e6
+    figures[f"torch_{key}_fwd_eager_host_us"] = times["torch.gather"] * 1e6
     before = load()
     rows = in_turn(
         {
@@ -103,6 +141,9 @@ def bench(args, group: int, device: torch.device, dtype: torch.dtype) -> None:
         args.repeat,
     )
     report(f"forward + backward, {shape}; {before}, after: {load()}", rows, "torch.gather")
+    times = dict(rows)
+    figures[f"{key}_fwd_bwd_eager_checks_on_host_us"] = times["warpgeo.gather_points"] * 1e6
+    figures[f"torch_{key}_fwd_bwd_eager_host_us"] = times["torch.gather"] * 1e6
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -124,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--index-dtype", default="int64", choices=["int64", "int32"], help="dtype of idx")
     parser.add_argument("--repeat", type=int, default=None, help="timed rounds (default 9; 3 with --quick)")
+    parser.add_argument("--json", default=None, help="write the figures to this JSON file (flat, µs)")
     args = parser.parse_args(argv)
     fill_sizes(
         args,
@@ -138,8 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     dtype = getattr(torch, args.dtype)
     print_header(device)
     print(f"peer torch.gather (torch {torch.__version__})")
+    figures: dict[str, float] = {}
     for group in args.group:
-        bench(args, group, device, dtype)
+        bench(args, group, device, dtype, figures)
+    write_figures(args.json, {key: round(value, 2) for key, value in figures.items()})
 
 
 if __name__ == "__main__":
