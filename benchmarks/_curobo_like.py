@@ -52,3 +52,58 @@ def bounded_cost(
                     g += wp.vec4(-dphi * n[0], -dphi * n[1], -dphi * n[2], dphi)
     cost[i] = total
     grad[i] = g
+
+
+class BoundedCost:
+    """``bounded_cost`` as an autograd call with cuRobo's calling pattern (buffers allocated once, reused):
+    the fallback peer of ``bench_curobo_call.py`` where cuRobo's own files are absent. Not cuRobo.
+
+    Args:
+        mesh_ids: ``(M,)`` uint64 tensor of ``wp.Mesh`` ids, on the spheres' device.
+        inv_poses: ``(M, 7)`` float32 tensor of inverse mesh poses (Warp's transform: position, quaternion
+            xyzw).
+        n: spheres per call; ``max_dist``, ``eta``: as ``bounded_cost``.
+
+    Example:
+        >>> cost = BoundedCost(ids, inv_poses, 16, 0.1, 0.0)(spheres)  # spheres (..., 16, 4), requires_grad
+    """
+
+    def __init__(self, mesh_ids, inv_poses, n: int, max_dist: float, eta: float):
+        import torch
+
+        self.mesh_ids, self.inv_poses, self.max_dist, self.eta = mesh_ids, inv_poses, max_dist, eta
+        self.cost = torch.zeros(n, device=mesh_ids.device)
+        self.grad = torch.zeros(n, 4, device=mesh_ids.device)
+        outer = self
+
+        class _Function(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, spheres):
+                wdev = wp.device_from_torch(spheres.device)
+                wp.launch(
+                    bounded_cost,
+                    dim=outer.cost.shape[0],
+                    inputs=[
+                        wp.from_torch(spheres.detach().reshape(-1, 4), dtype=wp.vec4),
+                        wp.from_torch(outer.mesh_ids, dtype=wp.uint64),
+                        wp.from_torch(outer.inv_poses, dtype=wp.transform),
+                        outer.max_dist,
+                        outer.eta,
+                        0,
+                        wp.from_torch(outer.cost),
+                        wp.from_torch(outer.grad, dtype=wp.vec4),
+                    ],
+                    device=wdev,
+                    stream=None if wdev.is_cpu else wp.stream_from_torch(spheres.device),
+                )
+                ctx.shape = spheres.shape
+                return outer.cost.view(spheres.shape[:-1])
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                return outer.grad.view(ctx.shape) * grad_output.unsqueeze(-1)
+
+        self._function = _Function
+
+    def __call__(self, spheres):
+        return self._function.apply(spheres)
