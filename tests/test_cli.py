@@ -330,6 +330,19 @@ def test_sdf_on_an_open_mesh_says_how_it_signs(files, capsys):
     assert "watertight" not in captured.err and "sign by ray: auto, the mesh is closed" in captured.out
 
 
+def test_sdf_ray_on_an_open_mesh_says_so_once(files, capsys, recwarn):
+    """--sign-method ray on an open mesh: the CLI's note, and not the library's warning besides."""
+    bowl = trimesh.creation.icosphere(subdivisions=3, radius=1.0)
+    bowl.update_faces(bowl.triangles_center[:, 2] < 0.5)  # the top cut off: open
+    bowl.export(files / "bowl.stl")
+    np.save(files / "q.npy", np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 2.0]]))
+    argv = ["sdf", str(files / "bowl.stl"), str(files / "q.npy"), "-o", str(files / "sd.npy"), "-q"]
+    assert main([*argv, "--sign-method", "ray"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("not watertight") == 1 and "--sign-method winding" in captured.err
+    assert not [w for w in recwarn if "open mesh" in str(w.message)]
+
+
 def test_sdf_errors(files, capsys):
     mesh, points, out = str(files / "sphere.stl"), str(files / "cloud.npy"), str(files / "sd.npy")
     run_error(capsys, ["sdf", str(files / "missing.stl"), points, "-o", out], "input file not found")

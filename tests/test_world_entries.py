@@ -658,3 +658,42 @@ def test_curobo_rotation_conventions_match_trimesh():
     )
     sd = _sd(world, np.array([[1.0, 2.5, 3.0], [1.0, 2.7, 3.0], [1.5, 2.0, 3.0]]))
     np.testing.assert_allclose(sd, [-0.1, 0.1, 0.4], atol=1e-6)
+
+
+def _open_top_box() -> trimesh.Trimesh:
+    """A unit box without its two +z faces: an open bin (ten faces)."""
+    box = trimesh.creation.box((1, 1, 1))
+    return trimesh.Trimesh(box.vertices, box.faces[box.face_normals[:, 2] < 0.5], process=False)
+
+
+def test_an_open_mesh_signed_by_ray_warns_once_per_world():
+    """An open bin signed by "ray" reads points in its opening as inside; the world says so once, at
+    construction, naming the mesh, the method and the alternatives; closed meshes, "winding" and "unsigned"
+    are silent, and so are queries."""
+    import warnings
+
+    bin_mesh = _open_top_box()
+    assert len(bin_mesh.faces) == 10 and not bin_mesh.is_watertight  # independent of warpgeo: open
+    with pytest.warns(UserWarning) as caught:
+        world = MeshWorld({"box": _box((1, 1, 1)), "bin": bin_mesh})
+    messages = [str(w.message) for w in caught if "open mesh" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert "meshes[1] ('bin')" in messages[0] and "meshes[0]" not in messages[0]
+    assert "'ray'" in messages[0] and "'winding'" in messages[0] and "'unsigned'" in messages[0]
+    assert caught[0].filename == __file__  # points at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        signed_distance(torch.zeros(4, 3), world)  # not per query
+        MeshWorld([_box((1, 1, 1)), _box((2, 1, 1))])  # closed
+        ball = trimesh.creation.icosphere(subdivisions=2)
+        soup = ball.vertices[ball.faces].reshape(-1, 3), np.arange(3 * len(ball.faces)).reshape(-1, 3)
+        MeshWorld([soup])  # closed, as unwelded triangles (its edges pair up by position)
+        MeshWorld([bin_mesh], sign_method="winding")
+        MeshWorld([bin_mesh], sign_method="unsigned")
+        MeshWorld([bin_mesh, warpgeo.Sphere(0.5)], sign_method=["unsigned", "ray"])
+    # several environments: one warning for the world, each slot named, the method as asked
+    with pytest.warns(UserWarning, match="open mesh") as caught:
+        MeshWorld.from_envs([[bin_mesh], [_box((1, 1, 1)), bin_mesh]], sign_method="normal")
+    messages = [str(w.message) for w in caught if "open mesh" in str(w.message)]
+    assert len(messages) == 1
+    assert "envs[0][0], envs[1][1]" in messages[0] and "'normal'" in messages[0]

@@ -63,6 +63,9 @@ class Prepared(NamedTuple):
     all_cuboids: bool
     #: the tables of the world's large meshes, being built on a background thread (None: none left to build)
     later: Later | None
+    #: the slots ``(e, m)`` of open meshes (their directed edges do not pair up with reversed ones: see
+    #: :func:`_face_checks`) given a signed method that reads them as closed (``"ray"``, ``"normal"``)
+    open_signed: tuple[tuple[int, int], ...] = ()
 
 
 def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *, single: bool) -> Prepared:
@@ -141,6 +144,12 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
                 job_meshes.append((index, method))
             slots.append((e, m, job))
     built_meshes = _build_meshes(arrays, device)
+    open_arrays = {
+        i
+        for i, method in job_meshes
+        if method in ("ray", "normal") and not built_meshes[i][2] and open_when_welded(*arrays[i][:2])
+    }
+    open_signed = tuple((e, m) for e, m, job in slots if job_meshes[job][0] in open_arrays)
     specs = [
         _MeshSpec(built_meshes[i][0], arrays[i][0], arrays[i][1], built_meshes[i][1], method)
         for i, method in job_meshes
@@ -186,7 +195,20 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     later = None
     if deferred:
         later = Later(assembly, [(specs[job], job_slots) for job, job_slots in deferred.items()], device)
-    return Prepared(meshes, tables, bool(closed_forms), later)
+    return Prepared(meshes, tables, bool(closed_forms), later, open_signed)
+
+
+def open_when_welded(vertices: np.ndarray, faces: np.ndarray) -> bool:
+    """Whether a mesh whose directed edges do not pair up (see :func:`_face_checks`) stays open once its
+    vertices at one position are one vertex: False for a closed surface given as unwelded parts (an OBJ's
+    material groups, an STL's triangle soup), whose edges pair up by position. Exact (sorted integer edge
+    codes, O(F log F)); only for meshes the face checks found open."""
+    _, inverse = np.unique(vertices, axis=0, return_inverse=True)
+    welded = inverse.reshape(-1)[faces].astype(np.int64)
+    n = np.int64(len(vertices))
+    tails = welded.reshape(-1)
+    heads = np.roll(welded, -1, axis=1).reshape(-1)  # edges ab, bc, ca of each face
+    return not np.array_equal(np.sort(tails * n + heads), np.sort(heads * n + tails))
 
 
 def _build_meshes(
@@ -245,7 +267,7 @@ def _build_meshes(
         built += second.result()
     else:
         built = [build(k) for k in range(len(arrays))]
-    return [(mesh, slivers[k] == 0 and pairs_up[k]) for k, mesh in enumerate(built)]
+    return [(mesh, slivers[k] == 0 and pairs_up[k], bool(pairs_up[k])) for k, mesh in enumerate(built)]
 
 
 #: From this many new meshes, a CPU world builds their BVHs on two threads.

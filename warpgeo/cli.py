@@ -506,8 +506,18 @@ def cmd_sdf(args: argparse.Namespace) -> int:
                 "use --sign-method unsigned (distances >= 0).",
                 file=sys.stderr,
             )
+    elif sign_method in ("ray", "normal") and not mesh.is_watertight:
+        print(
+            f"note: {args.mesh} is not watertight (open, or with holes): --sign-method {sign_method} may call "
+            "points in an opening inside (negative distances). Use --sign-method winding for an open mesh, or "
+            "--sign-method unsigned for a thin shell or an open container (a bin, a shelf).",
+            file=sys.stderr,
+        )
     try:
-        world = warpgeo.MeshWorld([mesh], device=str(device), sign_method=sign_method)
+        with warnings.catch_warnings():
+            # the note above is the CLI's word on open meshes: the library's warning would say it twice
+            warnings.filterwarnings("ignore", message="MeshWorld: .*open mesh", category=UserWarning)
+            world = warpgeo.MeshWorld([mesh], device=str(device), sign_method=sign_method)
     except RuntimeError as exc:  # e.g. a Warp build without winding-number support
         raise CliError(f"cannot use {args.mesh} with --sign-method {sign_method}: {_reason(exc)}") from exc
     flat = torch.as_tensor(np.ascontiguousarray(points.reshape(-1, 3)), device=device)  # float32 or float64

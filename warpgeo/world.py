@@ -139,7 +139,9 @@ class MeshWorld:
             exact on closed, consistently wound, manifold meshes, and the cheapest) or ``"unsigned"``
             (no inside: thin shells and open containers such as bins and shelves; distances are >= 0 and
             a sphere collides only where it touches the surface). One name for every mesh, or a list
-            with one per mesh.
+            with one per mesh. A world whose open meshes (edges that do not pair up: holes, an open top)
+            are signed by ``"ray"`` or ``"normal"`` warns once, at construction (a ``UserWarning`` naming
+            them, the method and the alternatives): points in the opening of a bin may read as inside.
 
     Raises:
         TypeError: a mesh of an unsupported type; faces that are not integers; complex vertices.
@@ -153,8 +155,9 @@ class MeshWorld:
     Example:
         >>> import trimesh
         >>> table = (np.array([[-1, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]]), np.array([[0, 1, 2], [0, 2, 3]]))
-        >>> world = MeshWorld([trimesh.creation.box((1, 1, 1)), table],
-        ...                   poses=[[0, 0, 0.5, 1, 0, 0, 0], [1, 0, 0, 1, 0, 0, 0]])
+        >>> world = MeshWorld([trimesh.creation.box((1, 1, 1)), table],  # a table top: open, unsigned
+        ...                   poses=[[0, 0, 0.5, 1, 0, 0, 0], [1, 0, 0, 1, 0, 0, 0]],
+        ...                   sign_method=["ray", "unsigned"])
         >>> world.set_poses(torch.tensor([[0, 0, 0.6, 1, 0, 0, 0], [1, 0, 0, 1, 0, 0, 0]]))
         >>> world.set_enabled([True, False])
         >>> named = MeshWorld({"box": trimesh.creation.box((1, 1, 1)), "ball": warpgeo.Sphere(0.2)})
@@ -267,6 +270,8 @@ class MeshWorld:
         mesh_ids = self._tables["mesh_ids"]
         register_mesh_ids(mesh_ids, list(self._wp_meshes), mesh_ids.cpu().numpy())
         self._all_cuboids = prepared.all_cuboids
+        if prepared.open_signed:
+            _warn_open(prepared.open_signed, methods, self._names, single)
 
         # slot m of environment e holds a mesh where m < counts[e] (no loop over environments)
         self._present = torch.arange(max_meshes) < torch.tensor(counts)[:, None]
@@ -603,6 +608,33 @@ def _world_device(device: Any) -> torch.device:
     elif parsed.type != "cpu":
         raise ValueError(f"device must be 'cpu' or 'cuda[:N]' (where Warp runs); got {str(parsed)!r}")
     return parsed
+
+
+def _warn_open(slots: Sequence[tuple[int, int]], methods: list[list[str]], names: list[list], single: bool):
+    """One UserWarning for a new world's open meshes ``slots`` ``(e, m)`` given a signed method that reads them
+    as closed (see :class:`MeshWorld`, ``sign_method``): the slots (the first few), the methods, the
+    alternatives."""
+
+    def slot(e: int, m: int) -> str:
+        where = f"meshes[{m}]" if single else f"envs[{e}][{m}]"
+        return where if names[e][m] is None else f"{where} ({names[e][m]!r})"
+
+    shown = ", ".join(slot(e, m) for e, m in slots[:_OPEN_SHOWN])
+    if len(slots) > _OPEN_SHOWN:
+        shown += f" and {len(slots) - _OPEN_SHOWN} more"
+    used = " / ".join(sorted({repr(methods[e][m]) for e, m in slots}))
+    warnings.warn(
+        f"MeshWorld: {shown} {'is an open mesh' if len(slots) == 1 else 'are open meshes'} (edges that do not "
+        f"pair up: holes, an open top) signed by sign_method={used}, which may call points in an opening "
+        "inside (negative distances, false collisions); use sign_method='winding' for open or "
+        "self-intersecting meshes, or 'unsigned' for thin shells and open containers (bins, shelves)",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+#: How many open meshes the warning of :func:`_warn_open` names.
+_OPEN_SHOWN = 5
 
 
 def _sign_methods(sign_method: Any, envs: list[list], single: bool) -> list[list[str]]:
