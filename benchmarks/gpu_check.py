@@ -8,16 +8,59 @@
     python benchmarks/gpu_check.py --merge tests.md bench.md --out benchmarks/results/<date>-<gpu>.md
     python benchmarks/gpu_check.py --device cpu --quick --out /tmp/cpu-check.md   # the flow, on the CPU
 
-**A device lease** (15 minutes of device time, commands of at most 10, the machine cold 30 s after a call):
-``../shared/gpu/pack`` here, then two calls back to back: part 0 (``bash .gpu/unpack 2 || true``), then
-part 1 with ``eval "$(bash .gpu/unpack 2)" && python benchmarks/gpu_check.py --out $OUT/check.md``. Measured
-on an H200 (2026-11-26, ``benchmarks/results/2026-11-26-nvidia-h200.md``), an empty Warp cache each time:
-graph + sync tests 51 s, every CUDA-parametrised test 83 s (NVRTC compiles included), ``bench_targets``
-~40 s, ``bench_fps --batch 1 8`` ~60 s (the plain-torch loop and torch-fps were most of it; it now A/Bs the
-FPS designs at three sizes without the loop: estimated 30-60 s, NVRTC builds included), each other
-benchmark < 45 s: about 6 minutes in all, under the 540 s ``--budget`` of one call, which an H100 (same SMs,
-less bandwidth) also fits. Copy ``$OUT/check.md`` here as ``benchmarks/results/<date>-<gpu>.md`` (and
-``$OUT/check.json``, the figures, as ``<date>-<gpu>.json``).
+**The lease plan (issue 36: one prepared call; 15 minutes of device time, a command of at most 10).**
+Before the lease, here (no device time): ``../shared/gpu/pack`` (``.gpu/part.00``, ``.gpu/part.01``,
+``.gpu/unpack``: warp-lang, trimesh, rtree, pyyaml, torch-fps for Python 3.12); cuRobo's v0.7 files into
+``.peers/curobo`` (git-ignored, never committed: the recipe is in ``benchmarks/bench_curobo_call.py``'s
+docstring, ``fetch github:NVlabs/curobo`` then two ``git show v0.7.8:...``), and
+``python benchmarks/bench_curobo_call.py --quick`` must print ``cuRobo: ... imported from .peers/curobo``.
+Then two ``run`` calls back to back (the machine forgets the parts when it goes cold):
+
+1. ``carry [".gpu/part.00", ".gpu/unpack"]``, ``timeout_s 120``: ``bash .gpu/unpack 2 || true``
+   (prints ``1 of 2``; ~15 s on the H200);
+2. ``carry [".gpu/part.01", ".gpu/unpack", ".peers/curobo"]`` (~50 MiB of the 64), ``timeout_s 600``::
+
+       eval "$(bash .gpu/unpack 2)" && python benchmarks/gpu_check.py --out $OUT/check.md --scratch $OUT/junit > $OUT/check.log 2>&1
+       awk '/gpu_check:figures -->/,/[/]gpu_check:figures/' $OUT/check.md
+       tail -5 $OUT/check.log
+
+   (unpack ~15 s + ``--budget`` 540 s: under 600 s). Device time: a start (1-2 minutes) + ~20 s + ~9.5
+   minutes: ~12 of the 15, so no rerun of the whole; give the machine back right after.
+
+Then here: copy ``$OUT/check.md`` to ``benchmarks/results/<date>-<gpu>.md`` and ``$OUT/check.json`` (the
+``--json`` figures: **the results JSON is always ``<--out>`` with ``.json``**, rewritten after each step) to
+``benchmarks/results/<date>-<gpu>.json``; README's GPU table from the figures.
+
+**Expected times** within ``--budget`` 540 s (H200, 2026-11-26, ``benchmarks/results/2026-11-26-nvidia-h200.md``,
+an empty Warp cache; "est." = not yet measured on a GPU):
+
+=========================================================  ===========================================
+step                                                       time
+=========================================================  ===========================================
+tests: graph-replay + sync checks                          51 s measured
+tests: the CUDA half (``-k cuda``, CUDA_ONLY files)        83 s measured (448 tests); est. 100-140 s now
+                                                           (primitives, pending tables, test_cuda_only
+                                                           and FPS's grid designs added since)
+bench_host (first: the host-cost diagnosis)                est. 30 s (torch.profiler trace included)
+bench_targets (1M cost, swept, signed distance, gather,    40 s measured; est. 45 s with the new
+replay)                                                    signed-distance row
+bench_fps ``--cases`` x3 ``--designs``                     est. 30-60 s (NVRTC builds of each design)
+bench_curobo_call (cuRobo's own Functions, graphs, 1M)     est. 30-45 s (NVRTC builds of cuRobo's two
+                                                           kernels ~15 s)
+bench_neighbors (8x2048x512, 8x16384x4096, 1x1Mx65536)     < 45 s measured (2 cases); est. 30 s
+bench_chamfer, bench_gather                                < 45 s measured, ~10 s
+bench_self_collision, bench_sdf                            est. 30 s, < 45 s measured
+bench_world ``--quick``, bench_overhead ``--quick``        est. 20 s each (QUICK_ON_CUDA)
+=========================================================  ===========================================
+
+About 190 s of tests and 330 s of benchmarks: ~520 s. The tests may take the budget less
+``--bench-reserve`` (270 s); each benchmark gets at most its share of what is left, in ``PRIORITY`` order
+(issue 36's figures first), so a cut falls on the last ones (bench_sdf, bench_world, bench_overhead).
+
+Other uses::
+
+    python benchmarks/gpu_check.py --only tests --out $OUT/tests.md     # one half per command
+    python benchmarks/gpu_check.py --only bench --out $OUT/tests.md     # (same --out: one .md, one .json)
 
 Steps, each a subprocess whose output is kept:
 
@@ -32,8 +75,13 @@ Steps, each a subprocess whose output is kept:
   design, torch-fps, issue 36's keys).
 
 The results file (default ``benchmarks/results/<date>-<device slug>.md``) gets the device, versions, each
-pytest summary line and every benchmark's output. It is rewritten after each step, so a command stopped
-at its time limit leaves what it finished; ``--budget`` (seconds, default 540) stops starting steps that
+pytest summary line, issue 36's figures (each key's value, or why it is absent) and every benchmark's
+output. The results JSON beside it holds ``device``, ``commit``, ``mode``, ``date``, ``versions``,
+``full_suite`` (``passed``, ``failed``, ``skipped``, ``errors`` summed from the tests steps' pytest summary
+lines; ``complete`` false where a step stopped before its summary line: then its progress dots were counted)
+and every figure of the ``JSON_FIGURES`` benchmarks (ms: CUDA-event medians on CUDA; host µs: wall medians).
+A figure that was not measured has no key; ``--quick`` writes keys naming its own sizes. Both files are
+rewritten after each step, so a command stopped at its time limit leaves what it finished; ``--budget`` (seconds, default 540) stops starting steps that
 would not finish in time and gives each step only the time left. ``--only`` writes its own section of the
 file, so ``--only tests`` and ``--only bench`` into the same path (or ``--merge`` of two files) make one
 file.
@@ -74,9 +122,54 @@ FULL_CUDA_ARGS = {
         "--no-torch-loop",
     ],
 }
+FULL_CUDA_ARGS["bench_neighbors"] = ["--cases", "8x2048x512", "8x16384x4096", "1x1048576x65536"]
+#: secondary benchmarks run at ``--quick`` sizes on CUDA too (their full sizes do not fit the budget)
+QUICK_ON_CUDA = ("bench_world", "bench_overhead")
+#: the order benchmarks run in (the rest after these, by name): issue 36's figures first, so that a budget cut
+#: falls on the secondary ones; bench_host first, before anything else warms the GPU (issue 34's diagnosis)
+PRIORITY = (
+    "bench_host",
+    "bench_targets",
+    "bench_fps",
+    "bench_curobo_call",
+    "bench_neighbors",
+    "bench_chamfer",
+    "bench_gather",
+    "bench_self_collision",
+    "bench_sdf",
+)
 #: benchmarks that write a flat ``{figure: value}`` with ``--json``: their figures go into the results JSON
 #: (``<results>.json`` beside the .md; issue 36's keys, e.g. ``fps_b1_n100000_k4096_ms``)
-JSON_FIGURES = ("bench_fps", "bench_self_collision", "bench_host")
+JSON_FIGURES = (
+    "bench_fps",
+    "bench_self_collision",
+    "bench_host",
+    "bench_targets",
+    "bench_neighbors",
+    "bench_chamfer",
+    "bench_gather",
+    "bench_curobo_call",
+)
+#: issue 36's figures and the benchmark that measures each (full sizes on CUDA: ``--quick`` writes keys
+#: naming its own sizes instead); the .md lists each, with its value or why it is absent
+ISSUE_KEYS = {
+    "fps_b1_n100000_k4096_ms": "bench_fps",
+    "fps_b8_n100000_k4096_ms": "bench_fps",
+    "fps_b32_n8192_k512_ms": "bench_fps",
+    "torch_fps_b1_n100000_k4096_ms": "bench_fps",
+    "cost_1m_x4_fwd_bwd_ms": "bench_targets",
+    "swept_h32_s4_fwd_bwd_ms": "bench_targets",
+    "signed_distance_1m_ms": "bench_targets",
+    "replay_host_us": "bench_targets",
+    "gather_fwd_eager_host_us": "bench_gather",
+    "torch_gather_fwd_eager_host_us": "bench_gather",
+    "knn_b8_n2048_m512_k16_ms": "bench_neighbors",
+    "chamfer_b8_n2048_fwd_ms": "bench_chamfer",
+    "cdist_min_b8_n2048_ms": "bench_chamfer",
+    "curobo_call_us": "bench_curobo_call",
+    "warpgeo_call_us": "bench_curobo_call",
+    "curobo_call_ratio": "bench_curobo_call",
+}
 _SECTION = re.compile(r"<!-- gpu_check:(\w+) -->\n(.*?)<!-- /gpu_check:\1 -->\n", re.S)
 
 
@@ -85,7 +178,9 @@ def slug(text: str) -> str:
 
 
 def benchmarks() -> list[Path]:
-    return sorted(BENCH_DIR.glob("bench_*.py"))
+    """Every ``benchmarks/bench_*.py``, in :data:`PRIORITY` order, then the rest by name."""
+    rank = {name: i for i, name in enumerate(PRIORITY)}
+    return sorted(BENCH_DIR.glob("bench_*.py"), key=lambda p: (rank.get(p.stem, len(rank)), p.stem))
 
 
 class Budget:
@@ -97,12 +192,13 @@ class Budget:
 
 
 def run_step(
-    cmd: list[str], budget: Budget, *, share: int = 1, env: dict | None = None
+    cmd: list[str], budget: Budget, *, share: int = 1, reserve: float = 0.0, env: dict | None = None
 ) -> tuple[int | str, str, float]:
     """Run ``cmd`` from the project root: (rc or "timeout", output, seconds). Its timeout is the budget left
-    divided by ``share`` (the steps still to run), so one slow step cannot starve the others."""
+    less ``reserve`` (what later steps keep), divided by ``share`` (the steps still to run), so one slow step
+    cannot starve the others."""
     start = time.monotonic()
-    timeout = max(1.0, budget.left() / share)
+    timeout = max(1.0, (budget.left() - reserve) / share)
     print(f"\n$ {' '.join(cmd)}   (time left {timeout:.0f} s)", flush=True)
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
@@ -127,6 +223,41 @@ def pytest_summary(output: str) -> str:
         if match and re.search(r"\b(passed|failed|skipped|error|errors|deselected|no tests ran)\b", line):
             return match.group(1)
     return "no pytest summary line (see the output)"
+
+
+_OUTCOMES = {
+    "passed": "passed",
+    "failed": "failed",
+    "skipped": "skipped",
+    "error": "errors",
+    "errors": "errors",
+}
+
+
+def summary_counts(summary: str) -> dict[str, int] | None:
+    """``{passed, failed, skipped, errors}`` of a pytest summary line (``3 failed, 5 passed, 2 skipped in
+    3.1s``; absent outcomes 0), or None when ``summary`` is not one."""
+    pairs = re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", summary)
+    if not pairs and "no tests ran" not in summary:
+        return None
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    for number, outcome in pairs:
+        counts[_OUTCOMES[outcome]] += int(number)
+    return counts
+
+
+def progress_counts(output: str) -> dict[str, int]:
+    """Outcomes counted from ``pytest -q``'s progress lines (``..F.s.E   [ 40%]``): a run stopped before its
+    summary line still says what it finished."""
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    letters = {".": "passed", "F": "failed", "s": "skipped", "E": "errors"}
+    for line in output.splitlines():
+        match = re.fullmatch(r"([.FsExX]+)\s*(\[\s*\d+%\])?", line.strip())
+        if match:
+            for letter in match.group(1):
+                if letter in letters:
+                    counts[letters[letter]] += 1
+    return counts
 
 
 def junit_counts(path: Path) -> dict[str, int]:
@@ -184,9 +315,12 @@ def tests_section(args: argparse.Namespace, device: torch.device, budget: Budget
         steps.append((name, rest))
     lines = ["## Tests" + ("" if args.shard is None else f" (part {args.shard[0]} of {args.shard[1]})"), ""]
     totals = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
+    suite = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "complete": True, "steps": []}
+    args.suite = suite
     for name, selection in steps:
         if budget.left() < 20:
             lines.append(f"- **{name}**: not run (out of time: --budget)")
+            suite["complete"] = False
             continue
         xml = Path(args.scratch) / f"junit-{slug(name)}.xml"
         cmd = [
@@ -201,11 +335,20 @@ def tests_section(args: argparse.Namespace, device: torch.device, budget: Budget
             *selection,
             *args.pytest_args,
         ]
-        rc, output, seconds = run_step(cmd, budget)
+        # the tests may take the budget left less --bench-reserve (the benchmarks' share), the last step all
+        reserve = args.bench_reserve if args.only is None else 0.0
+        rc, output, seconds = run_step(cmd, budget, reserve=reserve)
         counts = junit_counts(xml)
         for key in totals:
             totals[key] += counts[key]
         summary = pytest_summary(output) if rc != "timeout" else f"timed out after {seconds:.0f} s"
+        parsed = summary_counts(summary) if rc != "timeout" else None
+        if parsed is None:  # no summary line: what the progress lines show, and the suite is incomplete
+            parsed = progress_counts(output)
+            suite["complete"] = False
+        for key in ("passed", "failed", "skipped", "errors"):
+            suite[key] += parsed[key]
+        suite["steps"].append({"name": name, "summary": summary, "seconds": round(seconds, 1)})
         shown = (
             " ".join(["pytest", *selection]) if len(selection) <= 4 else f"pytest <{len(selection)} files>"
         )
@@ -224,11 +367,11 @@ def tests_section(args: argparse.Namespace, device: torch.device, budget: Budget
 
 def bench_section(args: argparse.Namespace, device: torch.device, budget: Budget, report) -> str:
     lines = ["## Benchmarks", ""]
-    # bench_host first: where a small call's host time goes (issue 34), before anything else warms the GPU
-    scripts = sorted(benchmarks(), key=lambda path: path.stem != "bench_host")
+    scripts = benchmarks()
+    args.bench_status = {}
     for i, script in enumerate(scripts):
         cmd = [sys.executable, str(script.relative_to(ROOT)), "--device", str(device)]
-        if args.quick:
+        if args.quick or (device.type == "cuda" and script.stem in QUICK_ON_CUDA):
             cmd.append("--quick")
         elif device.type == "cuda":
             cmd += FULL_CUDA_ARGS.get(script.stem, [])
@@ -238,13 +381,42 @@ def bench_section(args: argparse.Namespace, device: torch.device, budget: Budget
             cmd += ["--json", str(figures)]
         if budget.left() < 20:
             lines += [f"### `{shown}`", "", "not run (out of time: --budget)", ""]
+            args.bench_status[script.stem] = "not run (out of time: --budget)"
             continue
         rc, output, seconds = run_step(cmd, budget, share=len(scripts) - i)
         if figures.exists():
             args.figures.update(json.loads(figures.read_text()))
+            args.write_figures()
+        args.bench_status[script.stem] = (
+            f"ran {seconds:.0f} s, exit {rc}"
+            + ("" if script.stem not in JSON_FIGURES or figures.exists() else ", no --json figures written")
+            + (", --quick sizes (their keys name the sizes)" if "--quick" in cmd else "")
+        )
         status = "" if rc == 0 else f" — **exit {rc}**"
         lines += [f"### `{shown}`", "", f"{seconds:.0f} s{status}", "", "```", output.rstrip(), "```", ""]
         report(lines)
+    return "\n".join(lines) + "\n"
+
+
+def figures_section(figures: dict, status: dict[str, str]) -> str:
+    """Issue 36's figures: each key's value from the results JSON, or why it is absent."""
+    lines = ["## Figures (issue 36's keys; all figures in the .json beside this file)", ""]
+    suite = figures.get("full_suite")
+    if suite:
+        done = "" if suite.get("complete") else " (incomplete: a step stopped or did not run)"
+        lines.append(
+            f"- `full_suite`: {suite['passed']} passed, {suite['failed']} failed, {suite['skipped']} skipped, "
+            f"{suite['errors']} errors{done}"
+        )
+    else:
+        lines.append("- `full_suite`: not measured (the tests did not run in this command)")
+    for key, script in ISSUE_KEYS.items():
+        value = figures.get(key)
+        if value is not None:
+            lines.append(f"- `{key}`: {value:g}")
+        else:
+            why = status.get(script, "not run in this command")
+            lines.append(f"- `{key}`: not measured ({script}: {why})")
     return "\n".join(lines) + "\n"
 
 
@@ -324,6 +496,12 @@ def main(argv: list[str] | None = None) -> int:
         "--merge", type=Path, nargs="+", help="combine results files from --only runs into --out"
     )
     parser.add_argument("--scratch", default=None, help="where pytest's junit files go (default: a temp dir)")
+    parser.add_argument(
+        "--bench-reserve",
+        type=float,
+        default=270.0,
+        help="seconds of --budget the tests leave to the benchmarks in a whole run (default 270)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments (e.g. -x, -k expr)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -352,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         import tempfile
 
         args.scratch = tempfile.mkdtemp(prefix="gpu_check-")
+    Path(args.scratch).mkdir(parents=True, exist_ok=True)
     out = args.out or default_out(device)
     sections = read_sections(out)
     sections["header"] = header(device, args)
@@ -361,19 +540,38 @@ def main(argv: list[str] | None = None) -> int:
         write_sections(out, sections)
 
     write_sections(out, sections)
+    # the results JSON beside the .md: what an earlier --only run wrote there is kept, this run's figures
+    # replace it key by key; rewritten after each step (a command stopped at its limit leaves what it did)
+    figures_out = out.with_suffix(".json")
+    args.figures = json.loads(figures_out.read_text()) if figures_out.exists() else {}
+    args.figures.update(
+        {
+            "device": device_name(device),
+            "commit": git_commit(),
+            "mode": "quick" if args.quick else "full",
+            "date": datetime.date.today().isoformat(),
+            "versions": {n: version(n) for n in ("torch", "warp-lang", "warpgeo", "torch-fps", "triton")},
+        }
+    )
+
+    def write_figures() -> None:
+        figures_out.write_text(json.dumps(args.figures, indent=1) + "\n")
+
+    args.write_figures = write_figures
+    write_figures()
+    args.bench_status = {}
     if args.only in (None, "tests"):
         key = "tests" if args.shard is None else f"tests{args.shard[0]}of{args.shard[1]}"
         sections[key] = tests_section(args, device, budget, lambda lines: report(lines, key))
+        args.figures["full_suite" if args.shard is None else f"full_suite_{key[5:]}"] = args.suite
+        write_figures()
         write_sections(out, sections)
     if args.only in (None, "bench"):
-        args.figures = {}
         sections["bench"] = bench_section(args, device, budget, lambda lines: report(lines, "bench"))
+        write_figures()
+        sections["figures"] = figures_section(args.figures, args.bench_status)
         write_sections(out, sections)
-        figures_out = out.with_suffix(".json")
-        known = json.loads(figures_out.read_text()) if figures_out.exists() else {}
-        known.update({"device": device_name(device), "commit": git_commit(), **args.figures})
-        figures_out.write_text(json.dumps(known, indent=1) + "\n")
-        print(f"figures: {figures_out}")
+    print(f"figures: {figures_out}")
     print(f"\nresults: {out}")
     return 0
 
