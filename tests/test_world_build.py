@@ -105,7 +105,11 @@ def test_tables_go_in_at_the_next_op_call_as_new_tensors(background):
         # a new tensor; the one an op on another thread may hold (in the list it was handed) is left as it was
         assert after[fields.index(name)] is not tensor and torch.equal(tensor, old[name]), name
         assert args[fields.index(name)] is tensor, name
-    assert world._tables["grid_flags"].tolist() == [[1, _mesh_prep._constants.FLAG_BOX | 1], [1, 0]]
+    assert world._tables["grid_flags"].tolist() == [[1, 0], [1, 0]]  # a primitive: no mesh tables
+    constants = _mesh_prep._constants
+    assert world._tables["slot_kind"].tolist() == [[constants.KIND_MESH, constants.KIND_CUBOID], [0, 0]]
+    assert world._tables["prim_size"][0, 1].tolist() == pytest.approx([0.1, 0.1, 0.1])
+    assert world._tables["mesh_ids"][0, 1].item() == constants.NO_MESH and world._wp_meshes[0][1] is None
     # both slots of the recurring sphere got rows of their own, equal (built once, copied)
     first, second = world._tables["topo_offsets"][:, 0, 0].tolist()
     neighbors = world._tables["face_neighbors"]

@@ -48,15 +48,16 @@ FLAG_CLOSED = 1
 #: ``grid_flags`` bit: the mesh is exactly the surface of its box (a cuboid), wound outwards: its distance is
 #: the box's, in closed form.
 FLAG_BOX = 2
-#: ``grid_flags`` bits of the analytic primitives (``warpgeo.primitives``; with ``FLAG_CLOSED``): a sphere, a
-#: capsule along z, a cylinder along z, each centred in its box ``bounds[e, m]``, from which the kernels read
-#: its sizes (radius: half the box's x extent; capsule segment half-length: z half-extent less the radius;
-#: cylinder half-height: z half-extent). A ``warpgeo.Cuboid`` is ``FLAG_CLOSED | FLAG_BOX``, like a box mesh.
-FLAG_SPHERE = 4
-FLAG_CAPSULE = 8
-FLAG_CYLINDER = 16
-#: Any of these: the slot's distance is a closed form (no BVH query).
-FLAG_PRIMITIVE = FLAG_BOX | FLAG_SPHERE | FLAG_CAPSULE | FLAG_CYLINDER
+#: What a world slot holds, ``slot_kind[e, m]``: a mesh (its Warp mesh id in ``mesh_ids``; ``NO_MESH``: an
+#: empty slot), or an analytic primitive (``warpgeo.primitives``; mesh id ``NO_MESH``: it has no mesh), centred
+#: at its origin, of half-extents ``prim_size[e, m]``: a cuboid; a sphere (radius: the x half-extent); a
+#: capsule along z (radius: the x half-extent; its segment's half-length: the z half-extent less the radius);
+#: a cylinder along z (radius: the x half-extent; half-height: the z half-extent). Each is a closed form.
+KIND_MESH = 0
+KIND_CUBOID = 1
+KIND_SPHERE = 2
+KIND_CAPSULE = 3
+KIND_CYLINDER = 4
 #: ``grid_flags`` bit: the mesh's tables are being built (``warpgeo._mesh_prep.Later``) and its edges pair up
 #: (it is probably closed): until they are in, a ray or normal mesh takes its side from three rays in
 #: directions of no symmetry a mesh is likely to share (exact on closed meshes; Warp's axis rays are not, where

@@ -56,10 +56,10 @@ class Prepared(NamedTuple):
     meshes: list[list[Any]]
     #: ``mesh_ids``, ``bounds``, ``sign``, ``grid_dims``, ``grid_flags``, ``grid_cells``, ``topo_offsets``,
     #: ``face_neighbors``, ``vertex_normals``, ``cone_offsets``, ``cone_nodes``, ``cone_links``,
-    #: ``cone_planes``, ``cone_faces`` (see ``warpgeo.world.WORLD_FIELDS``)
+    #: ``cone_planes``, ``cone_faces``, ``slot_kind``, ``prim_size`` (see ``warpgeo.world.WORLD_FIELDS``)
     tables: dict[str, torch.Tensor]
-    #: every entry is a closed-form primitive (a cuboid mesh, ``FLAG_BOX``, or an analytic primitive: a bit of
-    #: ``FLAG_PRIMITIVE``): the world's queries may run the kernels made for that (no BVH query in them)
+    #: every entry is a closed form (a cuboid mesh, ``FLAG_BOX``, or an analytic primitive, ``slot_kind``):
+    #: the world's queries may run the kernels made for that (no BVH query in them)
     all_cuboids: bool
     #: the tables of the world's large meshes, being built on a background thread (None: none left to build)
     later: Later | None
@@ -79,11 +79,11 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     a background thread (:class:`Later`); until they are in, its queries take the exact path without them
     (the same closest face, the mesh's own sign method), only slower for points deep inside.
 
-    An analytic primitive (:class:`~warpgeo.primitives.Primitive`) gets its box as ``bounds`` (from which the
-    kernels read its sizes), its kind bit in ``grid_flags`` (with ``FLAG_CLOSED``), no grid nor other tables,
-    and a signed sign code whatever its sign method (primitives are always signed). Its slot's mesh id is a
-    real Warp mesh, the 12 triangles of its box (so every id of a world is a live mesh's, and a slot read as
-    a mesh is still a valid one), which no query of a primitive uses.
+    An analytic primitive (:class:`~warpgeo.primitives.Primitive`) gets fields of its own: its kind in
+    ``slot_kind`` and its half-extents in ``prim_size`` (float32), from which the kernels compute its distance
+    in closed form; its box as ``bounds`` (the queries' broad phase), and no mesh (mesh id ``NO_MESH``: no
+    kernel reads a mesh for a slot whose kind is not ``KIND_MESH``), no grid nor other tables (``grid_flags``
+    0), whatever its sign method (primitives are always signed).
 
     A mesh that recurs (the same object, or the same vertices and faces: environments that repeat their
     obstacles) is built once: its slots share one Warp mesh (BVH) and get copies of the same table rows, so
@@ -104,9 +104,10 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     ids = np.zeros((num_envs, max_meshes), dtype=np.uint64)
     signs = np.zeros((num_envs, max_meshes), dtype=np.int32)
     bounds = np.zeros((num_envs, max_meshes, 2, 3), dtype=np.float32)
+    kinds = np.full((num_envs, max_meshes), _constants.KIND_MESH, dtype=np.int32)
+    sizes = np.zeros((num_envs, max_meshes, 3), dtype=np.float32)
     assembly = _Assembly(num_envs, max_meshes)
     loaded: dict[int, tuple[Any, tuple]] = {}  # id(item) -> (item, (vertices, faces, content key))
-    wp_meshes: dict[tuple, Any] = {}  # primitives' box meshes, by content
     # reading the caller's entries (the one loop over slots): each distinct mesh (content, winding support)
     # once, each distinct table job (content, sign method) once, and the slots of each
     new: dict[tuple, int] = {}  # (content, winding) -> index into `arrays`
@@ -117,13 +118,9 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     for e, env in enumerate(envs):
         for m, item in enumerate(env):
             if isinstance(item, PRIMITIVES):
-                mesh, box = _primitive_mesh(item, wp, wdev, wp_meshes)
-                meshes[e][m] = mesh
-                ids[e, m] = mesh.id
-                signs[e, m] = _constants.SIGN_RAY  # any signed code: the kernels' closed forms are signed
-                bounds[e, m] = box
-                assembly.add(e, m, _Built(box, item._flag, (0, 0, 0), _empty(device), None, None))
-                continue
+                half = np.asarray(item.half_extents(), dtype=np.float32)  # float32, as the kernels read it
+                kinds[e, m], sizes[e, m], bounds[e, m] = item._kind, half, (-half, half)
+                continue  # no mesh (NO_MESH), no tables; its sign code is not read (a primitive is signed)
             method = methods[e][m]
             signs[e, m] = SIGN_METHODS[method]
             known = loaded.get(id(item))
@@ -186,9 +183,11 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
         "bounds": torch.from_numpy(bounds).to(device),
         "sign": torch.from_numpy(signs).to(device),
         **assembly.tensors(device),
+        "slot_kind": torch.from_numpy(kinds).to(device),
+        "prim_size": torch.from_numpy(sizes).to(device),
     }
     closed_forms = all(
-        assembly.flags[e, m] & _constants.FLAG_PRIMITIVE
+        kinds[e, m] != _constants.KIND_MESH or assembly.flags[e, m] & _constants.FLAG_BOX
         for e, env in enumerate(envs)
         for m in range(len(env))
     )
@@ -513,38 +512,6 @@ class Later:
 
 class _Token:
     """A world's build token (weakly referenced by its background build)."""
-
-
-#: The 12 triangles of a box over its 8 corners (corner ``i`` at ``upper`` along axis ``k`` where bit ``k`` of
-#: ``i`` is set, else at ``lower``), two per side, wound outwards.
-_BOX_FACES = np.array(
-    [
-        [0, 2, 3], [0, 3, 1],  # -z
-        [4, 5, 7], [4, 7, 6],  # +z
-        [0, 1, 5], [0, 5, 4],  # -y
-        [2, 6, 7], [2, 7, 3],  # +y
-        [0, 4, 6], [0, 6, 2],  # -x
-        [1, 3, 7], [1, 7, 5],  # +x
-    ],
-    dtype=np.int32,
-)  # fmt: skip
-
-
-def _primitive_mesh(item: Any, wp: Any, wdev: Any, wp_meshes: dict) -> tuple[Any, np.ndarray]:
-    """``(Warp mesh, box (2, 3) float32)`` of an analytic primitive: its box ``[-half, half]`` (float32, as the
-    kernels read it) and the Warp mesh of that box's surface (shared with any entry of the same content)."""
-    half = np.asarray(item.half_extents(), dtype=np.float32)
-    box = np.stack([-half, half])
-    corners = np.array([[(i >> k) & 1 for k in range(3)] for i in range(8)], dtype=bool)
-    vertices = np.where(corners, box[1], box[0]).astype(np.float32)
-    key = (_content_key(vertices, _BOX_FACES), False)
-    mesh = wp_meshes.get(key)
-    if mesh is None:
-        mesh = wp_meshes[key] = wp.Mesh(
-            points=wp.array(vertices, dtype=wp.vec3, device=wdev),
-            indices=wp.array(_BOX_FACES.reshape(-1), dtype=wp.int32, device=wdev),
-        )
-    return mesh, box
 
 
 #: Meshes up to this many bytes of vertices and faces are recognised by content when they recur (larger ones

@@ -65,11 +65,12 @@ class Primitive:
 
     __slots__ = ()
 
-    #: the ``grid_flags`` kind bit the kernels dispatch on (``warpgeo._constants.FLAG_*``)
-    _flag: int = 0
+    #: its ``slot_kind`` in a world, on which the kernels dispatch (``warpgeo._constants.KIND_*``)
+    _kind: int = 0
 
     def half_extents(self) -> tuple[float, float, float]:
-        """Half the side lengths of the primitive's box (centred at its origin), as Python floats."""
+        """Half the side lengths of the primitive's box (centred at its origin), as Python floats: in float32,
+        its ``prim_size`` in a world, from which the kernels read its sizes (``warpgeo._constants.KIND_*``)."""
         raise NotImplementedError
 
 
@@ -90,7 +91,7 @@ class Cuboid(Primitive):
     """
 
     dims: tuple[float, float, float]
-    _flag = _constants.FLAG_CLOSED | _constants.FLAG_BOX
+    _kind = _constants.KIND_CUBOID
 
     def __post_init__(self) -> None:
         dims = self.dims
@@ -125,7 +126,7 @@ class Sphere(Primitive):
     """
 
     radius: float
-    _flag = _constants.FLAG_CLOSED | _constants.FLAG_SPHERE
+    _kind = _constants.KIND_SPHERE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "radius", _length(self.radius, "radius"))
@@ -150,7 +151,7 @@ class Capsule(Primitive):
 
     radius: float
     length: float
-    _flag = _constants.FLAG_CLOSED | _constants.FLAG_CAPSULE
+    _kind = _constants.KIND_CAPSULE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "radius", _length(self.radius, "radius"))
@@ -177,7 +178,7 @@ class Cylinder(Primitive):
 
     radius: float
     height: float
-    _flag = _constants.FLAG_CLOSED | _constants.FLAG_CYLINDER
+    _kind = _constants.KIND_CYLINDER
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "radius", _length(self.radius, "radius"))

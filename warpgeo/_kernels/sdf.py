@@ -39,12 +39,13 @@ NO_MESH = wp.constant(wp.int64(_constants.NO_MESH))
 #: ``world.grid_flags`` bits: the mesh is closed (its grid is signed); the mesh is a cuboid (closed form).
 FLAG_CLOSED = wp.constant(_constants.FLAG_CLOSED)
 FLAG_BOX = wp.constant(_constants.FLAG_BOX)
-#: ``world.grid_flags`` bits of the analytic primitives (``warpgeo.primitives``), and any closed form at all.
-FLAG_SPHERE = wp.constant(_constants.FLAG_SPHERE)
-FLAG_CAPSULE = wp.constant(_constants.FLAG_CAPSULE)
-FLAG_CYLINDER = wp.constant(_constants.FLAG_CYLINDER)
 FLAG_PENDING = wp.constant(_constants.FLAG_PENDING)
-FLAG_PRIMITIVE = wp.constant(_constants.FLAG_PRIMITIVE)
+#: ``world.slot_kind`` codes: a mesh, or an analytic primitive (``warpgeo.primitives``) of half-extents
+#: ``world.prim_size`` (see ``warpgeo._constants.KIND_*``).
+KIND_MESH = wp.constant(_constants.KIND_MESH)
+KIND_SPHERE = wp.constant(_constants.KIND_SPHERE)
+KIND_CAPSULE = wp.constant(_constants.KIND_CAPSULE)
+KIND_CYLINDER = wp.constant(_constants.KIND_CYLINDER)
 #: A point farther from a mesh's box than this many box diagonals takes the far path (nearest vertex): from
 #: here on the nearest vertex (relative error <= 2**-23, falling as 1/D^2) beats the float32 face choice.
 FAR_RATIO = wp.constant(2048.0)
@@ -60,14 +61,14 @@ GRID_MARGIN = wp.constant(1.0e-5)
 #: by the meshes, each mesh's rows found through its offsets). The kernels' struct (:data:`WORLD`) and the
 #: tensors the ops take (``warpgeo.world.WORLD_FIELDS``: dtypes and shapes) both come from here.
 WORLD_FIELDS: dict[str, tuple[Any, tuple]] = {
-    "mesh_ids": (wp.int64, ("E", "M")),  # Warp mesh ids (NO_MESH in padding slots)
+    "mesh_ids": (wp.int64, ("E", "M")),  # Warp mesh ids (NO_MESH in padding and primitive slots)
     "inv_poses": (None, ("E", "M")),  # mesh-from-world transforms, in the query's precision
     "bounds": (wp.vec3, ("E", "M", 2)),  # each mesh's box (lower, upper) in its own frame
     "world_bounds": (wp.vec3, ("E", "M", 2)),  # each mesh's box posed in the world, rounded outwards
     "enabled": (wp.int32, ("E", "M")),  # 1 where a mesh is present and enabled
     "sign": (wp.int32, ("E", "M")),  # sign method codes (SIGN_*)
     "grid_dims": (wp.vec4i, ("E", "M")),  # grid cells along x, y, z and the first cell's row in grid_cells
-    "grid_flags": (wp.int32, ("E", "M")),  # FLAG_CLOSED, FLAG_BOX, the primitives' kind bits, FLAG_PENDING
+    "grid_flags": (wp.int32, ("E", "M")),  # FLAG_CLOSED, FLAG_BOX, FLAG_PENDING (meshes; 0 for a primitive)
     "grid_cells": (wp.float32, (None,)),  # cell-centre distances of every grid
     "topo_offsets": (wp.vec2i, ("E", "M")),  # first rows in face_neighbors and vertex_normals (-1: none)
     "face_neighbors": (wp.vec3i, (None,)),  # the face across each edge of each face of the closed meshes
@@ -77,6 +78,8 @@ WORLD_FIELDS: dict[str, tuple[Any, tuple]] = {
     "cone_links": (wp.vec3i, (None,)),
     "cone_planes": (wp.vec4, (None,)),
     "cone_faces": (wp.int32, (None,)),
+    "slot_kind": (wp.int32, ("E", "M")),  # KIND_MESH, or a primitive's KIND_* (no mesh: a closed form)
+    "prim_size": (wp.vec3, ("E", "M")),  # a primitive's half-extents (0 for a mesh)
 }
 
 
@@ -476,26 +479,22 @@ def closed_form_result(d: wp.float64, n: wp.vec3d, p: Any, search: Any, surface_
 
 
 @wp.func
-def sphere_distance(p: Any, lower: wp.vec3, upper: wp.vec3, search: Any, surface_eps: Any):
-    """``mesh_distance`` of a ``FLAG_SPHERE`` slot: the ball of radius half the box's x extent at the box's
-    centre, in float64: ``|p - c| - r``, gradient ``(p - c) / |p - c|`` (+z at the centre)."""
-    lo = wp.vec3d(lower)
-    hi = wp.vec3d(upper)
-    half = (hi - lo) * wp.float64(0.5)
-    v = wp.vec3d(p) - (lo + hi) * wp.float64(0.5)
+def sphere_distance(p: Any, size: wp.vec3, search: Any, surface_eps: Any):
+    """``mesh_distance`` of a ``KIND_SPHERE`` slot of half-extents ``size``: the ball of radius ``r = size[0]``
+    at the origin, in float64: ``|p| - r``, gradient ``p / |p|`` (+z at the centre)."""
+    half = wp.vec3d(size)
+    v = wp.vec3d(p)
     d = scaled_length(v) - half[0]
     return closed_form_result(d, unit_direction(v, wp.vec3d(0.0, 0.0, 1.0)), p, search, surface_eps)
 
 
 @wp.func
-def capsule_distance(p: Any, lower: wp.vec3, upper: wp.vec3, search: Any, surface_eps: Any):
-    """``mesh_distance`` of a ``FLAG_CAPSULE`` slot, in float64: the distance to the segment along z through
-    the box's centre, of half-length ``a`` = the box's z half-extent less the radius ``r`` (half its x
-    extent), less ``r``; gradient from the segment's closest point (+x on the segment)."""
-    lo = wp.vec3d(lower)
-    hi = wp.vec3d(upper)
-    half = (hi - lo) * wp.float64(0.5)
-    v = wp.vec3d(p) - (lo + hi) * wp.float64(0.5)
+def capsule_distance(p: Any, size: wp.vec3, search: Any, surface_eps: Any):
+    """``mesh_distance`` of a ``KIND_CAPSULE`` slot of half-extents ``size``, in float64: the distance to the
+    segment along z through the origin, of half-length ``a`` = the z half-extent less the radius ``r =
+    size[0]``, less ``r``; gradient from the segment's closest point (+x on the segment)."""
+    half = wp.vec3d(size)
+    v = wp.vec3d(p)
     r = half[0]
     a = wp.max(half[2] - r, wp.float64(0.0))
     w = wp.vec3d(v[0], v[1], v[2] - wp.clamp(v[2], -a, a))
@@ -504,17 +503,15 @@ def capsule_distance(p: Any, lower: wp.vec3, upper: wp.vec3, search: Any, surfac
 
 
 @wp.func
-def cylinder_distance(p: Any, lower: wp.vec3, upper: wp.vec3, search: Any, surface_eps: Any):
-    """``mesh_distance`` of a ``FLAG_CYLINDER`` slot, in float64: the solid cylinder along z through the box's
-    centre, of radius ``r`` (half the box's x extent) and half-height ``h`` (its z half-extent), flat caps.
+def cylinder_distance(p: Any, size: wp.vec3, search: Any, surface_eps: Any):
+    """``mesh_distance`` of a ``KIND_CYLINDER`` slot of half-extents ``size``, in float64: the solid cylinder
+    along z through the origin, of radius ``r = size[0]`` and half-height ``h = size[2]``, flat caps.
     With ``rho`` the distance from the axis and ``q = (rho - r, |z| - h)``: outside ``|max(q, 0)|``, inside
     ``max(q)``. The gradient is that of the active part: radial (the side), axial (a cap), or their mix (off
     a rim); on a tie inside (equally near a cap and the side) the cap's. On the axis the radial direction
     is +x, at ``z = 0`` the axial one +z."""
-    lo = wp.vec3d(lower)
-    hi = wp.vec3d(upper)
-    half = (hi - lo) * wp.float64(0.5)
-    v = wp.vec3d(p) - (lo + hi) * wp.float64(0.5)
+    half = wp.vec3d(size)
+    v = wp.vec3d(p)
     zero = wp.float64(0.0)
     radial = wp.vec3d(v[0], v[1], zero)
     rho = scaled_length(radial)
@@ -538,19 +535,30 @@ def cylinder_distance(p: Any, lower: wp.vec3, upper: wp.vec3, search: Any, surfa
 
 
 @wp.func
-def primitive_distance(
-    p: Any, lower: wp.vec3, upper: wp.vec3, flags: int, search: Any, sign: int, surface_eps: Any
-):
-    """``mesh_distance`` of a closed-form slot, by its kind bit (``FLAG_SPHERE``, ``FLAG_CAPSULE``,
-    ``FLAG_CYLINDER``; any other: the box, :func:`cuboid_distance`, with the slot's ``sign``). A sphere,
-    capsule or cylinder is always signed."""
-    if (flags & FLAG_SPHERE) != 0:
-        return sphere_distance(p, lower, upper, search, surface_eps)
-    if (flags & FLAG_CAPSULE) != 0:
-        return capsule_distance(p, lower, upper, search, surface_eps)
-    if (flags & FLAG_CYLINDER) != 0:
-        return cylinder_distance(p, lower, upper, search, surface_eps)
-    return cuboid_distance(p, lower, upper, search, sign, surface_eps)
+def primitive_distance(p: Any, kind: int, size: wp.vec3, search: Any, surface_eps: Any):
+    """``mesh_distance`` of a primitive's slot (``slot_kind`` ``kind``, half-extents ``size``), in closed form:
+    ``KIND_SPHERE``, ``KIND_CAPSULE``, ``KIND_CYLINDER``; any other (``KIND_CUBOID``) the box ``[-size,
+    size]``, :func:`cuboid_distance`. A primitive is always signed."""
+    if kind == KIND_SPHERE:
+        return sphere_distance(p, size, search, surface_eps)
+    if kind == KIND_CAPSULE:
+        return capsule_distance(p, size, search, surface_eps)
+    if kind == KIND_CYLINDER:
+        return cylinder_distance(p, size, search, surface_eps)
+    return cuboid_distance(p, -size, size, search, SIGN_RAY, surface_eps)
+
+
+@wp.func
+def closed_form_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: Any):
+    """``mesh_distance`` of a closed-form slot: a primitive (``slot_kind`` not ``KIND_MESH``:
+    :func:`primitive_distance`, of its ``prim_size``) or a mesh that is exactly the surface of its box
+    (``FLAG_BOX``: :func:`cuboid_distance` of ``bounds``, with the slot's ``sign``). No mesh is read."""
+    kind = world.slot_kind[e, m]
+    if kind != KIND_MESH:
+        return primitive_distance(p, kind, world.prim_size[e, m], search, surface_eps)
+    return cuboid_distance(
+        p, world.bounds[e, m, 0], world.bounds[e, m, 1], search, world.sign[e, m], surface_eps
+    )
 
 
 @wp.func
@@ -572,8 +580,9 @@ def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: 
     box = box_distance(p, lower, upper)
     if box > search:
         return False, zero, type(p)()
-    if (flags & FLAG_PRIMITIVE) != 0:  # a cuboid mesh or an analytic primitive: a closed form, no BVH query
-        return primitive_distance(p, lower, upper, flags, search, sign, surface_eps)
+    if world.slot_kind[e, m] != KIND_MESH or (flags & FLAG_BOX) != 0:
+        # an analytic primitive (no mesh: NO_MESH) or a cuboid mesh: a closed form, no BVH query
+        return closed_form_distance(world, e, m, p, search, surface_eps)
     extent = type(box)(wp.length(upper - lower))
     if box > extent * type(box)(FAR_RATIO) or box > type(box)(FAR_ABS):
         found, far, direction = far_distance(mesh, p)
@@ -739,15 +748,22 @@ def beyond_world_box(c: Any, world_bounds: wp.array3d(dtype=wp.vec3), e: int, m:
 @wp.func
 def cuboid_mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: Any):
     """:func:`mesh_distance` (same parameters, same result) for a closed-form slot: a mesh that is exactly the
-    surface of its box (``FLAG_BOX``) or an analytic primitive (``FLAG_SPHERE``, ...): its first two steps,
-    the only ones such a slot takes (any slot without a kind bit is read as its box). The kernels of a world
-    of closed forms only call this in its place (:func:`slot_distance`): they compile in a fraction of the
-    time, with no BVH query in them."""
-    lower = world.bounds[e, m, 0]
-    upper = world.bounds[e, m, 1]
-    if box_distance(p, lower, upper) > search:
+    surface of its box (``FLAG_BOX``) or an analytic primitive (``slot_kind``): its first two steps, the
+    only ones such a slot takes (any mesh slot is read as its box). The kernels of a world of closed forms
+    only call this in its place (:func:`slot_distance`): they compile in a fraction of the time, with no BVH
+    query in them."""
+    if box_distance(p, world.bounds[e, m, 0], world.bounds[e, m, 1]) > search:
         return False, type(surface_eps)(0.0), type(p)()
-    return primitive_distance(p, lower, upper, world.grid_flags[e, m], search, world.sign[e, m], surface_eps)
+    return closed_form_distance(world, e, m, p, search, surface_eps)
+
+
+@wp.func
+def slot_in_use(world: Any, e: int, m: int):
+    """Whether slot ``(e, m)`` is enabled and holds something: a mesh (a mesh id, not ``NO_MESH``: a padding
+    slot has none) or a primitive (a ``slot_kind`` other than ``KIND_MESH``; it has no mesh id)."""
+    if world.enabled[e, m] == 0:
+        return False
+    return world.mesh_ids[e, m] != NO_MESH or world.slot_kind[e, m] != KIND_MESH
 
 
 @wp.func
@@ -841,7 +857,7 @@ def sphere_cost(sphere: Any, e: int, world: Any, eta: Any, extra_search: float, 
         centre = wp.vector(sphere[0], sphere[1], sphere[2])
         search = r + eta + type(r)(extra_search)
         for m in range(world.mesh_ids.shape[1]):
-            if world.enabled[e, m] == 0 or world.mesh_ids[e, m] == NO_MESH:
+            if not slot_in_use(world, e, m):
                 continue
             if beyond_world_box(centre, world.world_bounds, e, m, search):
                 continue
@@ -995,7 +1011,7 @@ def signed_distance(
             # the grids bound every mesh's distance from above: the union's is below the smallest bound
             bound = far
             for m in range(world.mesh_ids.shape[1]):
-                if world.enabled[e, m] != 0 and world.mesh_ids[e, m] != NO_MESH:
+                if slot_in_use(world, e, m):
                     p = wp.transform_point(world.inv_poses[e, m], p_world)
                     s, r = cell_bounds(
                         wp.vec3(p),
@@ -1009,7 +1025,7 @@ def signed_distance(
                     if r < UNBOUNDED and wp.isfinite(upper) and upper < bound:
                         bound = upper
             for m in range(world.mesh_ids.shape[1]):
-                if world.enabled[e, m] == 0 or world.mesh_ids[e, m] == NO_MESH:
+                if not slot_in_use(world, e, m):
                     continue
                 # only a distance below the best so far matters: outside, within it; inside, at any depth
                 reach = wp.max(wp.min(best, bound), type(far)(0.0))
