@@ -1002,6 +1002,9 @@ def _pseudo_normal_tables(
 _PLANE_LEAF = 8
 #: From this many faces, a plane tree's two halves are built on two threads.
 _PARALLEL_TREE_FACES = 1 << 15
+#: Nodes of at most this many faces are sorted node by node (NumPy's sort of each row), larger ones by radix
+#: passes over all nodes of their size at once (each the faster there).
+_ROW_SORT_FACES = 256
 #: Relative tolerance of the convexity test (of the mesh's extent): coplanar neighbours pass.
 _CONVEX_TOL = 1.0e-6
 #: Radians added to each cone's half-angle in a plane tree (float32 rounds a cosine near 1 by ~3.5e-4 rad).
@@ -1147,10 +1150,21 @@ def _plane_trees(
             for n in np.unique(counts).tolist():
                 pick = counts == n
                 start, k = starts[pick], index[pick]
-                rows = start[:, None] + np.arange(n)  # (G, n)
-                grouped = np.take(normals, rows, axis=0)  # (G, n, 3), for the matrix-vector products
+                # the nodes' rows (G, n): where they are one run of rows (every node of the level of one size,
+                # in the order of their rows), views of it, else gathered
+                run = int(start[0]) if len(start) * n == len(normals) - int(start[0]) else -1
+                if run >= 0 and not (np.diff(start) == n).all():
+                    run = -1
+                if run >= 0:
+                    rows: Any = slice(run, None)
+                    grouped = normals[rows].reshape(len(start), n, 3)  # C-contiguous, as a gathered copy
+                    mine = carried[rows].reshape(len(start), n, carried.shape[1])
+                else:
+                    rows = start[:, None] + np.arange(n)
+                    grouped = _take_rows(normals, rows)  # (G, n, 3), for the matrix-vector products
+                    mine = _take_rows(carried, rows)
                 # a node's (n, 3) sum adds its rows one by one: so does this (n, G * 3) one, every node at once
-                across = np.take(normals, rows.T, axis=0)  # (n, G, 3)
+                across = np.ascontiguousarray(grouped.transpose(1, 0, 2))  # (n, G, 3)
                 axis = across.sum(axis=0)
                 # np.linalg.norm of a vector is sqrt(x . x): the same dot product, stacked
                 length = np.sqrt(np.matmul(axis[:, None, :], axis[:, :, None])[:, 0, 0])
@@ -1161,17 +1175,20 @@ def _plane_trees(
                 axes[k] = axis
                 # the same matrix-vector product per node (a stacked matmul calls it node by node)
                 widest[k] = _widest_angle(np.matmul(grouped, axis[:, :, None])[:, :, 0])
-                lowest[k] = np.take(carried[:, 0], rows).min(axis=1)
+                lowest[k] = mine[:, :, 0].min(axis=1)
                 if n <= _PLANE_LEAF:
                     links[k] = np.stack([k + 1, row0 + start, np.full_like(k, n)], axis=1)
                     continue
                 links[k, 0] = k + subtree(n)
                 split = np.argmax(across.max(axis=0) - across.min(axis=0), axis=1)
-                # a stable sort of each node by its split axis: by (node, rank), below G * F <= F**2
-                faces_now = np.take(carried[:, 1], rows).astype(np.int64)
-                key = np.arange(len(k))[:, None] * num_ranks + ranks[split[:, None], faces_now]
-                flat = rows.reshape(-1)
-                moves.append((flat, flat[_stable_argsort(key.reshape(-1))]))
+                # each node's faces' ranks along its split axis
+                rank = ranks[split[:, None], mine[:, :, 1].astype(np.int64)]
+                if n <= _ROW_SORT_FACES:  # a stable sort of each node by its ranks, node by node
+                    taken = np.argsort(rank, axis=1, kind="stable") + start[:, None]
+                else:  # by (node, rank), below G * F <= F**2: radix passes over every node at once
+                    key = np.arange(len(k))[:, None] * num_ranks + rank
+                    taken = (start[:, None] + np.arange(n)).reshape(-1)[_stable_argsort(key.reshape(-1))]
+                moves.append((rows, taken.reshape(rows.shape if run < 0 else -1)))
                 half = n // 2
                 next_levels.append((start, np.full_like(start, half), k + 1))
                 next_levels.append((start + half, np.full_like(start, n - half), k + 1 + subtree(half)))
@@ -1179,10 +1196,12 @@ def _plane_trees(
                 starts = starts[:0]
                 break
             source = np.arange(len(normals))
-            for flat, taken in moves:
-                source[flat] = taken
-            normals, carried = np.take(normals, source, axis=0), np.take(carried, source, axis=0)
+            for rows, taken in moves:
+                source[rows] = taken
+            normals, carried = _take_rows(normals, source), _take_rows(carried, source)
             starts, counts, index = (np.concatenate(parts) for parts in zip(*next_levels, strict=True))
+            order = np.argsort(starts)  # in the order of their rows: a level of one size is one run of rows
+            starts, counts, index = starts[order], counts[order], index[order]
         return normals, carried, starts, counts, index
 
     # in tree order (a node's rows contiguous in memory): the faces' normals, and their offsets and row numbers
@@ -1236,6 +1255,14 @@ def _plane_trees(
         faces = (carried[r0:r1, 1] - r0).astype(np.int32)
         out.append((table, mesh_links.astype(np.int32), planes, faces))
     return out
+
+
+def _take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``np.take(array, rows, axis=0)`` of a C-contiguous ``(N, C)`` array (``rows`` of any shape): each row
+    taken as one item of C * itemsize bytes (NumPy's take of rows of a few floats copies them float by float,
+    4x slower)."""
+    items = array.view(np.dtype((np.void, array.shape[1] * array.itemsize))).reshape(-1)
+    return np.take(items, rows).view(array.dtype).reshape(*rows.shape, array.shape[1])
 
 
 def _stable_argsort(keys: np.ndarray) -> np.ndarray:
