@@ -482,3 +482,49 @@ def test_arguments_are_normalised_and_frozen():
     assert warpgeo.Sphere is Sphere and "Cylinder" in warpgeo.__all__
     with pytest.raises(TypeError, match="meshes\\[1\\]"):
         MeshWorld([SPHERE, warpgeo.primitives.Primitive()])
+
+
+# ---- storage: fields of their own, no mesh -----------------------------------------------------------------
+
+
+def test_primitives_have_fields_of_their_own_and_no_mesh():
+    """A primitive's slot holds its kind and half-extents (float32) and no Warp mesh (NO_MESH); the kernels tell
+    it from an empty slot by its kind. Forged kinds or sizes never make a kernel read a mesh: a primitive slot
+    forged to KIND_MESH is empty (NO_MESH), an unknown kind is read as the box of its half-extents."""
+    from warpgeo import _constants
+    from warpgeo.world import WORLD_FIELDS
+
+    ball = trimesh.creation.icosphere(2, radius=0.5)
+    world = MeshWorld([ball, SPHERE, CAPSULE, CYLINDER, CUBOID], poses=_poses(5, seed=3))
+    t = world._tables
+    kinds = [_constants.KIND_MESH, _constants.KIND_SPHERE, _constants.KIND_CAPSULE]
+    assert t["slot_kind"].tolist() == [[*kinds, _constants.KIND_CYLINDER, _constants.KIND_CUBOID]]
+    expected = [[0, 0, 0], [0.375] * 3, [0.25, 0.25, 0.625], [0.3125, 0.3125, 0.4375], [0.25, 0.375, 0.1875]]
+    assert t["prim_size"].tolist() == [expected]
+    assert t["mesh_ids"][0, 0].item() != _constants.NO_MESH
+    assert (t["mesh_ids"][0, 1:] == _constants.NO_MESH).all() and world._wp_meshes[0][1:] == [None] * 4
+    assert (t["grid_flags"][0, 1:] == 0).all()
+
+    points = torch.rand(1, 300, 3, dtype=torch.float64) * 3 - 1.5
+    args = list(world.kernel_args(torch.float64).world)
+    kind = list(WORLD_FIELDS).index("slot_kind")
+
+    def forged(**fields):
+        out = list(args)
+        for name, value in fields.items():
+            out[list(WORLD_FIELDS).index(name)] = value
+        return torch.ops.warpgeo.signed_distance(points, None, out, False, True)[0]
+
+    # every primitive slot forged to a mesh: only the mesh is left
+    alone = MeshWorld([ball], poses=_poses(5, seed=3)[:1])
+    torch.testing.assert_close(forged(slot_kind=torch.zeros_like(args[kind])), signed_distance(points, alone))
+    # an unknown kind: the box of the slot's half-extents
+    sphere_as_box = MeshWorld([ball, Cuboid([0.75] * 3)], poses=_poses(5, seed=3)[:2])
+    got = forged(
+        slot_kind=torch.tensor([[0, 77, 0, 0, 0]], dtype=torch.int32),
+        enabled=torch.tensor([[1, 1, 0, 0, 0]], dtype=torch.int32),
+    )
+    torch.testing.assert_close(got, signed_distance(points, sphere_as_box))
+    # hostile sizes: answers, no crash
+    bad = torch.full_like(args[list(WORLD_FIELDS).index("prim_size")], float("nan"))
+    assert forged(prim_size=bad).shape == (1, 300)
