@@ -639,3 +639,33 @@ def test_batches_too_large_for_one_launch_go_in_parts(monkeypatch):
         assert mine.keys() == theirs.keys()
         for name in theirs:
             assert np.asarray(mine[name]).tobytes() == np.asarray(theirs[name]).tobytes(), (m, name)
+
+
+def _closed(vertices: np.ndarray, faces: np.ndarray) -> bool:
+    world = MeshWorld([(np.asarray(vertices, np.float32), np.asarray(faces, np.int32))])
+    assert world.wait_tables()
+    return bool(world._tables["grid_flags"][0, 0].item() & 1)
+
+
+@pytest.mark.parametrize("sections", [64, 2000])
+def test_closed_mesh_check_on_fans(sections):
+    """Cones and cylinders of many sections (fans: every face of a cap, and of a cone's side, shares one
+    vertex, and every box of a fan holds it) are closed: faces of a convex polyhedron meet only where they
+    share a vertex. Pushed through themselves (a cone's base centre out beside its side, a cylinder's cap
+    centre beyond the other cap) they are not: the pushed fan crosses faces it shares no vertex with."""
+    cone = trimesh.creation.cone(0.5, 1.0, sections=sections)
+    cylinder = trimesh.creation.cylinder(0.5, 1.0, sections=sections)
+    for mesh in (cone, cylinder):
+        assert _closed(mesh.vertices, mesh.faces)
+    vertices = np.asarray(cone.vertices).copy()
+    centre = np.flatnonzero((vertices == 0).all(axis=1))
+    assert len(centre) == 1
+    # the base's centre out beside the side (whose radius at z = 0.5 is 0.25): the base fan's far faces pass
+    # through the cone and out through the side faces of the near side
+    vertices[centre] = (0.6, 0.0, 0.5)
+    assert not _closed(vertices, cone.faces)
+    vertices = np.asarray(cylinder.vertices).copy()
+    centre = np.flatnonzero(np.isclose(vertices[:, :2], 0).all(axis=1) & (vertices[:, 2] > 0))
+    assert len(centre) == 1
+    vertices[centre, 2] = -1.0  # the top cap's centre beyond the bottom cap: its fan crosses the bottom one
+    assert not _closed(vertices, cylinder.faces)

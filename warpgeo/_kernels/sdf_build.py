@@ -215,11 +215,11 @@ def segment_meets_coplanar_triangle(p: wp.vec3d, q: wp.vec3d, a: wp.vec3d, b: wp
 
 
 @wp.func
-def segment_meets_triangle(p: wp.vec3d, q: wp.vec3d, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d):
-    """Whether segment ``pq`` may meet the closed triangle ``abc``: False only where float64 orientation signs
-    that rounding cannot flip separate them (so a touch, or a case too near to tell, counts as meeting)."""
-    sp = orient3d(a, b, c, p)
-    sq = orient3d(a, b, c, q)
+def segment_meets_triangle(p: wp.vec3d, q: wp.vec3d, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, sp: int, sq: int):
+    """Whether segment ``pq`` may meet the closed triangle ``abc``, given ``sp = orient3d(a, b, c, p)`` and
+    ``sq = orient3d(a, b, c, q)`` (the caller computes each corner's sign once): False only where float64
+    orientation signs that rounding cannot flip separate them (so a touch, or a case too near to tell, counts
+    as meeting)."""
     if sp * sq > 0:  # both ends strictly on one side of the plane
         return False
     if sp == 0 and sq == 0:
@@ -234,18 +234,26 @@ def triangles_meet(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, d: wp.vec3d, e: wp.vec
     meets the other (their intersection is a segment, or a polygon in a common plane, whose ends or corners
     lie on edges of one of them), and each edge test errs only towards "meet" (see
     ``segment_meets_triangle``): no false "disjoint", and "meet" only where they touch or rounding cannot
-    separate them (unlike a fixed epsilon, which takes nearly coplanar faces of a fine mesh for coplanar)."""
-    if segment_meets_triangle(a, b, d, e, f):
+    separate them (unlike a fixed epsilon, which takes nearly coplanar faces of a fine mesh for coplanar).
+    Each corner's sign against the other triangle's plane is computed once (6 orientations, not 12); where
+    one triangle lies strictly on one side of the other's plane, its three edge tests are false at once."""
+    sa = orient3d(d, e, f, a)
+    sb = orient3d(d, e, f, b)
+    sc = orient3d(d, e, f, c)
+    sd = orient3d(a, b, c, d)
+    se = orient3d(a, b, c, e)
+    sf = orient3d(a, b, c, f)
+    if segment_meets_triangle(a, b, d, e, f, sa, sb):
         return True
-    if segment_meets_triangle(b, c, d, e, f):
+    if segment_meets_triangle(b, c, d, e, f, sb, sc):
         return True
-    if segment_meets_triangle(c, a, d, e, f):
+    if segment_meets_triangle(c, a, d, e, f, sc, sa):
         return True
-    if segment_meets_triangle(d, e, a, b, c):
+    if segment_meets_triangle(d, e, a, b, c, sd, se):
         return True
-    if segment_meets_triangle(e, f, a, b, c):
+    if segment_meets_triangle(e, f, a, b, c, se, sf):
         return True
-    return segment_meets_triangle(f, d, a, b, c)
+    return segment_meets_triangle(f, d, a, b, c, sf, sd)
 
 
 @wp.func
