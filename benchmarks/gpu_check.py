@@ -37,11 +37,11 @@ an empty Warp cache; "est." = not yet measured on a GPU):
 =========================================================  ===========================================
 step                                                       time
 =========================================================  ===========================================
+bench_host (first, before the tests: issue 36's step 1)    est. 30 s (torch.profiler trace included)
 tests: graph-replay + sync checks                          51 s measured
 tests: the CUDA half (``-k cuda``, CUDA_ONLY files)        83 s measured (448 tests); est. 100-140 s now
                                                            (primitives, pending tables, test_cuda_only
                                                            and FPS's grid designs added since)
-bench_host (first: the host-cost diagnosis)                est. 30 s (torch.profiler trace included)
 bench_targets (1M cost, swept, signed distance, gather,    40 s measured; est. 45 s with the new
 replay)                                                    signed-distance row
 bench_fps ``--cases`` x3 ``--designs``                     est. 30-60 s (NVRTC builds of each design)
@@ -72,9 +72,10 @@ Steps, each a subprocess whose output is kept:
   ``tests/conftest.py`` lists in ``CUDA_ONLY``; the CPU halves are CI's). On the CPU, ``--quick`` runs the
   codegen test (CUDA code generation through NVRTC) in their place. ``-rs`` prints every skip with its
   reason: what did not run on CUDA.
-* bench: every ``benchmarks/bench_*.py`` (found by name) with ``--device`` (and ``--quick``); the figures of
-  those in ``JSON_FIGURES`` (``--json``) go into ``<results>.json`` beside the results file (FPS: each CUDA
-  design, torch-fps, issue 36's keys).
+* bench: ``bench_host`` first of all (before the tests, in a whole run), then every other
+  ``benchmarks/bench_*.py`` (found by name, in ``PRIORITY`` order) with ``--device`` (and ``--quick``; on
+  CUDA ``FULL_CUDA_ARGS``, ``QUICK_ON_CUDA``); the figures of those in ``JSON_FIGURES`` (``--json``) go into
+  ``<results>.json`` beside the results file.
 
 The results file (default ``benchmarks/results/<date>-<device slug>.md``) gets the device, versions, each
 pytest summary line, issue 36's figures (each key's value, or why it is absent) and every benchmark's
@@ -399,10 +400,18 @@ def tests_section(args: argparse.Namespace, device: torch.device, budget: Budget
     return "\n".join(lines) + "\n"
 
 
-def bench_section(args: argparse.Namespace, device: torch.device, budget: Budget, report) -> str:
-    lines = ["## Benchmarks", ""]
-    scripts = benchmarks()
-    args.bench_status = {}
+def bench_section(
+    args: argparse.Namespace,
+    device: torch.device,
+    budget: Budget,
+    report,
+    scripts: list[Path],
+    *,
+    title: str = "## Benchmarks",
+    after: int = 0,
+) -> str:
+    """Run ``scripts``; ``after``: the steps that follow this section (each keeps its last 20 s)."""
+    lines = [title, ""]
     for i, script in enumerate(scripts):
         cmd = [sys.executable, str(script.relative_to(ROOT)), "--device", str(device)]
         if args.quick or (device.type == "cuda" and script.stem in QUICK_ON_CUDA):
@@ -417,7 +426,7 @@ def bench_section(args: argparse.Namespace, device: torch.device, budget: Budget
             lines += [f"### `{shown}`", "", "not run (out of time: --budget)", ""]
             args.bench_status[script.stem] = "not run (out of time: --budget)"
             continue
-        later = len(scripts) - i - 1
+        later = len(scripts) - i - 1 + after
         rc, output, seconds = run_step(cmd, budget, timeout=bench_timeout(budget, script.stem, later))
         if figures.exists():
             args.figures.update(json.loads(figures.read_text()))
@@ -490,7 +499,10 @@ def read_sections(path: Path) -> dict[str, str]:
 
 def write_sections(path: Path, sections: dict[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    order = sorted(sections, key=lambda key: (key != "header", key.startswith("bench"), key))
+    order = sorted(
+        sections,
+        key=lambda key: (key != "header", key != "figures", key != "host", key.startswith("bench"), key),
+    )
     parts = [f"<!-- gpu_check:{key} -->\n{sections[key]}<!-- /gpu_check:{key} -->\n" for key in order]
     path.write_text("\n".join(parts))
 
@@ -595,6 +607,20 @@ def main(argv: list[str] | None = None) -> int:
     args.write_figures = write_figures
     write_figures()
     args.bench_status = {}
+    scripts = benchmarks()
+    if args.only is None:  # issue 36: bench_host first, the host-cost diagnosis, before the tests warm up
+        host = [p for p in scripts if p.stem == "bench_host"]
+        scripts = [p for p in scripts if p.stem != "bench_host"]
+        sections["host"] = bench_section(
+            args,
+            device,
+            budget,
+            lambda lines: report(lines, "host"),
+            host,
+            title="## Host cost (bench_host, first)",
+            after=len(scripts) + 2,
+        )
+        write_sections(out, sections)
     if args.only in (None, "tests"):
         key = "tests" if args.shard is None else f"tests{args.shard[0]}of{args.shard[1]}"
         sections[key] = tests_section(args, device, budget, lambda lines: report(lines, key))
@@ -602,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         write_figures()
         write_sections(out, sections)
     if args.only in (None, "bench"):
-        sections["bench"] = bench_section(args, device, budget, lambda lines: report(lines, "bench"))
+        sections["bench"] = bench_section(args, device, budget, lambda lines: report(lines, "bench"), scripts)
         write_figures()
         sections["figures"] = figures_section(args.figures, args.bench_status)
         write_sections(out, sections)
