@@ -116,13 +116,15 @@ class MeshWorld:
     world-from-scene, composed with each node's transform; afterwards (``world.poses``, :meth:`set_poses`,
     :meth:`set_enabled`, ``num_meshes``) there is one per slot.
 
-    Building: each mesh's BVH is built at once. On the CPU, a mesh of 16,384 faces or more gets the tables of
-    the queries' exact shortcuts (closed-mesh check and pseudo-normals, distance grid, a convex mesh's plane
-    tree: seconds at a million faces) on a background thread at the lowest priority, and the next op call
-    after they are done takes them in (:meth:`wait_tables` waits for them). Queries before give the same
-    distances (the same closest face up to float32 ties, the same side), only slower for points deep inside;
-    the build stops if the world is dropped first. Smaller meshes, and every mesh of a CUDA world, get their
-    tables at once.
+    Building: each mesh's BVH is built at once; the tables of every new mesh are built together, in batched
+    kernels (one launch over all meshes' faces or grid cells). On the CPU, a mesh of 16,384 faces or more,
+    or new meshes that add up to 65,536 faces (thousands of environments of small objects), get the tables
+    of the queries' exact shortcuts (closed-mesh check and pseudo-normals, distance grid sized to the mesh, a
+    convex mesh's plane tree: seconds at a million faces) on background threads at the lowest priority, and
+    the next op call after they are done takes them in (:meth:`wait_tables` waits for them). Queries before
+    give the same distances (the same closest face up to float32 ties, the same side), only slower for
+    points deep inside; the build stops if the world is dropped first. Smaller worlds, and every CUDA world,
+    get their tables at once.
 
     Args:
         meshes: the entries of a one-environment world, a list or a dict ``{name: entry}``; each a
@@ -515,7 +517,8 @@ class MeshWorld:
 
         Building a world on the CPU builds what a query needs (each mesh's BVH) and leaves the tables of its
         exact shortcuts (closed-mesh pseudo-normals, distance grid, a convex mesh's plane tree) for meshes of
-        16,384 faces or more to a background thread; each op call takes them in once they are done. Queries
+        16,384 faces or more, or new meshes of 65,536 faces in all, to background threads; each op call takes
+        them in once they are done. Queries
         give the same distances without them (only slower, for points deep inside a mesh). Call this for
         steady timings, or to have every query take the same path.
 
