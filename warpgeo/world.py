@@ -32,6 +32,7 @@ def _torch_layout(element: Any, dims: tuple) -> tuple[torch.dtype | None, tuple[
     ``warpgeo._kernels.sdf.WORLD_FIELDS``): a vector element adds its length as the last dimension; None (the
     query's transform) is the compute dtype's 7 numbers. Reads Warp's types only: initialises nothing."""
     import warp as wp
+
     if element is None:
         return None, (*dims, 7)
     if not wp.types.type_is_vector(element):
