@@ -173,7 +173,7 @@ def distance_and_grad(points, world, dtype):
     p = points.clone().to(dtype).requires_grad_(True)
     d = signed_distance(p, world)
     (g,) = torch.autograd.grad(d.sum(), p)
-    return d.detach().double().numpy(), g.double().numpy()
+    return d.detach().double().cpu().numpy(), g.double().cpu().numpy()
 
 
 TOL = {torch.float32: (3e-6, 1e-4), torch.float64: (1e-12, 1e-9)}
