@@ -147,8 +147,11 @@ def _fps_impl(
 # --------------------------------------------------------------------------------------------------------
 
 #: From this many points per cloud a cloud is sampled by a group of blocks (the grid designs), when the
-#: device has at least two SMs per cloud; smaller clouds take one block each (``fps_block``).
-_GRID_MIN_POINTS = 8192
+#: device has at least two SMs per cloud; smaller clouds take one block each (``fps_block``). A group's
+#: barrier costs ~5 us a step whatever N (H200, 2026-11-26: 5.3 us/step at B=1 N=100k, 6.3 at B=32 N=8192),
+#: one block ~0.65 us per 1,024 points a step; at B=32 N=8192 K=512 one block a cloud took 2.67 ms and a
+#: group of 4 3.20 ms, so the grid starts at twice that size (``benchmarks/results/2026-11-26-nvidia-h200-2.md``).
+_GRID_MIN_POINTS = 16384
 #: A group block owns at least this many points (four per lane: one round of the four-load scan per step);
 #: fewer blocks mean a cheaper barrier and reduction.
 _GRID_POINTS_PER_BLOCK = 4 * block_kernels.GRID_BLOCK_DIM
@@ -423,7 +426,7 @@ def farthest_point_sampling(
     On the CPU, large clouds (N * K >= 2**22) are sampled through a tree of boxes over small buckets of
     nearby points that skips whatever a new sample cannot change (the QuickFPS idea): the same order as
     the brute-force loop, at a fraction of its work. A batch is split among torch's CPU threads. On CUDA a
-    small cloud is sampled by one thread block; a large one (N >= 8192, with at least two SMs per cloud) by a
+    small cloud is sampled by one thread block; a large one (N >= 16384, with at least two SMs per cloud) by a
     group of blocks spread over the GPU, in one launch whose blocks meet at a barrier after each step (the
     same order again: ties to the lowest index, bit for bit the CPU's).
 
