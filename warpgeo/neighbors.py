@@ -34,9 +34,12 @@ _BALL_CELL = 0.5
 ROW_WORK = 256
 #: ``k`` is below this whatever M is (the output's int32 byte strides: 8-byte entries).
 _MAX_K = INT32_LIMIT // 8
-#: On CUDA's algorithms clouds of at most this many points are scanned (one launch: a GPU scans 4k points
-#: per query in less time than two more launches take).
-CUDA_BRUTE_MAX_POINTS = 4096
+#: On CUDA's algorithms clouds of at most this many points are scanned (one launch, a thread a query, its
+#: list in global memory). Measured on an H200 (2026-11-26, ``benchmarks/results/2026-11-26-nvidia-h200-2.md``):
+#: the scan took 1.84 ms for 8 x 512 queries of 2,048 points (k = 16) where the grid took 0.81 ms for
+#: 8 x 4,096 queries of 16,384; from 4,096 points down to the CPU's limit, as the grid's cost per query does
+#: not grow with N.
+CUDA_BRUTE_MAX_POINTS = 256
 #: Compute dtype -> the key of the neighbour kernel tables (``warpgeo._kernels.neighbors.TYPES``).
 _KEY = {torch.float32: "float32", torch.float64: "float64"}
 
