@@ -507,6 +507,38 @@ def test_a_batch_of_meshes_gets_the_tables_of_each_mesh_alone():
     } <= kinds
 
 
+def test_tables_built_in_chunks_on_threads_are_those_of_one_batch(monkeypatch):
+    """The NumPy steps (edge pairs, pseudo-normals, convexity, plane trees) split into runs of meshes on
+    threads: every slot's tables byte for byte those of one batch, the runs really run apart."""
+    entries = [
+        trimesh.creation.icosphere(2, radius=0.3),
+        trimesh.creation.torus(0.4, 0.1, major_sections=24, minor_sections=12),
+        trimesh.creation.cylinder(0.1, 0.3, sections=40),
+        trimesh.creation.box((0.3, 0.2, 0.4)),
+        trimesh.creation.capsule(0.2, 0.1),
+        trimesh.creation.icosphere(3, radius=0.2),
+        trimesh.creation.cone(0.2, 0.3, sections=64),
+    ]
+    one = MeshWorld(entries)
+    runs = []
+    closed_tables = _mesh_prep._closed_tables
+
+    def recorded(jobs, check, pool):
+        runs.append((len(jobs), threading.current_thread().name))
+        return closed_tables(jobs, check, pool)
+
+    monkeypatch.setattr(_mesh_prep, "_closed_tables", recorded)
+    monkeypatch.setattr(_mesh_prep, "_chunk_count", lambda weights: min(3, len(weights)))
+    chunked = MeshWorld(entries)
+    assert len(runs) >= 2 and all(name.startswith("warpgeo-tables-chunk") for _, name in runs), runs
+    assert sum(n for n, _ in runs) == 6  # every closed mesh but the cuboid
+    for m in range(len(entries)):
+        mine, whole = _slot_tables(chunked, 0, m), _slot_tables(one, 0, m)
+        assert mine.keys() == whole.keys(), m
+        for name in whole:
+            assert np.asarray(mine[name]).tobytes() == np.asarray(whole[name]).tobytes(), (m, name)
+
+
 def test_grids_are_sized_to_the_mesh():
     """About one cell a face, from 512 (a 500-face cylinder) to 8,192 cells."""
     cylinder = trimesh.creation.cylinder(0.2, 0.5, sections=125)  # 500 faces

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import itertools
 import math
 import os
 import sys
@@ -676,30 +677,29 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
     candidates = [k for k, spec in enumerate(specs) if spec.may_be_closed]
     if candidates:
         check()
-        pairs = edge_pairs([(specs[k].faces, len(specs[k].vertices)) for k in candidates])
+        pairs = _in_chunks(
+            edge_pairs,
+            [(specs[k].faces, len(specs[k].vertices)) for k in candidates],
+            [len(specs[k].faces) for k in candidates],
+            background=alive is not None,
+        )
         check()
         paired = [(k, p) for k, p in zip(candidates, pairs, strict=True) if p is not None]
         meet = faces_meet([specs[k] for k, _ in paired], device, launches)
         paired = [(k, p) for (k, p), m in zip(paired, meet, strict=True) if not m]
         if paired:
             check()
-            geometry = _Geometry([(specs[k].vertices, specs[k].faces) for k, _ in paired])
-            for (k, _), part in zip(
-                paired, _pseudo_normal_tables(geometry, [p for _, p in paired]), strict=True
-            ):
+            background = alive is not None
+            jobs = [(specs[k].vertices, specs[k].faces, specs[k].box, p) for k, p in paired]
+            weights = [len(specs[k].faces) for k, _ in paired]
+            pool = _helper_pool(background) if _chunk_count(weights) == 1 else None
+            built = _in_chunks(
+                lambda chunk: _closed_tables(chunk, check, pool), jobs, weights, background=background
+            )
+            for (k, _), (part, tree) in zip(paired, built, strict=True):
                 closed[k] = True
                 topology[k] = part
-            check()
-            convex = _is_convex(
-                geometry, [topology[k][0] for k, _ in paired], [specs[k].box for k, _ in paired]
-            )
-            chosen = [j for j in range(len(paired)) if convex[j]]
-            if chosen:
-                built = _plane_trees(
-                    [geometry.part(j) for j in chosen], check, _helper_pool(alive is not None)
-                )
-                for j, tree in zip(chosen, built, strict=True):
-                    trees[paired[j][0]] = tree
+                trees[k] = tree
     gridded = [
         k
         for k, spec in enumerate(specs)
@@ -721,6 +721,62 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
         flags = _constants.FLAG_CLOSED if closed[k] else 0
         out.append(_Built(spec.box, flags, dims, values, topology[k], trees[k]))
     return out
+
+
+def _closed_tables(jobs: list[tuple], check: Any, pool: ThreadPoolExecutor | None) -> list[tuple]:
+    """Per closed mesh ``(vertices, faces, box, edge pairs)``: ``(topology, plane tree or None)`` (see
+    :func:`build_tables`), all of ``jobs`` at once (NumPy over their concatenated faces)."""
+    geometry = _Geometry([(vertices, faces) for vertices, faces, _, _ in jobs])
+    topology = _pseudo_normal_tables(geometry, [pairs for _, _, _, pairs in jobs])
+    check()
+    convex = _is_convex(geometry, [part[0] for part in topology], [box for _, _, box, _ in jobs])
+    chosen = [j for j in range(len(jobs)) if convex[j]]
+    trees: list[tuple | None] = [None] * len(jobs)
+    if chosen:
+        for j, tree in zip(
+            chosen, _plane_trees([geometry.part(j) for j in chosen], check, pool), strict=True
+        ):
+            trees[j] = tree
+    return list(zip(topology, trees, strict=True))
+
+
+#: The NumPy steps of a table build run in chunks of at least this many faces, one a thread (below it the
+#: per-call overheads of the vectorised passes outweigh a second thread).
+_CHUNK_FACES = 1 << 15
+
+
+def _chunk_count(weights: list[int]) -> int:
+    """How many chunks :func:`_in_chunks` makes of items weighing ``weights`` (faces)."""
+    threads = max(1, min(os.cpu_count() or 1, torch.get_num_threads()))
+    return max(1, min(threads, len(weights), sum(weights) // _CHUNK_FACES))
+
+
+def _in_chunks(fn: Any, items: list, weights: list[int], *, background: bool) -> list:
+    """``fn(items)`` (a list with one result per item, each item's result independent of the others in the
+    list) computed in up to :func:`_chunk_count` runs of consecutive items of about equal weight, side by side
+    on threads (NumPy releases the GIL in its passes): the same results as one call. ``background``: the
+    threads run at the lowest priority (a :class:`Later` build)."""
+    chunks = _chunk_count(weights)
+    if chunks == 1:
+        return fn(items)
+    ends = np.searchsorted(np.cumsum(weights), np.arange(1, chunks) * (sum(weights) / chunks), side="left")
+    bounds = [0, *sorted({int(e) + 1 for e in ends} - {0, len(items)}), len(items)]
+    pool = _chunk_pool(os.getpid(), chunks, background)
+    futures = [pool.submit(fn, items[a:b]) for a, b in itertools.pairwise(bounds)]
+    out = []
+    for future in futures:
+        out.extend(future.result())
+    return out
+
+
+@functools.cache
+def _chunk_pool(pid: int, workers: int, background: bool) -> ThreadPoolExecutor:
+    # by process id: a forked child inherits the pool object but not its threads
+    return ThreadPoolExecutor(
+        max_workers=workers,
+        thread_name_prefix="warpgeo-tables-chunk",
+        initializer=_yield_cores if background else None,
+    )
 
 
 def _grids(specs: list[_MeshSpec], signed: np.ndarray, device: torch.device, check: Any) -> list[tuple]:
