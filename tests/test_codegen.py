@@ -313,3 +313,19 @@ def test_register_cap_reaches_the_ptx(tmp_path):
     _, name = next(iter(fps.FPS_SERIAL.modules()))
     ptx = compile_for_cuda(name, 90, _WARP_DEFAULT_BLOCK_DIM, tmp_path / name).read_text()
     assert not re.findall(r"\.maxnreg\s+\d+", ptx)
+
+
+def test_cuda_modules_are_cached_as_cubins(tmp_path):
+    """Every warpgeo module asks Warp for a cubin (machine code for the device, loaded as it is by a new
+    process) rather than PTX (compiled again by the driver wherever its own cache misses), and a module so
+    configured builds to an sm_90 ELF image through NVRTC, as Warp's first launch on an H100/H200 does."""
+    wp = _wp()
+    tables = {table.module_name(key): table for table, key, _ in _table_modules()}
+    for name in tables:
+        assert wp.get_module(name).options.get("cuda_output") == "cubin", name
+    from warpgeo._kernels import sdf
+
+    _, name = next(iter(sdf.SPHERE_MESH_COST.modules()))
+    (path,) = wp.compile_aot_module(wp.get_module(name), arch=90, module_dir=tmp_path)
+    assert str(path).endswith(".sm90.cubin"), path
+    assert Path(path).read_bytes()[:4] == b"\x7fELF", path
