@@ -347,6 +347,58 @@ def bench_rl(args, o3d, device) -> None:
             full = warpgeo_rl(meshes, poses, spheres_t, env_index, device, tables=True)[1]
             line += f"  (tables in: {full:.3f} s, one run)"
         print(line, flush=True)
+        if args.rl_phases:
+            print("    " + rl_phases(meshes, poses, device), flush=True)
+
+
+#: ``_mesh_prep``'s steps of a world build that :func:`rl_phases` times (module attributes, looked up by
+#: name at each call: wrapping them times every call)
+_PHASES = {
+    "_build_meshes": "BVHs + face checks",
+    "faces_meet": "closed-mesh check",
+    "_in_chunks": "NumPy steps (edge pairs; pseudo-normals, convexity, plane trees)",
+    "_grids": "grids",
+    "build_tables": "tables, all",
+    "prepare": "prepare, all",
+}
+
+
+def rl_phases(meshes, poses, device) -> str:
+    """One more ``from_envs`` of ``meshes`` with every table built at once (no background build), each step
+    of :data:`_PHASES` timed (wall seconds, the device synchronised around each): where a world's build goes,
+    on CUDA (whose tables are always built at once) and on the CPU."""
+    from warpgeo import _mesh_prep
+
+    spent = dict.fromkeys(_PHASES, 0.0)
+    saved = {name: getattr(_mesh_prep, name) for name in _PHASES}
+    limits = (_mesh_prep.BACKGROUND_FACES, _mesh_prep.BACKGROUND_WORLD_FACES)
+
+    def timed(name, fn):
+        def run(*args, **kwargs):
+            sync(device)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sync(device)
+                spent[name] += time.perf_counter() - start
+
+        return run
+
+    try:
+        for name, fn in saved.items():
+            setattr(_mesh_prep, name, timed(name, fn))
+        _mesh_prep.BACKGROUND_FACES = _mesh_prep.BACKGROUND_WORLD_FACES = 1 << 62
+        start = time.perf_counter()
+        warpgeo.MeshWorld.from_envs(meshes, poses=poses, device=device)
+        sync(device)
+        total = time.perf_counter() - start
+    finally:
+        for name, fn in saved.items():
+            setattr(_mesh_prep, name, fn)
+        _mesh_prep.BACKGROUND_FACES, _mesh_prep.BACKGROUND_WORLD_FACES = limits
+    parts = ", ".join(f"{label} {spent[name]:.2f} s" for name, label in _PHASES.items())
+    return f"every table at once: from_envs {total:.2f} s; {parts}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -376,6 +428,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rl-points", type=int, default=_QUERY_POINTS, help="spheres per environment (1000)")
     parser.add_argument(
         "--rl-tables", action="store_true", help="one more run of each, until every table is in (minutes)"
+    )
+    parser.add_argument(
+        "--rl-phases",
+        action="store_true",
+        help="one more build of each, every table at once, its steps timed (where a CUDA world's build goes)",
     )
     parser.add_argument(
         "--only", choices=("meshes", "envs", "rl"), nargs="*", default=None, help="cases to run (all)"
