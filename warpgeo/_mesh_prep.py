@@ -974,16 +974,42 @@ def edge_pairs(meshes: list[tuple[np.ndarray, int]]) -> list[np.ndarray | None]:
     return out
 
 
-def faces_meet(specs: list[_MeshSpec], device: torch.device, check: Any = None) -> list[bool]:
+def faces_meet(
+    specs: list[_MeshSpec], device: torch.device, check: Any = None, *, split_fans: bool = True
+) -> list[bool]:
     """Whether, in each mesh, two faces that share no vertex intersect (or touch, or come too near to tell):
     one launch of ``sdf_build.mesh_intersections_rows`` over every face of every mesh; ``check``: see
-    :func:`_launch_rows`."""
+    :func:`_launch_rows`.
+
+    A mesh with a fan of :data:`_FAN_SPLIT_DEGREE` faces or more around one vertex (a cone's apex and base
+    centre, a cylinder's cap centres: every box of a fan holds its hub, so the box query of each face returns
+    every other face of the fan, and a cone's side and base fans every pair of each other's) is checked by
+    ``sdf_build.fan_intersections_rows`` instead (``split_fans``; False: every mesh the old way, for the
+    benchmark): the faces of a fan share its hub, so no pair of them is even looked at, and the pairs of two
+    fans are found through the boxes of the faces' pieces, which shrink towards the rims (see
+    :func:`_fan_plan`). Both test every pair they find with the same ``triangles_meet``."""
     if not specs:
         return []
     first = np.concatenate([[0], np.cumsum([len(spec.faces) for spec in specs])]).astype(np.int64)
     if first[-1] > _MAX_BATCH_ROWS and len(specs) > 1:  # one launch's rows are int32: in parts
         half = len(specs) // 2
-        return faces_meet(specs[:half], device, check) + faces_meet(specs[half:], device, check)
+        return faces_meet(specs[:half], device, check, split_fans=split_fans) + faces_meet(
+            specs[half:], device, check, split_fans=split_fans
+        )
+    fans = _fan_meshes(specs) if split_fans else np.zeros(len(specs), dtype=bool)
+    out = np.zeros(len(specs), dtype=bool)
+    plain = np.flatnonzero(~fans)
+    if len(plain):
+        out[plain] = _faces_meet_plain([specs[k] for k in plain], device, check)
+    if fans.any():
+        chosen = np.flatnonzero(fans)
+        out[chosen] = _faces_meet_fans([specs[k] for k in chosen], device, check)
+    return out.tolist()
+
+
+def _faces_meet_plain(specs: list[_MeshSpec], device: torch.device, check: Any) -> np.ndarray:
+    """:func:`faces_meet` by ``mesh_intersections_rows``: every face's box queries its mesh's BVH."""
+    first = np.concatenate([[0], np.cumsum([len(spec.faces) for spec in specs])]).astype(np.int64)
     found = torch.zeros(len(specs), dtype=torch.int32, device=device)
     ids = np.array([spec.mesh.id for spec in specs], dtype=np.uint64).view(np.int64)
     faces = max(len(spec.faces) for spec in specs)
@@ -998,7 +1024,117 @@ def faces_meet(specs: list[_MeshSpec], device: torch.device, check: Any = None) 
         first=torch.from_numpy(first).to(device),
         found=found,
     )
-    return (found.cpu().numpy() != 0).tolist()
+    return found.cpu().numpy() != 0
+
+
+#: A vertex of this many faces or more is a hub: its faces form a group of :func:`_fan_plan` (at most
+#: :data:`_MAX_HUBS` hubs a mesh, those of the most faces).
+_HUB_DEGREE = 64
+_MAX_HUBS = 8
+#: A mesh with a vertex of this many faces or more is checked by fans (:func:`faces_meet`). Below it, the
+#: shared-vertex pairs of a fan cost less than building the pieces' BVH (a cylinder of 128 sections: 0.3 ms).
+_FAN_SPLIT_DEGREE = 256
+
+
+def _degrees(specs: list[_MeshSpec]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(faces, vertex_first, degree)``: every mesh's faces (int64) with its vertices numbered after the
+    earlier meshes' (``vertex_first``: each mesh's first vertex, then the total), and each vertex's count of
+    face corners."""
+    vertex_first = np.concatenate([[0], np.cumsum([len(spec.vertices) for spec in specs])]).astype(np.int64)
+    faces = np.concatenate(
+        [spec.faces.astype(np.int64).reshape(-1, 3) + vertex_first[k] for k, spec in enumerate(specs)]
+    )
+    return faces, vertex_first, np.bincount(faces.reshape(-1), minlength=int(vertex_first[-1]))
+
+
+def _fan_meshes(specs: list[_MeshSpec]) -> np.ndarray:
+    """Which meshes have a vertex of :data:`_FAN_SPLIT_DEGREE` faces or more."""
+    _, vertex_first, degree = _degrees(specs)
+    hubs = np.flatnonzero(degree >= _FAN_SPLIT_DEGREE)
+    out = np.zeros(len(specs), dtype=bool)
+    out[np.searchsorted(vertex_first, hubs, side="right") - 1] = True
+    return out
+
+
+def _fan_plan(specs: list[_MeshSpec]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The groups of :func:`_faces_meet_fans`: ``(face_group (F,) int32, group_first (M + 1,) int64, stored
+    (S,) int64)``. Each mesh's hubs (vertices of :data:`_HUB_DEGREE` faces or more, at most :data:`_MAX_HUBS`
+    of them, by most faces) get global group ids in order, mesh by mesh (mesh ``k``'s are ``[group_first[k],
+    group_first[k + 1])``, by most faces first); a face belongs to the group of its corner that is the first
+    hub of its mesh (every face of a group holds its hub), -1 if none is. ``stored``: the face rows of every
+    group, whose pieces are the BVH's items."""
+    faces, vertex_first, degree = _degrees(specs)
+    hubs = np.flatnonzero(degree >= _HUB_DEGREE)
+    mesh = np.searchsorted(vertex_first, hubs, side="right") - 1
+    order = np.lexsort((hubs, -degree[hubs], mesh))  # by mesh, then most faces first
+    hubs, mesh = hubs[order], mesh[order]
+    run_start = np.searchsorted(mesh, mesh, side="left")
+    keep = np.arange(len(hubs)) - run_start < _MAX_HUBS
+    hubs, mesh = hubs[keep], mesh[keep]
+    group_of_vertex = np.full(int(vertex_first[-1]), np.iinfo(np.int32).max, dtype=np.int64)
+    group_of_vertex[hubs] = np.arange(len(hubs))
+    face_group = group_of_vertex[faces].min(axis=1)
+    face_group[face_group == np.iinfo(np.int32).max] = -1
+    group_first = np.searchsorted(mesh, np.arange(len(specs) + 1), side="left").astype(np.int64)
+    return face_group.astype(np.int32), group_first, np.flatnonzero(face_group >= 0).astype(np.int64)
+
+
+def _faces_meet_fans(specs: list[_MeshSpec], device: torch.device, check: Any) -> np.ndarray:
+    """:func:`faces_meet` by fans: the stored pieces of every group's faces (``fan_pieces_rows``), one grouped
+    BVH of them (a group a subtree), then ``fan_intersections_rows`` over every face."""
+    wp = _warp.warp()
+    kernels = build_kernels.BUILD["float32"]
+    first = np.concatenate([[0], np.cumsum([len(spec.faces) for spec in specs])]).astype(np.int64)
+    face_group, group_first, stored = _fan_plan(specs)
+    if not len(stored):  # no hub (cannot happen: each mesh has a vertex of _FAN_SPLIT_DEGREE faces)
+        return _faces_meet_plain(specs, device, check)
+    pieces = int(build_kernels.STORED_PIECES)
+    items = pieces * len(stored)
+    ids = np.array([spec.mesh.id for spec in specs], dtype=np.uint64).view(np.int64)
+    ids = torch.from_numpy(ids).to(device)
+    first_t = torch.from_numpy(first).to(device)
+    lowers = torch.zeros((items, 3), dtype=torch.float32, device=device)
+    uppers = torch.zeros((items, 3), dtype=torch.float32, device=device)
+    _launch_rows(
+        kernels.fan_pieces_rows,
+        len(stored),
+        device=device,
+        check=check,
+        work_per_row=_GRID_QUERY_WORK,
+        mesh_ids=ids,
+        first=first_t,
+        stored=torch.from_numpy(stored).to(device),
+        lowers=lowers,
+        uppers=uppers,
+    )
+    if check is not None:
+        check()
+    groups = torch.from_numpy(np.repeat(face_group[stored], pieces)).to(device)
+    # the tensors live until the launch below is done: the BVH and its arrays view them
+    bvh = wp.Bvh(
+        wp.from_torch(lowers, dtype=wp.vec3),
+        wp.from_torch(uppers, dtype=wp.vec3),
+        groups=wp.from_torch(groups, dtype=wp.int32),
+    )
+    local = stored - first[np.searchsorted(first, stored, side="right") - 1]  # each stored face in its mesh
+    item_face = np.repeat(local, pieces).astype(np.int32)
+    found = torch.zeros(len(specs), dtype=torch.int32, device=device)
+    faces = max(len(spec.faces) for spec in specs)
+    _launch_rows(
+        kernels.fan_intersections_rows,
+        int(first[-1]),
+        device=device,
+        check=check,
+        work_per_row=_GRID_QUERY_WORK * max(1, faces.bit_length()) * 4,
+        mesh_ids=ids,
+        first=first_t,
+        face_group=torch.from_numpy(face_group).to(device),
+        group_first=torch.from_numpy(group_first).to(device),
+        bvh=bvh.id,
+        item_face=torch.from_numpy(item_face).to(device),
+        found=found,
+    )
+    return found.cpu().numpy() != 0
 
 
 @functools.cache

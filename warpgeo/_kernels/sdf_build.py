@@ -333,6 +333,258 @@ def mesh_intersections_rows(
         wp.atomic_add(found, k, count)
 
 
+#: The pieces of a fan's face (``fan_pieces_rows``, ``fan_intersections_rows``): a face is cut by lines parallel
+#: to its shortest edge at ``t = 1/2, 3/4, 7/8, ...`` of the way from the opposite corner (a fan's hub) to that
+#: edge, so the pieces shrink towards the short edge (a fan's rim), where the faces of another fan come near.
+#: A face stored in the grouped BVH has ``STORED_PIECES`` pieces; a face that queries it has one more level
+#: for each doubling of its longest to shortest edge, at most ``MAX_QUERY_PIECES``.
+STORED_PIECES = wp.constant(4)
+MAX_QUERY_PIECES = wp.constant(16)
+#: A piece's box, computed in float64, is moved out by this much of each coordinate (and ``PIECE_TINY``) before
+#: it is rounded to float32: more than float32's half ulp (2**-24) and the float64 rounding of the corners,
+#: so the float32 box holds the exact piece. It is then clipped to the face's own float32 box.
+PIECE_PAD = wp.constant(wp.float64(2.0**-22))
+PIECE_TINY = wp.constant(wp.float64(1.0e-37))
+
+
+@wp.func
+def outward_lower(x: wp.float64):
+    return wp.float32(x - (wp.abs(x) * PIECE_PAD + PIECE_TINY))
+
+
+@wp.func
+def outward_upper(x: wp.float64):
+    return wp.float32(x + (wp.abs(x) * PIECE_PAD + PIECE_TINY))
+
+
+@wp.func
+def piece_t(level: int, count: int):
+    """Where piece ``level`` of ``count`` starts: 0, 1/2, 3/4, ... (exact dyadic fractions); 1 for ``level >=
+    count`` (the short edge)."""
+    if level <= 0:
+        return wp.float64(0.0)
+    if level >= count:
+        return wp.float64(1.0)
+    rest = wp.float64(1.0)
+    for _ in range(level):
+        rest = rest * wp.float64(0.5)
+    return wp.float64(1.0) - rest
+
+
+@wp.func
+def piece_lower(o: wp.vec3d, a: wp.vec3d, b: wp.vec3d, t0: wp.float64, t1: wp.float64, face_lower: wp.vec3):
+    """The lower corner of a float32 box that holds the exact piece ``t0 <= t <= t1`` of triangle ``oab`` (``t``
+    from ``o``, 0, to edge ``ab``, 1; the piece is the hull of its four corners ``o + t (a - o)``, ``o + t (b -
+    o)``), clipped to the face's box."""
+    p = wp.min(wp.min(o + t0 * (a - o), o + t0 * (b - o)), wp.min(o + t1 * (a - o), o + t1 * (b - o)))
+    return wp.max(wp.vec3(outward_lower(p[0]), outward_lower(p[1]), outward_lower(p[2])), face_lower)
+
+
+@wp.func
+def piece_upper(o: wp.vec3d, a: wp.vec3d, b: wp.vec3d, t0: wp.float64, t1: wp.float64, face_upper: wp.vec3):
+    """The upper corner (see ``piece_lower``)."""
+    p = wp.max(wp.max(o + t0 * (a - o), o + t0 * (b - o)), wp.max(o + t1 * (a - o), o + t1 * (b - o)))
+    return wp.min(wp.vec3(outward_upper(p[0]), outward_upper(p[1]), outward_upper(p[2])), face_upper)
+
+
+@wp.func
+def short_edge_corner(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d):
+    """0, 1 or 2: the corner opposite the shortest edge of triangle ``abc``."""
+    la = wp.length_sq(b - c)
+    lb = wp.length_sq(c - a)
+    lc = wp.length_sq(a - b)
+    if la <= lb and la <= lc:
+        return 0
+    if lb <= lc:
+        return 1
+    return 2
+
+
+@wp.func
+def query_piece_count(a: wp.vec3d, b: wp.vec3d, c: wp.vec3d):
+    """How many pieces a querying face is cut into: 1 + ceil(log2(longest / shortest edge)), at most
+    ``MAX_QUERY_PIECES`` (also for a degenerate face)."""
+    la = wp.length(b - c)
+    lb = wp.length(c - a)
+    lc = wp.length(a - b)
+    shortest = wp.min(wp.min(la, lb), lc)
+    longest = wp.max(wp.max(la, lb), lc)
+    count = int(1)
+    reach = shortest
+    while count < MAX_QUERY_PIECES and not (reach >= longest):
+        reach = reach * wp.float64(2.0)
+        count += 1
+    return count
+
+
+def fan_pieces_rows(
+    mesh_ids: wp.array(dtype=wp.int64),
+    first: wp.array(dtype=wp.int64),
+    stored: wp.array(dtype=wp.int64),
+    lowers: wp.array(dtype=wp.vec3),
+    uppers: wp.array(dtype=wp.vec3),
+    row_start: int,
+):
+    """The boxes of the stored pieces: row ``i = row_start + tid`` is face row ``stored[i]`` (of mesh ``k``:
+    rows ``[first[k], first[k + 1])``), whose ``STORED_PIECES`` pieces are items ``STORED_PIECES * i + j``.
+    A face that cannot be read keeps the boxes it was given (never happens: the host checked the faces).
+    Launched by rows."""
+    i = wp.tid() + row_start
+    if (
+        i >= stored.shape[0]
+        or (i + 1) * STORED_PIECES > lowers.shape[0]
+        or (i + 1) * STORED_PIECES > uppers.shape[0]
+    ):
+        return
+    r = stored[i]
+    k = segment_of(first, r)
+    if k < 0 or k >= mesh_ids.shape[0]:
+        return
+    m = wp.mesh_get(wp.uint64(mesh_ids[k]))
+    f = int(r - first[k])
+    if (f + 1) * 3 > m.indices.shape[0]:
+        return
+    corner = wp.vec3i(m.indices[f * 3 + 0], m.indices[f * 3 + 1], m.indices[f * 3 + 2])
+    for q in range(3):
+        if corner[q] < 0 or corner[q] >= m.points.shape[0]:
+            return
+    p0 = m.points[corner[0]]
+    p1 = m.points[corner[1]]
+    p2 = m.points[corner[2]]
+    face_lower = wp.min(wp.min(p0, p1), p2)
+    face_upper = wp.max(wp.max(p0, p1), p2)
+    s = short_edge_corner(wp.vec3d(p0), wp.vec3d(p1), wp.vec3d(p2))
+    o = wp.vec3d(m.points[corner[s]])
+    a = wp.vec3d(m.points[corner[(s + 1) % 3]])
+    b = wp.vec3d(m.points[corner[(s + 2) % 3]])
+    for j in range(STORED_PIECES):
+        t0 = piece_t(j, STORED_PIECES)
+        t1 = piece_t(j + 1, STORED_PIECES)
+        lowers[i * STORED_PIECES + j] = piece_lower(o, a, b, t0, t1, face_lower)
+        uppers[i * STORED_PIECES + j] = piece_upper(o, a, b, t0, t1, face_upper)
+
+
+@wp.func
+def shares_corner(mesh: wp.uint64, g: int, i0: wp.int32, i1: wp.int32, i2: wp.int32):
+    m = wp.mesh_get(mesh)
+    return (
+        is_corner(m.indices[g * 3 + 0], i0, i1, i2)
+        or is_corner(m.indices[g * 3 + 1], i0, i1, i2)
+        or is_corner(m.indices[g * 3 + 2], i0, i1, i2)
+    )
+
+
+@wp.func
+def pair_meets(mesh: wp.uint64, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d, g: int):
+    """``triangles_meet`` of ``abc`` and face ``g`` (whose corners the caller checked)."""
+    m = wp.mesh_get(mesh)
+    return triangles_meet(
+        a,
+        b,
+        c,
+        wp.vec3d(m.points[m.indices[g * 3 + 0]]),
+        wp.vec3d(m.points[m.indices[g * 3 + 1]]),
+        wp.vec3d(m.points[m.indices[g * 3 + 2]]),
+    )
+
+
+@wp.func
+def face_readable(mesh: wp.uint64, g: int, num_faces: int):
+    """Whether face ``g`` of a mesh of ``num_faces`` faces and its corners can be read."""
+    m = wp.mesh_get(mesh)
+    if g < 0 or g >= num_faces or (g + 1) * 3 > m.indices.shape[0]:
+        return False
+    for q in range(3):
+        j = m.indices[g * 3 + q]
+        if j < 0 or j >= m.points.shape[0]:
+            return False
+    return True
+
+
+def fan_intersections_rows(
+    mesh_ids: wp.array(dtype=wp.int64),
+    first: wp.array(dtype=wp.int64),
+    face_group: wp.array(dtype=wp.int32),
+    group_first: wp.array(dtype=wp.int64),
+    bvh: wp.uint64,
+    item_face: wp.array(dtype=wp.int32),
+    found: wp.array(dtype=wp.int32),
+    row_start: int,
+):
+    """The closed-mesh check of meshes with fans (see ``mesh_intersections_rows``, whose answer it gives): row
+    ``r = row_start + tid`` is face ``f = r - first[k]`` of mesh ``k``. The faces around a hub (a vertex of
+    many faces) form its group (``face_group[r]``: a global group id, -1 for a face of no group, the rest);
+    mesh ``k``'s groups are ``[group_first[k], group_first[k + 1])`` and their faces' pieces
+    (``fan_pieces_rows``) are the items of the grouped BVH ``bvh``, item ``i`` of face ``item_face[i]``.
+
+    Two faces of one group share its hub: never tested (nor were they before). A face of the rest tests the
+    later faces of the rest its box meets (as before), and the faces of every group whose pieces' boxes meet
+    its own pieces' boxes; a face of a group, those of the later groups. The pieces of a face cover it, so a
+    pair of faces that meet (or touch) has two pieces whose boxes meet; each such pair is tested by
+    ``triangles_meet``, as before. Launched by rows."""
+    r = wp.int64(wp.tid() + row_start)
+    k = segment_of(first, r)
+    if k < 0 or k >= mesh_ids.shape[0] or k >= found.shape[0] or k + 1 >= group_first.shape[0]:
+        return
+    if r >= wp.int64(face_group.shape[0]) or found[k] != 0:
+        return
+    mesh = wp.uint64(mesh_ids[k])
+    m = wp.mesh_get(mesh)
+    f = int(r - first[k])
+    num_faces = int(first[k + 1] - first[k])
+    if num_faces * 3 > m.indices.shape[0] or not face_readable(mesh, f, num_faces):
+        return
+    i0 = m.indices[f * 3 + 0]
+    i1 = m.indices[f * 3 + 1]
+    i2 = m.indices[f * 3 + 2]
+    p0 = m.points[i0]
+    p1 = m.points[i1]
+    p2 = m.points[i2]
+    a = wp.vec3d(p0)
+    b = wp.vec3d(p1)
+    c = wp.vec3d(p2)
+    face_lower = wp.min(wp.min(p0, p1), p2)
+    face_upper = wp.max(wp.max(p0, p1), p2)
+    own = face_group[int(r)]
+    if own < 0:  # the rest against the later faces of the rest: the mesh's own BVH, as before
+        faces = wp.mesh_query_aabb(mesh, face_lower, face_upper)
+        g = int(0)
+        while wp.mesh_query_aabb_next(faces, g):
+            if g > f and face_readable(mesh, g, num_faces):  # noqa: SIM102 (Warp does not short-circuit)
+                if face_group[int(first[k]) + g] < 0 and not shares_corner(mesh, g, i0, i1, i2):  # noqa: SIM102
+                    if pair_meets(mesh, a, b, c, g):
+                        wp.atomic_add(found, k, 1)
+                        return
+    s = short_edge_corner(a, b, c)
+    o = wp.vec3d(m.points[m.indices[f * 3 + s]])
+    u = wp.vec3d(m.points[m.indices[f * 3 + (s + 1) % 3]])
+    v = wp.vec3d(m.points[m.indices[f * 3 + (s + 2) % 3]])
+    count = query_piece_count(a, b, c)
+    for group in range(int(group_first[k]), int(group_first[k + 1])):
+        if own < 0 or group > own:
+            root = wp.bvh_get_group_root(bvh, group)
+            if root >= 0:  # -1 would be the whole BVH: every mesh's groups
+                for j in range(count):
+                    t0 = piece_t(j, count)
+                    t1 = piece_t(j + 1, count)
+                    pieces = wp.bvh_query_aabb(
+                        bvh,
+                        piece_lower(o, u, v, t0, t1, face_lower),
+                        piece_upper(o, u, v, t0, t1, face_upper),
+                        root,
+                    )
+                    item = int(0)
+                    while wp.bvh_query_next(pieces, item):
+                        if item >= 0 and item < item_face.shape[0]:
+                            g = int(item_face[item])
+                            if face_readable(mesh, g, num_faces):
+                                if shares_corner(mesh, g, i0, i1, i2):
+                                    continue
+                                if pair_meets(mesh, a, b, c, g):
+                                    wp.atomic_add(found, k, 1)
+                                    return
+
+
 #: Warp's mesh queries skip a face whose ``|e0 x e1| / (|e0|^2 + |e1|^2 + |e2|^2)`` is below this (a sliver).
 SLIVER_RATIO = wp.constant(1.0e-6)
 
@@ -423,6 +675,8 @@ BUILD = KernelTable(
         face_intersections,
         face_intersections_rows,
         mesh_intersections_rows,
+        fan_pieces_rows,
+        fan_intersections_rows,
         face_checks_rows,
     ),
     {"float32": {}},
