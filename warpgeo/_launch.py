@@ -142,7 +142,7 @@ class _Recorded:
         #: per parameter: {tensor signature: Warp element type}
         self.types: list[dict] = [{} for _ in self.names]
 
-    def run(self, dims: tuple[int, ...], args: dict[str, Any], device: torch.device) -> None:
+    def run(self, dims: tuple[int, ...], args: dict[str, Any], device: torch.device, stream: Any) -> None:
         names = self.names
         if len(args) != len(names):
             _check_names(self.kernel, names, args)
@@ -181,7 +181,10 @@ class _Recorded:
         if dims != self.dims:
             cmd.set_dim(dims)  # Warp validates the grid
             self.dims = dims
-        cmd.launch(warp_stream(device) if self.cuda else None)
+        if self.cuda:
+            cmd.launch(stream if stream is not None else warp_stream(device))
+        else:
+            cmd.launch(None)
         if not self.fast:
             for i in range(len(names)):  # the public path's descriptors hold their tensors: let them go
                 if keys[i] is not None:
@@ -225,6 +228,10 @@ def _check_names(kernel: Any, names: Sequence[str], args: dict[str, Any]) -> Non
 
 #: Per calling thread (``threading.local``): one :class:`_Recorded` per kernel, device and block size.
 _THREAD = threading.local()
+#: The argument of :func:`launch`, :func:`launch_rows` and :func:`launch_blocks` that is not the kernel's:
+#: Warp's handle to torch's current stream on the device (``_warp.warp_stream(device)``, ``None`` on the CPU),
+#: for an op that looks it up once per call and launches several kernels; left out, each launch looks it up.
+STREAM = "stream"
 #: Held over a kernel's first launch from each thread: recording it (Warp loads, and on first use compiles,
 #: its module on that path) and running it once. Without it a thread could enter a module that another
 #: thread was still loading: several threads' first calls at once crashed (SIGSEGV at the kernel's entry).
@@ -233,7 +240,9 @@ _FIRST_LAUNCH = threading.RLock()
 
 
 def run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args: dict) -> None:
-    """Every launch of :func:`launch` and :func:`launch_rows` ends here (one place for tests and benchmarks to watch)."""
+    """Every launch of :func:`launch` and :func:`launch_rows` ends here (one place for tests and benchmarks to
+    watch). ``args`` may hold :data:`STREAM` besides the kernel's arguments (taken out here)."""
+    stream = args.pop(STREAM, None)
     try:
         recorded = _THREAD.recorded
     except AttributeError:
@@ -241,11 +250,11 @@ def run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int
     key = (kernel, device, block_dim)
     slot = recorded.get(key)
     if slot is not None:
-        slot.run(dims, args, device)
+        slot.run(dims, args, device, stream)
         return
     with _FIRST_LAUNCH:
         slot = _Recorded(kernel, dims, device, block_dim, args)
-        slot.run(dims, args, device)
+        slot.run(dims, args, device, stream)
     recorded[key] = slot
 
 
@@ -265,7 +274,8 @@ def launch(
     tensor for ``wp.array2d(dtype=wp.vec3f)``), a Python number for a scalar one, a struct instance
     (:func:`struct`) for a struct. Tensors are passed zero-copy with their strides. A missing, unexpected or
     mistyped argument raises TypeError; a tensor whose dimension or byte stride reaches 2**31 raises
-    ValueError naming the argument. A launch with an empty grid is skipped.
+    ValueError naming the argument. A launch with an empty grid is skipped. ``stream`` (:data:`STREAM`, not a
+    kernel argument) may pass the device's current stream looked up by the caller (``_warp.warp_stream``).
 
     ``tiled=True`` appends a trailing block dimension of ``block_dim`` threads (as ``wp.launch_tiled``); on
     the CPU Warp runs such a block as one thread unless ``wp.config.enable_cpu_blocks`` is set, so tiled
@@ -365,6 +375,17 @@ def _load(kernel: Any, device: torch.device, block_dim: int | None = None) -> No
 _NO_TENSORS: dict[str, torch.Tensor] = {}
 
 
+def _within_limits(tensors: Iterable[torch.Tensor]) -> bool:
+    """True when no tensor has a dimension or a byte stride reaching ``INT32_LIMIT`` (counting size-1
+    dimensions too: stricter than the splitter's own test, and as cheap as :func:`dense_below`): one launch
+    takes them as they are. The usual call whose tensors are not dense (an index broadcast along C by
+    ``expand``) is decided by this, not by the splitter's analysis."""
+    for t in tensors:
+        if t.dim() and (max(t.shape) >= INT32_LIMIT or max(t.stride()) * t.element_size() >= INT32_LIMIT):
+            return False
+    return True
+
+
 def launch_blocks(
     kernel: Any,
     grid: Sequence[int],
@@ -396,7 +417,10 @@ def launch_blocks(
     rows = math.prod(grid)
     if rows == 0:
         return
-    if rows <= MAX_LAUNCH_ROWS and dense_below(sliced.values()) and dense_below(per_batch.values()):
+    if rows <= MAX_LAUNCH_ROWS and (
+        (dense_below(sliced.values()) and dense_below(per_batch.values()))
+        or (_within_limits(sliced.values()) and _within_limits(per_batch.values()))
+    ):
         # the usual case: one launch, nothing to analyse
         if grid_launch:
             launch(kernel, tuple(grid), device=device, **sliced, **per_batch, **whole)

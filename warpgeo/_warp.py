@@ -192,11 +192,17 @@ _WARP_STREAMS: dict[tuple[int, int], Any] = {}
 
 
 def warp_stream(device: torch.device | str) -> Any:
-    """Warp's handle to torch's current stream on ``device`` (``None`` on the CPU)."""
-    device = torch.device(device)
+    """Warp's handle to torch's current stream on ``device`` (``None`` on the CPU).
+
+    An op with several launches looks it up once per call and hands it to each (``stream=`` of
+    :func:`warpgeo._launch.launch`): on a slow host torch's lookup costs 10-20 µs."""
+    if type(device) is not torch.device:
+        device = torch.device(device)
     if device.type != "cuda":
         return None
-    stream = torch.cuda.current_stream(device)
+    index = device.index
+    # by index: torch resolves a torch.device argument to one first (half the lookup's cost)
+    stream = torch.cuda.current_stream(index if index is not None else torch.cuda.current_device())
     key = (stream.device_index, stream.cuda_stream)
     found = _WARP_STREAMS.get(key)
     if found is None:
@@ -270,11 +276,17 @@ def sum64(x: torch.Tensor) -> torch.Tensor:
     return x.sum(dtype=torch.float64)
 
 
+#: torch runs an elementwise op of fewer elements than this on the calling thread (ATen's ``GRAIN_SIZE``):
+#: no OpenMP workers left spinning, and no numpy detour needed.
+_TORCH_GRAIN = 32768
+
+
 def scale_rows(weights: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """``weights[..., None] * rows`` (a backward's ``grad_output`` times the gradient its kernel wrote).
 
-    On the CPU (:func:`_on_the_host`), where no graph of the backward is recorded (``create_graph``),
-    numpy multiplies on the calling thread, as :func:`sum64` sums."""
-    if not torch.is_grad_enabled() and _on_the_host(weights, rows):
+    On the CPU (:func:`_on_the_host`), where no graph of the backward is recorded (``create_graph``), numpy
+    multiplies a large ``rows`` on the calling thread, as :func:`sum64` sums; torch multiplies the rest (a
+    small product runs on the calling thread anyway, and torch's call costs less than numpy's detour)."""
+    if rows.numel() >= _TORCH_GRAIN and not torch.is_grad_enabled() and _on_the_host(weights, rows):
         return torch.from_numpy(np.multiply(weights.detach().numpy()[..., None], rows.detach().numpy()))
-    return weights[..., None] * rows
+    return weights.unsqueeze(-1) * rows

@@ -118,8 +118,10 @@ def _chamfer_impl(
     y_lengths = neighbors.lengths_arg(y_lengths, device)
     rows = batch * (n + m_out)
     scaled = compute == torch.float64
-    use_grid = norm == 2 and min(n, m) > 0 and max(n, m) > _brute_max_points(device)
-    ws = neighbors.Workspace(device)
+    cuda = _warp.cuda_algorithms(device)
+    use_grid = norm == 2 and min(n, m) > 0 and max(n, m) > _brute_max_points(cuda)
+    stream = _warp.warp_stream(device)  # once per call (None on the CPU)
+    ws = neighbors.Workspace(device, stream)
     work = {"work_idx": ws.take(torch.int64, rows, 1), "work_d2": ws.take(torch.float64, rows, 1)}
     grids = {
         name: _grid_arrays(ws, name, batch, cloud.shape[1], compute, use_grid)
@@ -130,7 +132,7 @@ def _chamfer_impl(
     if use_grid:
         build = {**clouds, **grids["x"], **grids["y"], "points_per_cell": neighbors.KNN_POINTS_PER_CELL}
         build["scaled"] = int(scaled)
-        if _warp.cuda_algorithms(device):
+        if cuda:
             _launch.launch(
                 table.chamfer_grid_block,
                 2 * batch,
@@ -139,11 +141,12 @@ def _chamfer_impl(
                 block_dim=kernels.BUILD_BLOCK_DIM,
                 rank_x=ws.take(torch.int32, batch, n),
                 rank_y=ws.take(torch.int32, batch, m),
+                stream=stream,
                 **build,
             )
         else:
             _launch.launch_rows(
-                table.chamfer_grid_rows, 2 * batch, device=device, work_per_row=n + m, **build
+                table.chamfer_grid_rows, 2 * batch, device=device, work_per_row=n + m, stream=stream, **build
             )
     elif scaled and rows > 0:
         scale = ws.take(torch.float64, batch, neighbors.kernels.PARAMS)
@@ -157,6 +160,7 @@ def _chamfer_impl(
             points=y,
             point_lengths=y_lengths,
             params=scale,
+            stream=stream,
         )
     _launch.launch_rows(
         table.chamfer_nearest,
@@ -175,6 +179,7 @@ def _chamfer_impl(
         **grids["x"],
         **grids["y"],
         **work,
+        stream=stream,
     )
     loss_args = {
         "dist_xy": dist_xy,
@@ -184,8 +189,9 @@ def _chamfer_impl(
         "reduction": _REDUCTION_CODES[reduction],
         "single": int(single_directional),
         "out_loss": loss.view(-1),
+        "stream": stream,
     }
-    if _warp.cuda_algorithms(device):
+    if cuda:
         _launch.launch(
             table.chamfer_loss_block,
             1,
@@ -233,9 +239,9 @@ _NO_GRID: dict = {}
 _REDUCTION_CODES = {"mean": 0, "sum": 1, None: 2}
 
 
-def _brute_max_points(device: torch.device) -> int:
-    """Clouds up to this size are scanned (as :func:`warpgeo.knn` chooses)."""
-    if _warp.cuda_algorithms(device):
+def _brute_max_points(cuda: bool) -> int:
+    """Clouds up to this size are scanned (as :func:`warpgeo.knn` chooses) on CUDA's algorithms or the CPU's."""
+    if cuda:
         return neighbors.CUDA_BRUTE_MAX_POINTS
     return neighbors.BRUTE_MAX_POINTS
 
@@ -358,7 +364,9 @@ def _chamfer_backward_impl(
         grad_x=grad_x if need_x else grad_x.view(0, 0, 3),
         grad_y=grad_y if need_y else grad_y.view(0, 0, 3),
     )
-    return grad_x.to(x.dtype), grad_y.to(y.dtype)
+    if compute != x.dtype:  # x and y share a dtype
+        return grad_x.to(x.dtype), grad_y.to(y.dtype)
+    return grad_x, grad_y
 
 
 def _chamfer_backward_fake(

@@ -139,7 +139,7 @@ def _fps_impl(
     if shift is not None:  # back to the caller's units: exact, a power of two
         half = shift // 2
         distances = distances * _power_of_two(-half)[:, None] * _power_of_two(half - shift)[:, None]
-    return indices, distances.to(points.dtype)
+    return indices, (distances if distances.dtype == points.dtype else distances.to(points.dtype))
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -77,7 +77,9 @@ def _gather_impl(features: torch.Tensor, idx: torch.Tensor, deterministic: bool)
         return out.zero_()
     method = "elements" if _warp.cuda_algorithms(features.device) else "rows"
     flat_idx = _flat_index(idx)
-    _gather(features, flat_idx, out.view(batch, channels, flat_idx.shape[1]), method)
+    _gather(
+        features, flat_idx, out if idx.dim() == 2 else out.view(batch, channels, flat_idx.shape[1]), method
+    )
     return out
 
 
@@ -180,10 +182,16 @@ def _scatter_impl(
     """
     batch, channels = grad_out.shape[0], grad_out.shape[1]
     flat_idx = _flat_index(idx)
-    grad = _warp.to_compute(grad_out).reshape(batch, channels, flat_idx.shape[1])
+    # in its compute precision, strides kept: the element kernels read any strides (autograd's gradient of a
+    # sum is broadcast, stride 0: no copy), the row kernel makes its rows dense itself
+    compute = _warp.compute_dtype(grad_out.dtype)
+    grad = grad_out if grad_out.dtype == compute else grad_out.to(compute)
+    if idx.dim() != 2:
+        grad = grad.reshape(batch, channels, flat_idx.shape[1])
     method = _scatter_method(grad_out.device, deterministic)
     precision = _PRECISION[grad_out.dtype]
-    return _scatter_add(grad, flat_idx, num_points, method, precision).to(grad_out.dtype)
+    out = _scatter_add(grad, flat_idx, num_points, method, precision)
+    return out if out.dtype == grad_out.dtype else out.to(grad_out.dtype)
 
 
 def _scatter_fake(grad_out, idx, num_points, deterministic):

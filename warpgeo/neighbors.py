@@ -199,17 +199,23 @@ class Workspace:
     once warm), or fresh ones while a CUDA graph is captured (a graph keeps its own). Calls on one thread and
     stream run in order (on CUDA, in stream order), so they never use a buffer at once; another thread or
     stream has its own. A buffer grown in the middle of a call leaves the arrays taken before it on the old
-    one (they keep it alive)."""
+    one (they keep it alive). ``stream``: the call's Warp stream (``_warp.warp_stream``) where the caller
+    has it; the stream and the capture state are looked up once per workspace, at its first array."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, stream: Any = None) -> None:
         self.device = device
+        self.stream = stream
         self.offsets: dict[torch.dtype, int] = {}
+        self._buffers: Any = _UNRESOLVED
 
     def take(self, dtype: torch.dtype, *shape: int) -> torch.Tensor:
         count = math.prod(shape)
         start = self.offsets.get(dtype, 0)
         self.offsets[dtype] = start + -(-count // _ALIGN) * _ALIGN
-        buffer = _scratch(self.device, dtype, start + count)
+        buffers = self._buffers
+        if buffers is _UNRESOLVED:
+            buffers = self._buffers = _buffers_of(self.device, self.stream)
+        buffer = _scratch(buffers, self.device, dtype, start + count)
         strides = [1] * len(shape)
         for i in range(len(shape) - 2, -1, -1):
             strides[i] = strides[i + 1] * shape[i + 1]
@@ -218,28 +224,44 @@ class Workspace:
 
 #: Each array of a workspace starts at a multiple of this many elements (16-byte vector loads).
 _ALIGN = 4
+#: A workspace whose buffers are not looked up yet.
+_UNRESOLVED = object()
 
 _SCRATCH = threading.local()
 
 
-def _scratch(device: torch.device, dtype: torch.dtype, count: int) -> torch.Tensor:
-    """At least ``count`` elements of this thread's scratch of ``dtype`` on ``device`` (its current stream
-    on CUDA)."""
-    count = max(count, 1)
+def _buffers_of(device: torch.device, stream: Any) -> dict | None:
+    """This thread's scratch buffers of ``device`` and its current stream (``stream``: Warp's handle to it,
+    or None to look it up): ``{dtype: tensor}``; None while the stream is capturing a CUDA graph (then
+    every array is fresh)."""
     if device.type == "cuda":
         if torch.cuda.is_current_stream_capturing():
-            return torch.empty(count, dtype=dtype, device=device)
-        key = (device, dtype, torch.cuda.current_stream(device).cuda_stream)
+            return None
+        if stream is None:
+            stream = _warp.warp_stream(device)
+        key = (device, stream.cuda_stream)
     else:
-        key = (device, dtype, 0)
+        key = (device, 0)
     try:
         held = _SCRATCH.buffers
     except AttributeError:
         held = _SCRATCH.buffers = {}
     found = held.get(key)
+    if found is None:
+        found = held[key] = {}
+    return found
+
+
+def _scratch(buffers: dict | None, device: torch.device, dtype: torch.dtype, count: int) -> torch.Tensor:
+    """At least ``count`` elements of scratch of ``dtype`` from ``buffers`` (:func:`_buffers_of`; None: a
+    fresh tensor)."""
+    count = max(count, 1)
+    if buffers is None:
+        return torch.empty(count, dtype=dtype, device=device)
+    found = buffers.get(dtype)
     if found is None or found.numel() < count:
         grown = count if found is None else max(count, 2 * found.numel())
-        found = held[key] = torch.empty(grown, dtype=dtype, device=device)
+        found = buffers[dtype] = torch.empty(grown, dtype=dtype, device=device)
     return found
 
 
@@ -272,7 +294,9 @@ def _grid(table, queries, query_lengths, points, point_lengths, mode, cell_size,
         **grid,
     }
     if method == "counting":
-        _launch.launch_rows(table.grid_build_rows, batch, device=device, work_per_row=n + cap, **args)
+        _launch.launch_rows(
+            table.grid_build_rows, batch, device=device, work_per_row=n + cap, stream=ws.stream, **args
+        )
     elif method == "sort":
         _launch.launch(
             table.grid_build_block,
@@ -281,6 +305,7 @@ def _grid(table, queries, query_lengths, points, point_lengths, mode, cell_size,
             tiled=True,
             block_dim=kernels.BUILD_BLOCK_DIM,
             rank=ws.take(torch.int32, batch, n),
+            stream=ws.stream,
             **args,
         )
     else:
@@ -362,6 +387,7 @@ def _ball_query(
     queries, points = _warp.to_compute(queries), _warp.to_compute(points)
     key = _KEY[points.dtype]
     scaled = points.dtype == torch.float64
+    stream = _warp.warp_stream(device)  # once per call (None on the CPU)
     query_lengths = lengths_arg(query_lengths, device)
     point_lengths = lengths_arg(point_lengths, device)
     common = {
@@ -370,11 +396,16 @@ def _ball_query(
         "radius": float(radius),
         "inclusive": int(inclusive),
         "out_idx": out.view(batch * m, k),
+        "stream": stream,
     }
     method = _method(points, method)
     if method == "brute":
         table = kernels.BALL_QUERY_BRUTE[key]
-        params = _scale(table, queries, query_lengths, points, point_lengths) if scaled else no_params(device)
+        params = (
+            _scale(table, queries, query_lengths, points, point_lengths, stream)
+            if scaled
+            else no_params(device)
+        )
         _launch.launch_rows(
             table.ball_query_brute,
             batch * m,
@@ -387,7 +418,7 @@ def _ball_query(
         )
         return out
     table = kernels.BALL_QUERY_GRID[key]
-    ws = Workspace(device)
+    ws = Workspace(device, stream)
     grid = _grid(
         table, queries, query_lengths, points, point_lengths, MODE_BALL, radius * _BALL_CELL, method, ws
     )
@@ -403,11 +434,11 @@ def _ball_query(
     return out
 
 
-def _scale(table, queries, query_lengths, points, point_lengths) -> torch.Tensor:
+def _scale(table, queries, query_lengths, points, point_lengths, stream=None) -> torch.Tensor:
     """float64 clouds' ``params`` (B, PARAMS) with each cloud's scale (one launch; only the scale columns
-    are set), in this thread's workspace."""
+    are set), in this thread's workspace (``stream``: the call's, as :class:`Workspace` takes it)."""
     batch = points.shape[0]
-    params = Workspace(points.device).take(torch.float64, batch, kernels.PARAMS)
+    params = Workspace(points.device, stream).take(torch.float64, batch, kernels.PARAMS)
     _launch.launch_rows(
         table.cloud_scale_rows,
         batch,
@@ -418,6 +449,7 @@ def _scale(table, queries, query_lengths, points, point_lengths) -> torch.Tensor
         points=points,
         point_lengths=point_lengths,
         params=params,
+        stream=stream,
     )
     return params
 
@@ -535,7 +567,8 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=N
     point_lengths = lengths_arg(point_lengths, device)
     method = _method(points, method)
     scratch = 0 if compute == torch.float64 else rows * k  # float64 clouds keep the list in their output
-    ws = Workspace(device)
+    stream = _warp.warp_stream(device)  # once per call (None on the CPU)
+    ws = Workspace(device, stream)
     out_dist = dists.view(rows, k)
     common = {
         "queries": queries,
@@ -543,11 +576,12 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None, bounds=N
         "work_d2": out_dist if scratch == 0 else ws.take(torch.float64, rows, k),
         "out_idx": idx.view(rows, k),
         "out_dist": out_dist,
+        "stream": stream,
     }
     if method == "brute":
         table = kernels.KNN_BRUTE[key]
         if compute == torch.float64:
-            params = _scale(table, queries, query_lengths, points, point_lengths)
+            params = _scale(table, queries, query_lengths, points, point_lengths, stream)
         else:
             params = no_params(device)
         _launch.launch_rows(

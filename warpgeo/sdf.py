@@ -132,7 +132,7 @@ def sphere_mesh_cost(
         max_distance=max_distance,
         compute_grad=compute_grad,
     )
-    return cost.view(spheres.shape[:-1])
+    return _shaped(cost, spheres.shape[:-1])
 
 
 def swept_sphere_mesh_cost(
@@ -233,7 +233,7 @@ def signed_distance(
         all_cuboids=args.all_cuboids,
         compute_grad=compute_grad,
     )
-    return dist.view(points.shape[:-1])
+    return _shaped(dist, points.shape[:-1])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -524,6 +524,16 @@ def _env(env_index: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     return env_index.to(torch.int64)
 
 
+def _shaped(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``t.view(shape)``, or ``t`` itself where it has that shape (no view, and no autograd node for it)."""
+    return t if t.shape == shape else t.view(shape)
+
+
+def _as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(dtype)`` without the call where ``t`` has it (``to`` returns ``t`` itself then)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 def _grad_buffer(work: torch.Tensor, compute_grad: bool, *shape: int) -> torch.Tensor:
     """A fresh gradient tensor per call (nothing a second forward could overwrite), or an empty one."""
     if compute_grad:
@@ -570,7 +580,7 @@ def _cost_impl(
         extra_search=0.0 if math.isinf(max_distance) else float(max_distance),
         compute_grad=int(compute_grad),
     )
-    return cost.to(spheres.dtype), grad
+    return _as_dtype(cost, spheres.dtype), grad
 
 
 def _cost_fake(spheres, env_index, world, all_cuboids, params, max_distance, compute_grad):
@@ -609,7 +619,7 @@ def _swept_impl(
         sweep_steps=sweep_steps,
         compute_grad=int(compute_grad),
     )
-    return cost.to(spheres.dtype), grad
+    return _as_dtype(cost, spheres.dtype), grad
 
 
 def _swept_fake(spheres, env_index, world, all_cuboids, params, sweep_steps, compute_grad):
@@ -644,7 +654,7 @@ def _distance_impl(
         far=_NO_MESH_DISTANCE,
         compute_grad=int(compute_grad),
     )
-    return dist.to(points.dtype), grad
+    return _as_dtype(dist, points.dtype), grad
 
 
 def _distance_fake(points, env_index, world, all_cuboids, compute_grad):
@@ -679,7 +689,7 @@ def _backward_cost(ctx, grad_cost, _grad_grad):
     if grad_cost is None or not ctx.needs_input_grad[0]:
         return _cost.grads(ctx)
     grad = _kernel_grad(ctx, "sphere_mesh_cost")
-    return _cost.grads(ctx, spheres=_warp.scale_rows(grad_cost, grad).to(ctx.dtype))
+    return _cost.grads(ctx, spheres=_as_dtype(_warp.scale_rows(grad_cost, grad), ctx.dtype))
 
 
 def _backward_swept(ctx, grad_cost, _grad_grad):
@@ -697,7 +707,7 @@ def _backward_distance(ctx, grad_dist, _grad_grad):
     if grad_dist is None or not ctx.needs_input_grad[0]:
         return _distance.grads(ctx)
     grad = _kernel_grad(ctx, "signed_distance")
-    return _distance.grads(ctx, points=_warp.scale_rows(grad_dist, grad).to(ctx.dtype))
+    return _distance.grads(ctx, points=_as_dtype(_warp.scale_rows(grad_dist, grad), ctx.dtype))
 
 
 _cost = Op(
