@@ -209,20 +209,22 @@ def _chamfer_impl(
 
 def _grid_arrays(ws, name: str, batch: int, size: int, compute: torch.dtype, use_grid: bool) -> dict:
     """The arrays of cloud ``name``'s grid, taken from the workspace; shared empty ones where no grid is
-    built (the scan: nothing allocated, nothing sliced)."""
+    built (the scan: nothing allocated, nothing sliced; launcher constants, the same dict every call: not to
+    be modified)."""
     if not use_grid:
-        key = (ws.device, compute)
+        key = (ws.device, compute, name)
         empty = _NO_GRID.get(key)
         if empty is None:
             device = ws.device
-            empty = _NO_GRID[key] = {
+            parts = {
                 "params": torch.empty(0, neighbors.kernels.PARAMS, dtype=torch.float64, device=device),
                 "dims": torch.empty(0, 3, dtype=torch.int32, device=device),
                 "start": torch.empty(0, 2, dtype=torch.int32, device=device),
                 "sorted": torch.empty(0, 0, 3, dtype=compute, device=device),
                 "index": torch.empty(0, 0, dtype=torch.int32, device=device),
             }
-        return {f"{part}_{name}": t for part, t in empty.items()}
+            empty = _NO_GRID[key] = {f"{part}_{name}": _launch.constant(t) for part, t in parts.items()}
+        return empty
     cap = neighbors.grid_cells(size)
     return {
         f"params_{name}": ws.take(torch.float64, batch, neighbors.kernels.PARAMS),
@@ -384,7 +386,7 @@ def _no_grad(device: torch.device, dtype: torch.dtype, dim: int) -> torch.Tensor
     key = (device, dtype, dim)
     found = _NO_GRADS.get(key)
     if found is None:
-        found = _NO_GRADS[key] = torch.empty((0,) * dim, dtype=dtype, device=device)
+        found = _NO_GRADS[key] = _launch.constant(torch.empty((0,) * dim, dtype=dtype, device=device))
     return found
 
 

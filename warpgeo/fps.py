@@ -274,7 +274,7 @@ _CUDA_DESIGNS = {"block": _launch_block, "steps": _launch_steps, "persistent": _
 @functools.cache
 def _no_tensor(device: torch.device) -> torch.Tensor:
     """An empty int64 tensor on ``device``: a per-cloud argument left at its default (never written)."""
-    return torch.empty(0, dtype=torch.int64, device=device)
+    return _launch.constant(torch.empty(0, dtype=torch.int64, device=device))
 
 
 def _fps_fake(points, lengths, num_samples, start, max_samples):

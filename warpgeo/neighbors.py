@@ -173,7 +173,7 @@ def lengths_arg(t: torch.Tensor | None, device: torch.device) -> torch.Tensor:
     if t is None:
         found = _NO_LENGTHS.get(device)
         if found is None:
-            found = _NO_LENGTHS[device] = torch.empty(0, dtype=torch.int64, device=device)
+            found = _NO_LENGTHS[device] = _launch.constant(torch.empty(0, dtype=torch.int64, device=device))
         return found
     return t if t.dtype == torch.int64 else t.to(torch.int64)
 
@@ -185,7 +185,9 @@ def no_params(device: torch.device) -> torch.Tensor:
     """An empty ``params`` (float32 clouds: not scaled), shared per device."""
     found = _NO_PARAMS.get(device)
     if found is None:
-        found = _NO_PARAMS[device] = torch.empty(0, kernels.PARAMS, dtype=torch.float64, device=device)
+        found = _NO_PARAMS[device] = _launch.constant(
+            torch.empty(0, kernels.PARAMS, dtype=torch.float64, device=device)
+        )
     return found
 
 

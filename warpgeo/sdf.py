@@ -519,7 +519,7 @@ def _env(env_index: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     if env_index is None:
         empty = _NO_ENV.get(like.device)
         if empty is None:
-            empty = _NO_ENV[like.device] = like.new_empty(0, dtype=torch.int64)
+            empty = _NO_ENV[like.device] = _launch.constant(like.new_empty(0, dtype=torch.int64))
         return empty
     return env_index.to(torch.int64)
 
