@@ -8,7 +8,8 @@ signed distance) this prints:
   outside the clock);
 * per call, the Warp launches (every launch ends in ``warpgeo._launch.run``) and the torch ops (a
   ``TorchDispatchMode`` counter; views, which allocate nothing and launch nothing, counted apart), checks
-  off; ``work`` = non-view torch ops + launches, the figure of issue 34's budgets;
+  off; ``work`` = non-view torch ops + launches, the figure of issue 34's budgets; and the lookups of torch's
+  current CUDA stream (``torch.cuda.current_stream``: 10-20 µs each on a slow host; one per call at most);
 * ``sys.gettrace()`` / ``sys.getprofile()`` (a debugger's or profiler's hook slows every Python line);
 * cProfile's top functions (by own time) over ``--calls`` calls of each op, checks off;
 * on CUDA, a ``torch.profiler`` trace of ``--trace-calls`` calls: the CUDA runtime / driver API calls per op
@@ -156,16 +157,28 @@ def host_us(fn: Callable[[], object], device: torch.device, calls: int) -> float
 
 
 def counts(fn: Callable[[], object]) -> dict:
-    """Launches and torch ops of one call (after a warm-up call), value checks off."""
+    """Launches, torch ops and current-stream lookups of one call (after a warm-up call), value checks off."""
     fn()
-    with LaunchCounter() as launches, OpCounter() as ops:
-        fn()
+    lookups = []
+    real_current_stream = torch.cuda.current_stream
+
+    def counted_current_stream(*args, **kwargs):
+        lookups.append(1)
+        return real_current_stream(*args, **kwargs)
+
+    torch.cuda.current_stream = counted_current_stream
+    try:
+        with LaunchCounter() as launches, OpCounter() as ops:
+            fn()
+    finally:
+        torch.cuda.current_stream = real_current_stream
     ops_n, views_n, launch_n = sum(ops.ops.values()), sum(ops.views.values()), sum(launches.kernels.values())
     return {
         "launches": launch_n,
         "torch_ops": ops_n,
         "views": views_n,
         "work": ops_n + launch_n,
+        "stream_lookups": len(lookups),
         "ops": dict(ops.ops),
         "view_ops": dict(ops.views),
         "kernels": dict(launches.kernels),
@@ -229,7 +242,7 @@ def flat_figures(results: dict) -> dict[str, float]:
         key = f"host_{figure_key(name)}"
         flat[f"{key}_us_checks_on"] = round(entry["host_us_checks_on"], 2)
         flat[f"{key}_us_checks_off"] = round(entry["host_us_checks_off"], 2)
-        for figure in ("launches", "torch_ops", "views", "work"):
+        for figure in ("launches", "torch_ops", "views", "work", "stream_lookups"):
             flat[f"{key}_{figure}"] = entry[figure]
         for api, per_call in entry.get("cuda_api_per_call", {}).items():
             flat[f"{key}_{api}_per_call"] = round(per_call, 3)
@@ -319,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         kernels = ", ".join(f"{k} x{v}" for k, v in sorted(entry["kernels"].items()))
         print(
             f"  {name}\n    ops: {ops_text or '-'}\n    views: {views or '-'}\n    kernels: {kernels or '-'}"
+            f"\n    current-stream lookups: {entry['stream_lookups']}"
         )
         if device.type == "cuda":
             others = {k: v for k, v in entry["cuda_api_per_call"].items() if k not in _API_COLUMNS}
