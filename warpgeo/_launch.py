@@ -152,7 +152,8 @@ class _Recorded:
         keys, ptrs, descs, last = self.keys, self.ptrs, self.descs, self.last
         for i, name in enumerate(names):
             value = args[name]  # KeyError: a missing argument (checked above)
-            if type(value) is torch.Tensor:
+            kind = type(value)
+            if kind is torch.Tensor:
                 if value is last[i]:  # the launcher constant this parameter holds: never changes
                     continue
                 ptr = value.data_ptr()
@@ -169,20 +170,21 @@ class _Recorded:
                     keys[i] = key
                     ptrs[i] = ptr
                 last[i] = value if _CONSTANTS.get(id(value)) is value else None
-            elif isinstance(value, torch.Tensor):  # a subclass (fake, functional): never launched
-                raise TypeError(f"internal error: {self.kernel.key}({name}=...) got a {type(value).__name__}")
-            elif type(value) in _SCALARS:
-                if type(value) is not type(self.last[i]) or value != self.last[i]:
+            elif kind in _SCALARS:
+                held = last[i]
+                if kind is not type(held) or value != held:
                     cmd.set_param_at_index(i, value)
-                    self.last[i] = value
+                    last[i] = value
+            elif isinstance(value, torch.Tensor):  # a subclass (fake, functional): never launched
+                raise TypeError(f"internal error: {self.kernel.key}({name}=...) got a {kind.__name__}")
             else:  # a struct (or a Warp vector): by weak reference where it can be
-                held = self.last[i]
+                held = last[i]
                 if not (isinstance(held, weakref.ref) and held() is value):
                     cmd.set_param_at_index(i, value)
                     try:
-                        self.last[i] = weakref.ref(value)
+                        last[i] = weakref.ref(value)
                     except TypeError:
-                        self.last[i] = None
+                        last[i] = None
         if dims != self.dims:
             cmd.set_dim(dims)  # Warp validates the grid
             self.dims = dims
