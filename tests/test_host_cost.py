@@ -70,7 +70,7 @@ def test_every_launch_takes_the_stream_its_call_looked_up(monkeypatch, case, cud
     assert seen and all(stream is stand_in for _, stream in seen), seen
 
 
-def test_chamfer_backward_and_the_others_look_nothing_up_on_the_cpu():
+def test_warp_stream_is_none_on_the_cpu():
     """On the CPU the stream is None: no torch CUDA call (this machine may have none)."""
     assert _warp.warp_stream(torch.device("cpu")) is None
     assert _warp.warp_stream("cpu") is None
