@@ -76,7 +76,6 @@ def test_warp_stream_is_none_on_the_cpu():
     assert _warp.warp_stream("cpu") is None
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("case", list(_CASES))
 def test_cuda_asks_torch_for_the_current_stream_once_per_call(monkeypatch, case):
     queries, points = _clouds(torch.device("cuda"))
@@ -95,7 +94,6 @@ def test_cuda_asks_torch_for_the_current_stream_once_per_call(monkeypatch, case)
     assert len(calls) == 1, calls
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_launches_go_to_a_side_stream_made_current():
     """The stream looked up once is the current one: work on a side stream lands there (and the default
     stream, busy with nothing, does not see it before a sync)."""
