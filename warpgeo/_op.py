@@ -26,6 +26,7 @@ From that one declaration:
 from __future__ import annotations
 
 import inspect
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,6 +70,12 @@ class Op:
         #: the op's inputs, in order (from ``impl``'s signature)
         self.inputs: tuple[str, ...] = tuple(inspect.signature(impl).parameters)
         self._positions = {n: i for i, n in enumerate(self.inputs)}
+        #: ``args`` -> the inputs' values in order (KeyError naming the first one missing)
+        self._ordered: Callable[[dict[str, Any]], tuple[Any, ...]] = (
+            operator.itemgetter(*self.inputs)
+            if len(self.inputs) > 1
+            else lambda args: (args[self.inputs[0]],)
+        )
 
         def checked(*args: Any) -> Any:
             check(*args)
@@ -138,17 +145,31 @@ class Op:
 
     def call(self, **args: Any) -> Any:
         """Run the op on its inputs (all of them, by name) the cheapest way that is still correct."""
-        ordered = tuple(args[name] for name in self.inputs)
+        if torch.compiler.is_compiling():  # dynamo cannot trace an itemgetter
+            ordered = tuple(args[name] for name in self.inputs)
+        else:
+            ordered = self._ordered(args)
         if len(args) != len(ordered):
             unexpected = sorted(set(args) - set(self.inputs))
             raise TypeError(f"internal error: {self.name} got unexpected inputs {unexpected}")
         return self.call_ordered(ordered)
 
     def call_ordered(self, ordered: tuple[Any, ...]) -> Any:
-        if not _plain_eager(ordered):
+        if torch.compiler.is_compiling():
             return self.custom(*ordered)
-        if self._function is not None and _needs_grad(ordered):
-            return self._function.apply(*ordered)
+        # One pass: is any value traced (a tensor subclass, also inside a list input; the registered op
+        # then), and does a plain tensor want a gradient (the Function then, if the op has one)?
+        grad = self._function is not None and torch.is_grad_enabled()
+        needs_grad = False
+        for v in ordered:
+            kind = type(v)
+            if kind is torch.Tensor:
+                if grad and v.requires_grad:
+                    needs_grad = True
+            elif kind not in _PLAIN and not _plain_value(v):
+                return self.custom(*ordered)
+        if needs_grad:
+            return self._function.apply(*ordered)  # type: ignore[union-attr]
         return self.run(*ordered)
 
     def in_backward(self, *tensors: Any) -> Callable[..., Any]:
@@ -161,14 +182,18 @@ class Op:
         return self.impl
 
 
-#: What a list input of a plain eager call holds: plain tensors (and None, ints, floats of list arguments).
-_PLAIN = frozenset({torch.Tensor, type(None), int, float, bool})
+#: The types of a plain eager call's values (and of what a list input holds) that nothing traces.
+_PLAIN = frozenset({torch.Tensor, type(None), int, float, bool, str})
 
 
-def _needs_grad(values: Sequence[Any]) -> bool:
-    if not torch.is_grad_enabled():
+def _plain_value(v: Any) -> bool:
+    """``v`` (of a type not in :data:`_PLAIN`) is no traced tensor: not a tensor subclass (fake or functional
+    tensors under AOT autograd, ...), nor a list or tuple holding one."""
+    if isinstance(v, torch.Tensor):
         return False
-    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+    if isinstance(v, (list, tuple)) and not _PLAIN.issuperset(map(type, v)):
+        return not any(isinstance(t, torch.Tensor) and type(t) is not torch.Tensor for t in v)
+    return True
 
 
 def _plain_eager(values: Sequence[Any]) -> bool:
@@ -176,14 +201,4 @@ def _plain_eager(values: Sequence[Any]) -> bool:
     functional tensors under AOT autograd, ...), which must see the registered custom op."""
     if torch.compiler.is_compiling():
         return False
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            if type(v) is not torch.Tensor:
-                return False
-        elif (
-            isinstance(v, (list, tuple))
-            and not set(map(type, v)) <= _PLAIN
-            and any(isinstance(t, torch.Tensor) and type(t) is not torch.Tensor for t in v)
-        ):
-            return False  # a tensor subclass in a list input
-    return True
+    return all(type(v) in _PLAIN or _plain_value(v) for v in values)
