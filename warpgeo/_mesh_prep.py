@@ -216,8 +216,8 @@ def _build_meshes(
 ) -> list[tuple]:
     """``(Warp mesh, may be closed, its edges may pair up)`` of each new mesh ``(vertices, faces, winding,
     where)`` (may be closed: its edges may pair up and it has no sliver; see :func:`_face_checks`): the per-face
-    checks of all of them in one launch (:func:`face_checks`), then their BVHs (on the CPU, many meshes on
-    two threads: Warp builds a host BVH with the GIL released). A cuboid's faces are halves of its box's
+    checks of all of them in one launch (:func:`face_checks`), then their BVHs (on the CPU in runs of
+    meshes on threads, :func:`_in_chunks`: Warp builds a host BVH with the GIL released). A cuboid's faces are halves of its box's
     sides: none is a sliver, and it launches nothing."""
     wp = _warp.warp()
     if not arrays:
@@ -258,20 +258,17 @@ def _build_meshes(
             raise RuntimeError(f"{where}: Warp did not build winding-number support for this mesh")
         return mesh
 
-    if device.type == "cpu" and len(arrays) >= _THREADED_MESHES and torch.get_num_threads() > 1:
-        # two runs of meshes of about equal faces, one on a pool thread, one here
-        half = int(np.searchsorted(face_rows, face_rows[-1] / 2))
-        half = min(max(half, 1), len(arrays) - 1)
-        second = _mesh_pool(os.getpid()).submit(lambda: [build(k) for k in range(half, len(arrays))])
-        built = [build(k) for k in range(half)]
-        built += second.result()
+    # on the CPU, runs of meshes of about equal faces on threads (Warp builds a host BVH with the GIL released)
+    if device.type == "cpu":
+        built = _in_chunks(
+            lambda run: [build(k) for k in run],
+            list(range(len(arrays))),
+            [len(a[1]) for a in arrays],
+            background=False,
+        )
     else:
         built = [build(k) for k in range(len(arrays))]
     return [(mesh, slivers[k] == 0 and pairs_up[k], bool(pairs_up[k])) for k, mesh in enumerate(built)]
-
-
-#: From this many new meshes, a CPU world builds their BVHs on two threads.
-_THREADED_MESHES = 8
 
 
 @functools.cache
