@@ -641,7 +641,7 @@ def test_mesh_ids_written_behind_torchs_back_are_refused(checks, how):
 
 
 # --------------------------------------------------------------------------------------------------------
-# the build's tables, bit for bit against a node-by-node reference (the build before it was vectorised)
+# the build's tables against a node-by-node reference: bit for bit, but for the plane trees' cones (float32 rounding)
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -704,7 +704,9 @@ def _reference_is_convex(vertices: np.ndarray, faces: np.ndarray, neighbors: np.
 def _reference_plane_tree(vertices: np.ndarray, faces: np.ndarray, neighbors: np.ndarray):
     """The plane tree, node by node in depth-first order (a stack of face lists): each node's cone axis (the
     normalised sum of its normals), least plane offset and half-angle (+1e-3 rad), split at the median along
-    the axis of widest normal spread (a stable sort), down to 8 faces a leaf."""
+    the axis of widest normal spread (sorted by that component, then by face index), down to 8 faces a leaf,
+    whose faces are in index order. Also the nodes whose normals (nearly) cancel, with their faces: their
+    axis is the direction of a sum of rounding errors, which any order of the sum may turn."""
     leaf, pad = 8, 1.0e-3
     if len(faces) < 2 * leaf or not _reference_is_convex(vertices, faces, neighbors):
         return None
@@ -714,23 +716,25 @@ def _reference_plane_tree(vertices: np.ndarray, faces: np.ndarray, neighbors: np
     normal /= np.linalg.norm(normal, axis=1, keepdims=True)
     origin = ((points.min(axis=0) + points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
     offset = (normal * (tri[:, 0] - origin)).sum(axis=1)
-    nodes, links, order, placed = [], [], [], 0
+    nodes, links, order, placed, cancelled = [], [], [], 0, {}
     pending = [np.arange(len(faces))]
     while pending:
         members = pending.pop()
         k = len(nodes)
         axis = normal[members].sum(axis=0)
         length = np.linalg.norm(axis)
+        if length < 1e-9 * len(members):
+            cancelled[k] = members
         axis = axis / length if length > 1e-12 else np.array([1.0, 0.0, 0.0])
         angle = min(math.pi, float(np.arccos(np.clip(normal[members] @ axis, -1.0, 1.0)).max()) + pad)
         nodes.append((*axis, offset[members].min(), math.cos(angle), math.sin(angle)))
         if len(members) <= leaf:
             links.append([k + 1, placed, len(members)])
-            order.append(members)
+            order.append(np.sort(members))
             placed += len(members)
         else:
             spread = normal[members].max(axis=0) - normal[members].min(axis=0)
-            ranked = members[np.argsort(normal[members, int(np.argmax(spread))], kind="stable")]
+            ranked = members[np.lexsort((members, normal[members, int(np.argmax(spread))]))]
             links.append([-1, 0, 0])
             pending.append(ranked[len(ranked) // 2 :])
             pending.append(ranked[: len(ranked) // 2])
@@ -746,7 +750,7 @@ def _reference_plane_tree(vertices: np.ndarray, faces: np.ndarray, neighbors: np
     table[1::2] = [n[:4] for n in nodes]
     table[2::2, :2] = [n[4:] for n in nodes]
     planes = np.concatenate([normal[ordered], offset[ordered, None]], axis=1).astype(np.float32)
-    return table, np.asarray(links, dtype=np.int32), planes, ordered.astype(np.int32)
+    return (table, np.asarray(links, dtype=np.int32), planes, ordered.astype(np.int32)), (normal, cancelled)
 
 
 def _same_bits(a, b) -> bool:
@@ -808,7 +812,8 @@ def test_build_tables_bit_for_bit_against_the_node_by_node_build():
                 topology = _reference_topology(vertices, faces)
                 tree = None if topology is None else _reference_plane_tree(vertices, faces, topology[0])
                 references[name] = (topology, tree)
-            expected, tree = references[name]
+            expected, built = references[name]
+            tree, (normal, cancelled) = built or (None, (None, {}))
             face_row, vertex_row = tables["topo_offsets"][e, m]
             closed = bool(tables["grid_flags"][e, m] & 1)
             assert closed == (expected is not None), name
@@ -851,8 +856,18 @@ def test_build_tables_bit_for_bit_against_the_node_by_node_build():
                 tables["cone_planes"][plane_row : plane_row + len(tree[2])],
                 tables["cone_faces"][plane_row : plane_row + len(tree[3])],
             )
-            for part, (mine, theirs) in enumerate(zip(got, tree, strict=True)):
+            # the links, planes and faces bit for bit, the least offsets too (a minimum); the cones' axes,
+            # cosines and sines to float32's rounding (the kernel sums a node's normals in its own order)
+            for part, (mine, theirs) in enumerate(zip(got[1:], tree[1:], strict=True)):
                 assert _same_bits(mine, theirs), (name, part)
+            assert _same_bits(got[0][0], tree[0][0]) and _same_bits(got[0][1::2, 3], tree[0][1::2, 3]), name
+            rows = np.ones(len(tree[0]), dtype=bool)
+            for k, members in cancelled.items():  # a cone of another axis, which must hold its normals
+                rows[[1 + 2 * k, 2 + 2 * k]] = False
+                axis, (cos, sin) = got[0][1 + 2 * k, :3].astype(np.float64), got[0][2 + 2 * k, :2]
+                widest = np.arccos(np.clip(normal[members] @ (axis / np.linalg.norm(axis)), -1, 1)).max()
+                assert math.atan2(sin, cos) >= widest, (name, k)
+            np.testing.assert_allclose(got[0][rows], tree[0][rows], rtol=0, atol=3e-7, err_msg=name)
     convex = {by_item[id(item)] for m, item in enumerate(envs[0]) if tables["cone_offsets"][0, m, 3] > 0}
     assert {
         "icosphere 5 r=40",

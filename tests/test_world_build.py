@@ -414,31 +414,28 @@ def test_writing_into_the_callers_arrays_after_the_build_changes_nothing(backgro
     torch.testing.assert_close(signed_distance(points, world), _sphere_distance(points), atol=1e-6, rtol=0)
 
 
-def test_a_large_plane_tree_built_in_two_halves_is_the_same(monkeypatch):
-    """A large convex mesh's plane tree: its root, then its two halves on two threads, gives the tables of the
-    one-loop build (every node built alike), whose nodes each bound their faces (checked against the faces)."""
+def test_plane_trees_built_together_or_by_heapsort_are_each_built_alone(monkeypatch):
+    """Several meshes' plane trees in one build (their nodes side by side in each launch) are each the tree of
+    its mesh alone, bit for bit, and so are trees whose splits heap-sort every node instead of selecting
+    (the split is defined by the order, not by the algorithm); each node's cone holds the normals of the
+    faces below it (checked against the faces)."""
     sphere = trimesh.creation.icosphere(subdivisions=4, radius=0.7)  # 5,120 faces
     vertices, faces = np.asarray(sphere.vertices, np.float32), np.asarray(sphere.faces, np.int32)
-    part = _mesh_prep._Geometry([(vertices, faces)]).part(0)
-    monkeypatch.setattr(_mesh_prep, "_PARALLEL_TREE_FACES", 1 << 40)
-    one_loop = _mesh_prep._plane_tree(part)
-    monkeypatch.setattr(_mesh_prep, "_PARALLEL_TREE_FACES", 64)
-    halves = _mesh_prep._plane_tree(part, None, _mesh_prep._helper_pool(False))
-    for mine, theirs in zip(halves, one_loop, strict=True):
-        assert mine.dtype == theirs.dtype and mine.tobytes() == theirs.tobytes()
-    # several meshes' trees in one build (their nodes side by side in each level, the rows cut in two runs):
-    # each the tree of its mesh alone
     others = [trimesh.creation.icosphere(2, radius=0.3), trimesh.creation.cylinder(0.2, 0.4, sections=48)]
-    parts = [part] + [
+    parts = [_mesh_prep._Geometry([(vertices, faces)]).part(0)] + [
         _mesh_prep._Geometry([(np.asarray(m.vertices, np.float32), np.asarray(m.faces, np.int32))]).part(0)
         for m in others
     ]
-    together = _mesh_prep._plane_trees(parts[::-1], None, _mesh_prep._helper_pool(False))[::-1]
-    monkeypatch.setattr(_mesh_prep, "_PARALLEL_TREE_FACES", 1 << 40)
-    for mesh_part, tree in zip(parts, together, strict=True):
-        for mine, theirs in zip(tree, _mesh_prep._plane_tree(mesh_part), strict=True):
-            assert mine.dtype == theirs.dtype and mine.tobytes() == theirs.tobytes()
-    nodes, links, _, order = halves
+    cpu = torch.device("cpu")
+    alone = [_mesh_prep._plane_tree(part) for part in parts]
+    together = _mesh_prep._plane_trees(parts[::-1], cpu)[::-1]
+    monkeypatch.setattr(_mesh_prep, "_SPLIT_ROUNDS", 0)
+    sorted_splits = _mesh_prep._plane_trees(parts, cpu)
+    for tree, *built in zip(alone, together, sorted_splits, strict=True):
+        for tables in built:
+            for mine, theirs in zip(tables, tree, strict=True):
+                assert mine.dtype == theirs.dtype and mine.tobytes() == theirs.tobytes()
+    nodes, links, _, order = alone[0]
     assert sorted(order.tolist()) == list(range(len(faces)))  # every face in one leaf
     normals = np.cross(*(vertices[faces][:, k] - vertices[faces][:, 0] for k in (1, 2))).astype(np.float64)
     normals /= np.linalg.norm(normals, axis=1, keepdims=True)

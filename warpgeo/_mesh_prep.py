@@ -689,9 +689,8 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
             background = alive is not None
             jobs = [(specs[k].vertices, specs[k].faces, specs[k].box, p) for k, p in paired]
             weights = [len(specs[k].faces) for k, _ in paired]
-            pool = _helper_pool(background) if _chunk_count(weights) == 1 else None
             built = _in_chunks(
-                lambda chunk: _closed_tables(chunk, check, pool), jobs, weights, background=background
+                lambda chunk: _closed_tables(chunk, device, launches), jobs, weights, background=background
             )
             for (k, _), (part, tree) in zip(paired, built, strict=True):
                 closed[k] = True
@@ -720,18 +719,20 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
     return out
 
 
-def _closed_tables(jobs: list[tuple], check: Any, pool: ThreadPoolExecutor | None) -> list[tuple]:
+def _closed_tables(jobs: list[tuple], device: torch.device, check: Any) -> list[tuple]:
     """Per closed mesh ``(vertices, faces, box, edge pairs)``: ``(topology, plane tree or None)`` (see
-    :func:`build_tables`), all of ``jobs`` at once (NumPy over their concatenated faces)."""
+    :func:`build_tables`), all of ``jobs`` at once (NumPy over their concatenated faces, the plane trees'
+    nodes in one launch on ``device``); ``check``: see :func:`_launch_rows`."""
     geometry = _Geometry([(vertices, faces) for vertices, faces, _, _ in jobs])
     topology = _pseudo_normal_tables(geometry, [pairs for _, _, _, pairs in jobs])
-    check()
+    if check is not None:
+        check()
     convex = _is_convex(geometry, [part[0] for part in topology], [box for _, _, box, _ in jobs])
     chosen = [j for j in range(len(jobs)) if convex[j]]
     trees: list[tuple | None] = [None] * len(jobs)
     if chosen:
         for j, tree in zip(
-            chosen, _plane_trees([geometry.part(j) for j in chosen], check, pool), strict=True
+            chosen, _plane_trees([geometry.part(j) for j in chosen], device, check), strict=True
         ):
             trees[j] = tree
     return list(zip(topology, trees, strict=True))
@@ -1193,11 +1194,9 @@ def _pseudo_normal_tables(
 
 #: Faces per leaf of a plane tree.
 _PLANE_LEAF = 8
-#: From this many faces, a plane tree's two halves are built on two threads.
-_PARALLEL_TREE_FACES = 1 << 15
-#: Nodes of at most this many faces are sorted node by node (NumPy's sort of each row), larger ones by radix
-#: passes over all nodes of their size at once (each the faster there).
-_ROW_SORT_FACES = 256
+#: Quickselect rounds of a plane-tree split beyond which it heap-sorts the node's rest (negative: the
+#: kernel's ``2 log2 n + 16``; tests set 0: every node heap-sorted, the same tables).
+_SPLIT_ROUNDS = -1
 #: Relative tolerance of the convexity test (of the mesh's extent): coplanar neighbours pass.
 _CONVEX_TOL = 1.0e-6
 #: Radians added to each cone's half-angle in a plane tree (float32 rounds a cosine near 1 by ~3.5e-4 rad).
@@ -1266,34 +1265,34 @@ def _components(neighbors: np.ndarray) -> np.ndarray:
             parent = jumped
 
 
-def _plane_tree(geometry: _Part, check: Any = None, pool: ThreadPoolExecutor | None = None) -> tuple:
+def _plane_tree(geometry: _Part, device: torch.device | None = None) -> tuple:
     """The plane tree of one convex closed mesh (see :func:`_plane_trees`)."""
-    return _plane_trees([geometry], check, pool)[0]
+    return _plane_trees([geometry], torch.device("cpu") if device is None else device)[0]
 
 
-def _plane_trees(
-    parts: list[_Part], check: Any = None, pool: ThreadPoolExecutor | None = None
-) -> list[tuple]:
+def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) -> list[tuple]:
     """The plane trees of convex closed meshes (:func:`_is_convex`), each ``(nodes (1 + 2K, 4) float32, links
-    (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``. ``check()`` is called between levels (it may
-    raise to stop the build); ``pool``: a thread that builds one half of the trees' rows (from
-    :data:`_PARALLEL_TREE_FACES` faces) while this one builds the other.
+    (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``; ``check``: see :func:`_launch_rows`.
 
     Each face's plane ``(n, b)`` (unit normal, ``b = n . (a - o)`` for a corner ``a`` and the origin ``o``, the
     box centre) in leaf order, with the face's index. The K nodes in depth-first order split the faces by
-    their normals (median along the axis of widest spread, ties in the order of the parent's) down to
-    ``_PLANE_LEAF`` faces; node ``k`` holds rows ``1 + 2k`` = (cone axis ``u``, the least ``b`` below it) and
-    ``2 + 2k`` = (cos, sin of the cone's half-angle), and link ``k`` = (the node after its subtree, first
-    plane row, plane count; 0 for an inner node). Row 0 is (``o``, the margin that covers the float32 rounding
-    of the kernels' bounds). For a point ``p = o + w``, every face below node ``k`` is at least
-    ``b_min - max over the cone of n . w`` from it.
+    their normals: a node of ``n > _PLANE_LEAF`` faces gives its first child the ``n // 2`` first in the order
+    of the normals' component of widest spread (max - min; the lowest axis of equal spreads; ties by face
+    index) and its second the rest; a leaf's faces are in the order of their indices. Node ``k`` holds rows
+    ``1 + 2k`` = (cone axis ``u``: the normalised sum of its normals, the least ``b`` below it) and ``2 + 2k``
+    = (cos, sin of the cone's half-angle: the largest angle between ``u`` and a normal below, plus
+    :data:`_CONE_PAD`), and link ``k`` = (the node after its subtree, first plane row, plane count; 0 for an
+    inner node). Row 0 is (``o``, the margin that covers the float32 rounding of the kernels' bounds). For a
+    point ``p = o + w``, every face below node ``k`` is at least ``b_min - max over the cone of n . w`` from
+    it.
 
-    Built one level of the trees at a time, NumPy over all nodes of a level (of every mesh) at once: the faces
-    stay in one permutation in which every node's faces are a contiguous run, in the node's order. The nodes of a level
-    hold one of two sizes (``n // 2`` and ``n - n // 2`` at each split), so each size's nodes are one stacked
-    array, and every per-node step is the one of a node built alone (the same sums, in the same order, and the
-    same matrix-vector products per node; a stable sort as a sort of unique integer keys, the faces' ranks
-    along the axis): the tables are bit for bit those of a node-by-node build."""
+    The nodes' rows are laid out level by level (NumPy over the nodes of a level, every mesh at once); then
+    one launch of ``sdf_build.plane_tree_split_rows`` a level puts each node's faces in its children's rows
+    (every node of the level side by side, in place), and one of ``sdf_build.plane_tree_nodes_rows`` over
+    every node computes the cones and least offsets, on ``device`` (on the CPU, on every core)."""
+    if sum(len(part.tri) for part in parts) > _MAX_BATCH_ROWS and len(parts) > 1:  # int32 rows: in parts
+        half = len(parts) // 2
+        return _plane_trees(parts[:half], device, check) + _plane_trees(parts[half:], device, check)
     if check is not None:
         check()
     sizes: dict[int, int] = {}
@@ -1305,157 +1304,102 @@ def _plane_trees(
             sizes[n] = found
         return found
 
+    def subtrees(counts: np.ndarray) -> np.ndarray:
+        values, inverse = np.unique(counts, return_inverse=True)
+        return np.array([subtree(int(n)) for n in values], dtype=np.int64)[inverse.reshape(-1)]
+
     counts = np.array([len(part.tri) for part in parts], dtype=np.int64)
     row_first = np.concatenate([[0], np.cumsum(counts)])
-    node_first = np.concatenate([[0], np.cumsum([subtree(int(n)) for n in counts])]).astype(np.int64)
-    num_faces, num_nodes = int(row_first[-1]), int(node_first[-1])
-    origins, offsets, rank_parts = [], [], []
+    node_first = np.concatenate([[0], np.cumsum(subtrees(counts))])
+    num_nodes = int(node_first[-1])
+    origins, offsets = [], []
     for part in parts:
         origin = (
             ((part.points.min(axis=0) + part.points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
         )
         origins.append(origin)
         offsets.append((part.normal * (part.tri[:, 0] - origin)).sum(axis=1))
-        # each face's rank along each axis in its mesh (equal normal components: equal ranks), to sort by
-        # integers
-        rank_parts.append(
-            np.stack([np.unique(part.normal[:, a], return_inverse=True)[1].reshape(-1) for a in range(3)])
-        )
-    ranks = np.concatenate(rank_parts, axis=1)
-    num_ranks = int(ranks.max()) + 1
-    axes = np.zeros((num_nodes, 3))
-    lowest = np.zeros(num_nodes)
-    widest = np.zeros(num_nodes)  # the largest angle between a normal and the axis
+    # the nodes, a level at a time: first row and face count of every node (by depth-first index), links
+    starts = np.zeros(num_nodes, dtype=np.int64)
+    sizes_of = np.zeros(num_nodes, dtype=np.int64)
     links = np.zeros((num_nodes, 3), dtype=np.int64)
-
-    def grow(block: tuple, row0: int, levels: float) -> tuple:
-        """Build the subtrees of ``block = (normals, carried, starts, counts, index)`` (rows ``row0 + i`` of the
-        tree order; ``starts`` in the block's rows) ``levels`` levels deep; returns the block in its new order
-        and the nodes of the level it stopped at."""
-        normals, carried, starts, counts, index = block
-        level = 0
-        while len(starts) and level < levels:
-            if check is not None:
-                check()
-            level += 1
-            next_levels = []
-            moves = []  # (rows, the rows they take) of every inner node of the level, applied after it
-            for n in np.unique(counts).tolist():
-                pick = counts == n
-                start, k = starts[pick], index[pick]
-                # the nodes' rows (G, n): where they are one run of rows (every node of the level of one size,
-                # in the order of their rows), views of it, else gathered
-                run = int(start[0]) if len(start) * n == len(normals) - int(start[0]) else -1
-                if run >= 0 and not (np.diff(start) == n).all():
-                    run = -1
-                if run >= 0:
-                    rows: Any = slice(run, None)
-                    grouped = normals[rows].reshape(len(start), n, 3)  # C-contiguous, as a gathered copy
-                    mine = carried[rows].reshape(len(start), n, carried.shape[1])
-                else:
-                    rows = start[:, None] + np.arange(n)
-                    grouped = _take_rows(normals, rows)  # (G, n, 3), for the matrix-vector products
-                    mine = _take_rows(carried, rows)
-                # a node's (n, 3) sum adds its rows one by one: so does this (n, G * 3) one, every node at once
-                across = np.ascontiguousarray(grouped.transpose(1, 0, 2))  # (n, G, 3)
-                axis = across.sum(axis=0)
-                # np.linalg.norm of a vector is sqrt(x . x): the same dot product, stacked
-                length = np.sqrt(np.matmul(axis[:, None, :], axis[:, :, None])[:, 0, 0])
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    axis = np.where(
-                        (length > 1e-12)[:, None], axis / length[:, None], np.array([1.0, 0.0, 0.0])
-                    )
-                axes[k] = axis
-                # the same matrix-vector product per node (a stacked matmul calls it node by node)
-                widest[k] = _widest_angle(np.matmul(grouped, axis[:, :, None])[:, :, 0])
-                lowest[k] = mine[:, :, 0].min(axis=1)
-                if n <= _PLANE_LEAF:
-                    links[k] = np.stack([k + 1, row0 + start, np.full_like(k, n)], axis=1)
-                    continue
-                links[k, 0] = k + subtree(n)
-                split = np.argmax(across.max(axis=0) - across.min(axis=0), axis=1)
-                # each node's faces' ranks along its split axis
-                rank = ranks[split[:, None], mine[:, :, 1].astype(np.int64)]
-                if n <= _ROW_SORT_FACES:  # a stable sort of each node by its ranks, node by node
-                    taken = np.argsort(rank, axis=1, kind="stable") + start[:, None]
-                else:  # by (node, rank), below G * F <= F**2: radix passes over every node at once
-                    key = np.arange(len(k))[:, None] * num_ranks + rank
-                    taken = (start[:, None] + np.arange(n)).reshape(-1)[_stable_argsort(key.reshape(-1))]
-                moves.append((rows, taken.reshape(rows.shape if run < 0 else -1)))
-                half = n // 2
-                next_levels.append((start, np.full_like(start, half), k + 1))
-                next_levels.append((start + half, np.full_like(start, n - half), k + 1 + subtree(half)))
-            if not next_levels:
-                starts = starts[:0]
-                break
-            source = np.arange(len(normals))
-            for rows, taken in moves:
-                source[rows] = taken
-            normals, carried = _take_rows(normals, source), _take_rows(carried, source)
-            starts, counts, index = (np.concatenate(parts) for parts in zip(*next_levels, strict=True))
-            order = np.argsort(starts)  # in the order of their rows: a level of one size is one run of rows
-            starts, counts, index = starts[order], counts[order], index[order]
-        return normals, carried, starts, counts, index
-
-    # in tree order (a node's rows contiguous in memory): the faces' normals, and their offsets and row numbers
-    # (exact in float64) side by side; the nodes of the current level: first row, face count, depth-first index
-    root = (
-        np.concatenate([part.normal for part in parts]),
-        np.stack([np.concatenate(offsets), np.arange(num_faces, dtype=np.float64)], axis=1),
-        row_first[:-1].copy(),
-        counts.copy(),
-        node_first[:-1].copy(),
+    levels = []
+    level = (row_first[:-1], counts, node_first[:-1])
+    while len(level[0]):
+        start, n, k = level
+        starts[k], sizes_of[k] = start, n
+        levels.append(k)
+        leaf = n <= _PLANE_LEAF
+        links[k[leaf]] = np.stack([k[leaf] + 1, start[leaf], n[leaf]], axis=1)
+        start, n, k = start[~leaf], n[~leaf], k[~leaf]
+        links[k, 0] = k + subtrees(n)
+        half = n // 2
+        level = (
+            np.concatenate([start, start + half]),
+            np.concatenate([half, n - half]),
+            np.concatenate([k + 1, k + 1 + subtrees(half)]),
+        )
+    # the faces (their unit normals and rows) put in leaf order by the levels' splits, in place
+    normals = _dense(np.concatenate([part.normal for part in parts]), device)
+    faces = torch.arange(int(row_first[-1]), dtype=torch.int32, device=device)
+    split = build_kernels.BUILD["float32"].plane_tree_split_rows
+    for k in levels:
+        if check is not None:
+            check()
+        _launch_rows(
+            split,
+            len(k),
+            device=device,
+            check=check,
+            work_per_row=max(1, int(row_first[-1]) // len(k)),
+            normals=normals,
+            faces=faces,
+            starts=_dense(starts[k], device),
+            counts=_dense(sizes_of[k], device),
+            leaf=_PLANE_LEAF,
+            round_limit=_SPLIT_ROUNDS,
+        )
+    offset = torch.from_numpy(np.concatenate(offsets)).to(device)[faces.long()]
+    faces = faces.cpu().numpy()
+    axes = torch.zeros((num_nodes, 3), dtype=torch.float64, device=device)
+    least = torch.ones(num_nodes, dtype=torch.float64, device=device)
+    lowest = torch.zeros(num_nodes, dtype=torch.float64, device=device)
+    depth = max(1, int(counts.max()).bit_length() - _PLANE_LEAF.bit_length() + 1)
+    _launch_rows(
+        build_kernels.BUILD["float32"].plane_tree_nodes_rows,
+        num_nodes,
+        device=device,
+        check=check,
+        # a node reads its faces twice; the average node (of ~F / 4) holds ~4 faces per level below it
+        work_per_row=8 * depth,
+        normals=normals,
+        offsets=offset,
+        starts=_dense(starts, device),
+        counts=_dense(sizes_of, device),
+        axes=axes,
+        least_cosines=least,
+        lowest=lowest,
     )
-    if num_faces < _PARALLEL_TREE_FACES or pool is None:
-        normals, carried, *_ = grow(root, 0, math.inf)
-    else:
-        # the roots, then the nodes below them in two runs of rows side by side (NumPy's sorts, takes and sums
-        # release the GIL): every node is built as in one loop, so the tables are the same
-        normals, carried, starts, level_counts, index = grow(root, 0, 1)
-        order = np.argsort(starts)
-        starts, level_counts, index = starts[order], level_counts[order], index[order]
-        cut = int(np.clip(np.searchsorted(starts, num_faces // 2), 1, max(1, len(starts) - 1)))
-        half = int(starts[cut]) if len(starts) > 1 else num_faces
-        blocks = [
-            (normals[:half], carried[:half], starts[:cut], level_counts[:cut], index[:cut]),
-            (normals[half:], carried[half:], starts[cut:] - half, level_counts[cut:], index[cut:]),
-        ]
-        second = pool.submit(grow, blocks[1], half, math.inf)
-        first = grow(blocks[0], 0, math.inf)
-        second = second.result()
-        normals = np.concatenate([first[0], second[0]])
-        carried = np.concatenate([first[1], second[1]])
+    axes, least, lowest, normals, offset = (t.cpu().numpy() for t in (axes, least, lowest, normals, offset))
+    # the cone's half-angle, widened far beyond the float32 rounding of its cosine and sine
+    angles = np.minimum(math.pi, np.arccos(np.clip(least, -1.0, 1.0)) + _CONE_PAD)
     out = []
     for j, part in enumerate(parts):
         r0, r1, n0, n1 = (int(x) for x in (row_first[j], row_first[j + 1], node_first[j], node_first[j + 1]))
-        count = n1 - n0
         points = part.points
-        # the cone's half-angle, widened far beyond the float32 rounding of its cosine and sine
-        angles = np.minimum(math.pi, widest[n0:n1] + _CONE_PAD).tolist()
         scale = float(np.abs(points).max() + np.linalg.norm(points.max(axis=0) - points.min(axis=0)))
-        table = np.zeros((1 + 2 * count, 4), dtype=np.float32)
+        table = np.zeros((1 + 2 * (n1 - n0), 4), dtype=np.float32)
         table[0] = (*origins[j], 1.0e-5 * scale)
         table[1::2, :3] = axes[n0:n1]
         table[1::2, 3] = lowest[n0:n1]
-        # math's cosine and sine (the C library's), one node at a time: NumPy's vectorised ones may round
-        # otherwise
-        table[2::2, 0] = np.fromiter(map(math.cos, angles), dtype=np.float64, count=count)
-        table[2::2, 1] = np.fromiter(map(math.sin, angles), dtype=np.float64, count=count)
+        table[2::2, 0] = np.cos(angles[n0:n1])
+        table[2::2, 1] = np.sin(angles[n0:n1])
         mesh_links = links[n0:n1].copy()
         mesh_links[:, 0] -= n0
         mesh_links[:, 1] -= np.where(mesh_links[:, 2] > 0, r0, 0)
-        planes = np.concatenate([normals[r0:r1], carried[r0:r1, :1]], axis=1).astype(np.float32)
-        faces = (carried[r0:r1, 1] - r0).astype(np.int32)
-        out.append((table, mesh_links.astype(np.int32), planes, faces))
+        planes = np.concatenate([normals[r0:r1], offset[r0:r1, None]], axis=1).astype(np.float32)
+        out.append((table, mesh_links.astype(np.int32), planes, faces[r0:r1] - r0))
     return out
-
-
-def _take_rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``np.take(array, rows, axis=0)`` of a C-contiguous ``(N, C)`` array (``rows`` of any shape): each row
-    taken as one item of C * itemsize bytes (NumPy's take of rows of a few floats copies them float by float,
-    4x slower)."""
-    items = array.view(np.dtype((np.void, array.shape[1] * array.itemsize))).reshape(-1)
-    return np.take(items, rows).view(array.dtype).reshape(*rows.shape, array.shape[1])
 
 
 def _stable_argsort(keys: np.ndarray) -> np.ndarray:
@@ -1469,22 +1413,6 @@ def _stable_argsort(keys: np.ndarray) -> np.ndarray:
         perm = perm[np.argsort(digit, kind="stable")]
         shift += 16
     return perm
-
-
-#: Cosines farther than this above a node's least are of angles smaller by far more than arccos' rounding.
-_COSINE_GAP = 1.0e-9
-
-
-def _widest_angle(cosines: np.ndarray) -> np.ndarray:
-    """``np.arccos(np.clip(cosines, -1, 1)).max(axis=1)`` of ``(G, n)`` cosines, exactly, with arccos taken
-    only near each row's least cosine: arccos falls by at least ``_COSINE_GAP`` beyond (its slope is at most
-    -1), far more than its rounding, so no other cosine can hold the largest angle."""
-    least = cosines.min(axis=1)
-    row, col = np.nonzero(cosines <= (least + _COSINE_GAP)[:, None])
-    angles = np.arccos(np.clip(cosines[row, col], -1.0, 1.0))
-    out = np.full(len(cosines), -np.inf)
-    np.maximum.at(out, row, angles)
-    return out
 
 
 # the probe: a unit cube without its +x and +y faces. Seen from its centre the four remaining faces make a

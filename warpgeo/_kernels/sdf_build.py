@@ -5,7 +5,9 @@ query kernels, and a query compiles only its own kernel. Each kernel takes every
 one row a face or a grid cell, and finds its mesh by a binary search over the meshes' first rows
 (``segment_of``): ``face_checks_rows`` (slivers, the edge-pairing hash), ``mesh_intersections_rows`` (the
 closed-mesh check) and ``grid_cells_rows`` (the coarse distance grids), all launched by rows (on the CPU, side
-by side on every core). ``grid_centres`` and ``face_intersections_rows`` are the same per-row code for one
+by side on every core). A convex mesh's plane tree is one row a node: ``plane_tree_split_rows`` (a level of
+the trees: each node's faces split in place between its children) and ``plane_tree_nodes_rows`` (every node's
+cone and least offset). ``grid_centres`` and ``face_intersections_rows`` are the same per-row code for one
 mesh. A world of cuboids launches none of them. ``winding_probe`` (:data:`WINDING_PROBE`, run once per
 process and device, for worlds with winding-number meshes) is a Warp module of its own: most worlds never
 compile it. Both tables have one key, ``"float32"`` (Warp meshes are float32).
@@ -658,13 +660,205 @@ def face_checks_rows(
         slivers[f] = 1
 
 
+@wp.func
+def comes_first(
+    normals: wp.array(dtype=wp.vec3d), faces: wp.array(dtype=wp.int32), axis: int, i: int, j: int
+):
+    """Whether row ``i`` comes before row ``j`` in the order of a plane-tree split: by the normal's component
+    ``axis``, then by face index (so the order of distinct faces is strict)."""
+    a = normals[i][axis]
+    b = normals[j][axis]
+    if a < b:
+        return True
+    if b < a:
+        return False
+    return faces[i] < faces[j]
+
+
+@wp.func
+def swap_faces(normals: wp.array(dtype=wp.vec3d), faces: wp.array(dtype=wp.int32), i: int, j: int):
+    n = normals[i]
+    normals[i] = normals[j]
+    normals[j] = n
+    f = faces[i]
+    faces[i] = faces[j]
+    faces[j] = f
+
+
+@wp.func
+def sift_down(
+    normals: wp.array(dtype=wp.vec3d),
+    faces: wp.array(dtype=wp.int32),
+    axis: int,
+    lo: int,
+    root: int,
+    end: int,
+):
+    """Heapsort's sift of row ``lo + root`` down the heap over rows ``lo .. lo + end`` (by ``comes_first``)."""
+    node = root
+    while 2 * node + 1 <= end:
+        child = 2 * node + 1
+        if child + 1 <= end and comes_first(normals, faces, axis, lo + child, lo + child + 1):
+            child = child + 1
+        if not comes_first(normals, faces, axis, lo + node, lo + child):
+            return
+        swap_faces(normals, faces, lo + node, lo + child)
+        node = child
+
+
+@wp.func
+def heap_sort(
+    normals: wp.array(dtype=wp.vec3d), faces: wp.array(dtype=wp.int32), axis: int, lo: int, hi: int
+):
+    """Sort rows ``lo .. hi`` (inclusive) by ``comes_first``: O(n log n) whatever the keys."""
+    count = hi - lo + 1
+    start = count // 2 - 1
+    while start >= 0:
+        sift_down(normals, faces, axis, lo, start, count - 1)
+        start = start - 1
+    end = count - 1
+    while end > 0:
+        swap_faces(normals, faces, lo, lo + end)
+        sift_down(normals, faces, axis, lo, 0, end - 1)
+        end = end - 1
+
+
+def plane_tree_split_rows(
+    normals: wp.array(dtype=wp.vec3d),
+    faces: wp.array(dtype=wp.int32),
+    starts: wp.array(dtype=wp.int64),
+    counts: wp.array(dtype=wp.int64),
+    leaf: int,
+    round_limit: int,
+    row_start: int,
+):
+    """One level of the plane trees of convex meshes (see ``_mesh_prep._plane_trees``): node ``r = row_start +
+    tid`` holds the faces in rows ``[starts[r], starts[r] + counts[r])`` of ``normals`` (unit, float64) and
+    ``faces`` (their indices), which it reorders in place. A node of more than ``leaf`` faces puts the
+    ``n // 2`` first of them in the order of their normals' component of widest spread (the lowest axis of
+    equal spreads; ties by face index, ``comes_first``) in its first ``n // 2`` rows (quickselect, a median of
+    three pivot, heapsort past ``round_limit`` rounds, or ``2 log2 n + 16`` where it is negative: O(n log n) at
+    worst); a leaf sorts its rows by face index. Nodes of one level hold disjoint rows. A node whose rows do not lie in the arrays is left alone.
+    Launched by rows."""
+    r = wp.tid() + row_start
+    if r >= starts.shape[0] or r >= counts.shape[0]:
+        return
+    first64 = starts[r]
+    n64 = counts[r]
+    if first64 < wp.int64(0) or n64 <= wp.int64(0):
+        return
+    if first64 + n64 > wp.int64(normals.shape[0]) or first64 + n64 > wp.int64(faces.shape[0]):
+        return
+    first = int(first64)
+    n = int(n64)
+    if n <= leaf:
+        for i in range(first + 1, first + n):  # insertion sort by face index
+            j = i
+            while j > first and faces[j - 1] > faces[j]:
+                swap_faces(normals, faces, j - 1, j)
+                j = j - 1
+        return
+    low = normals[first]
+    high = normals[first]
+    for j in range(first + 1, first + n):
+        low = wp.min(low, normals[j])
+        high = wp.max(high, normals[j])
+    spread = high - low
+    axis = int(0)
+    if spread[1] > spread[axis]:
+        axis = 1
+    if spread[2] > spread[axis]:
+        axis = 2
+    target = first + n // 2  # the row that ends the first half: its face goes in sorted place
+    lo = first
+    hi = first + n - 1
+    rounds = int(0)
+    limit = int(16)
+    m = n
+    while m > 1:
+        limit = limit + 2
+        m = m // 2
+    if round_limit >= 0:
+        limit = round_limit
+    while hi > lo:
+        if rounds >= limit:
+            heap_sort(normals, faces, axis, lo, hi)
+            return
+        rounds = rounds + 1
+        mid = lo + (hi - lo) // 2
+        # the median of rows lo, mid, hi as the pivot, at hi
+        if comes_first(normals, faces, axis, mid, lo):
+            swap_faces(normals, faces, mid, lo)
+        if comes_first(normals, faces, axis, hi, lo):
+            swap_faces(normals, faces, hi, lo)
+        if comes_first(normals, faces, axis, mid, hi):
+            swap_faces(normals, faces, mid, hi)
+        store = lo
+        for j in range(lo, hi):
+            if comes_first(normals, faces, axis, j, hi):
+                swap_faces(normals, faces, store, j)
+                store = store + 1
+        swap_faces(normals, faces, store, hi)
+        if store == target:
+            return
+        if target < store:
+            hi = store - 1
+        else:
+            lo = store + 1
+
+
+def plane_tree_nodes_rows(
+    normals: wp.array(dtype=wp.vec3d),
+    offsets: wp.array(dtype=wp.float64),
+    starts: wp.array(dtype=wp.int64),
+    counts: wp.array(dtype=wp.int64),
+    axes: wp.array(dtype=wp.vec3d),
+    least_cosines: wp.array(dtype=wp.float64),
+    lowest: wp.array(dtype=wp.float64),
+    row_start: int,
+):
+    """Node ``r = row_start + tid`` of the plane trees of convex meshes, over the faces in rows ``[starts[r],
+    starts[r] + counts[r])`` of ``normals`` (unit, float64) and ``offsets`` (see ``_mesh_prep._plane_trees``):
+    its cone axis ``axes[r]`` (the normalised sum of the normals, added one by one in row order; ``(1, 0, 0)``
+    where they cancel), the least cosine between a normal and that axis, and the least offset. A node whose
+    rows do not lie in the arrays gets nothing. Launched by rows."""
+    r = wp.tid() + row_start
+    if r >= starts.shape[0] or r >= counts.shape[0] or r >= axes.shape[0]:
+        return
+    if r >= least_cosines.shape[0] or r >= lowest.shape[0]:
+        return
+    first = starts[r]
+    last = first + counts[r]
+    if first < wp.int64(0) or last <= first:
+        return
+    if last > wp.int64(normals.shape[0]) or last > wp.int64(offsets.shape[0]):
+        return
+    total = wp.vec3d()
+    low = offsets[int(first)]
+    for j in range(int(first), int(last)):
+        total = total + normals[j]
+        low = wp.min(low, offsets[j])
+    length = wp.sqrt(total[0] * total[0] + total[1] * total[1] + total[2] * total[2])
+    axis = wp.vec3d(wp.float64(1.0), wp.float64(0.0), wp.float64(0.0))
+    if length > wp.float64(1.0e-12):
+        axis = total / length
+    least = wp.float64(1.0)
+    for j in range(int(first), int(last)):
+        n = normals[j]
+        least = wp.min(least, n[0] * axis[0] + n[1] * axis[1] + n[2] * axis[2])
+    axes[r] = axis
+    least_cosines[r] = least
+    lowest[r] = low
+
+
 def winding_probe(mesh: wp.uint64, p: wp.vec3, out_sign: wp.array(dtype=float)):
     """The winding-number sign of ``p``; used once to check that winding support really took."""
     q = wp.mesh_query_point_sign_winding_number(mesh, p, UNBOUNDED)
     out_sign[0] = q.sign
 
 
-#: ``BUILD["float32"].grid_cells_rows`` / ``.mesh_intersections_rows`` / ``.face_checks_rows``: what building a
+#: ``BUILD["float32"].grid_cells_rows`` / ``.mesh_intersections_rows`` / ``.face_checks_rows`` /
+#: ``.plane_tree_nodes_rows``: what building a
 #: world launches, each over every new mesh at once (``grid_centres``, ``face_intersections_rows``: one mesh's
 #: grid and closed-mesh check; ``face_intersections``: the same test as one launch that counts every pair).
 BUILD = KernelTable(
@@ -678,6 +872,8 @@ BUILD = KernelTable(
         fan_pieces_rows,
         fan_intersections_rows,
         face_checks_rows,
+        plane_tree_split_rows,
+        plane_tree_nodes_rows,
     ),
     {"float32": {}},
     options=OPTIONS,
