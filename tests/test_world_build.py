@@ -422,11 +422,14 @@ def test_plane_trees_built_together_or_by_heapsort_are_each_built_alone(monkeypa
     sphere = trimesh.creation.icosphere(subdivisions=4, radius=0.7)  # 5,120 faces
     vertices, faces = np.asarray(sphere.vertices, np.float32), np.asarray(sphere.faces, np.int32)
     others = [trimesh.creation.icosphere(2, radius=0.3), trimesh.creation.cylinder(0.2, 0.4, sections=48)]
-    parts = [_mesh_prep._Geometry([(vertices, faces)]).part(0)] + [
-        _mesh_prep._Geometry([(np.asarray(m.vertices, np.float32), np.asarray(m.faces, np.int32))]).part(0)
-        for m in others
-    ]
     cpu = torch.device("cpu")
+    meshes = [(vertices, faces)] + [
+        (np.asarray(m.vertices, np.float32), np.asarray(m.faces, np.int32)) for m in others
+    ]
+    pairs = _mesh_prep.edge_pairs([(f, len(v)) for v, f in meshes])
+    parts = [
+        _mesh_prep._Faces([(v, f, p)], cpu, None).part(0) for (v, f), p in zip(meshes, pairs, strict=True)
+    ]
     alone = [_mesh_prep._plane_tree(part) for part in parts]
     together = _mesh_prep._plane_trees(parts[::-1], cpu)[::-1]
     monkeypatch.setattr(_mesh_prep, "_SPLIT_ROUNDS", 0)

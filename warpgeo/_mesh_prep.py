@@ -721,19 +721,18 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
 
 def _closed_tables(jobs: list[tuple], device: torch.device, check: Any) -> list[tuple]:
     """Per closed mesh ``(vertices, faces, box, edge pairs)``: ``(topology, plane tree or None)`` (see
-    :func:`build_tables`), all of ``jobs`` at once (NumPy over their concatenated faces, the plane trees'
-    nodes in one launch on ``device``); ``check``: see :func:`_launch_rows`."""
-    geometry = _Geometry([(vertices, faces) for vertices, faces, _, _ in jobs])
-    topology = _pseudo_normal_tables(geometry, [pairs for _, _, _, pairs in jobs])
+    :func:`build_tables`), all of ``jobs`` at once: what they read of each face in one launch of
+    ``sdf_build.closed_faces_rows`` on ``device``, NumPy over their concatenated faces for the rest, the plane
+    trees' nodes in launches of their own; ``check``: see :func:`_launch_rows`."""
+    faces = _Faces([(vertices, faces, pairs) for vertices, faces, _, pairs in jobs], device, check)
+    topology = _pseudo_normal_tables(faces)
     if check is not None:
         check()
-    convex = _is_convex(geometry, [part[0] for part in topology], [box for _, _, box, _ in jobs])
+    convex = _is_convex(faces, [box for _, _, box, _ in jobs])
     chosen = [j for j in range(len(jobs)) if convex[j]]
     trees: list[tuple | None] = [None] * len(jobs)
     if chosen:
-        for j, tree in zip(
-            chosen, _plane_trees([geometry.part(j) for j in chosen], device, check), strict=True
-        ):
+        for j, tree in zip(chosen, _plane_trees([faces.part(j) for j in chosen], device, check), strict=True):
             trees[j] = tree
     return list(zip(topology, trees, strict=True))
 
@@ -857,35 +856,65 @@ def _launch_rows(kernel: Any, rows: int, *, device: torch.device, check: Any, **
             helper.result()
 
 
-class _Geometry:
-    """Meshes' float64 triangles and unit face normals, computed once for the tables that read them: the
-    meshes' vertices and faces concatenated (``faces``: indices into the concatenated vertices, int64), every
-    row computed as for the mesh alone."""
+class _Faces:
+    """What the tables of closed meshes ``(vertices, faces, edge pairs)`` (see :func:`edge_pairs`) read of their
+    faces, computed once, many meshes' rows side by side (each row as for its mesh alone): ``neighbors`` (F, 3)
+    the row of the face across each edge of each face (ab, bc, ca); and in float64 (one launch of
+    ``sdf_build.closed_faces_rows`` on ``device``) each face's unit ``normal`` (F, 3), its normal times its
+    angle at each corner (``corner_normals`` (3, F, 3)), and ``convexity`` (F,): how far the far corner of a
+    neighbour lies above its plane at most."""
 
-    def __init__(self, meshes: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        self.vertex_rows = np.cumsum([0] + [len(v) for v, _ in meshes])
-        self.face_rows = np.cumsum([0] + [len(f) for _, f in meshes])
-        self.vertices = np.concatenate([v for v, _ in meshes])
-        shift = np.repeat(self.vertex_rows[:-1], np.diff(self.face_rows)).astype(np.int64)
-        self.faces = np.concatenate([f for _, f in meshes]).astype(np.int64) + shift[:, None]
-        self.points = self.vertices.astype(np.float64)
-        self.tri = self.points[self.faces]
-        normal = np.cross(self.tri[:, 1] - self.tri[:, 0], self.tri[:, 2] - self.tri[:, 0])
-        normal /= np.linalg.norm(normal, axis=1, keepdims=True)
-        self.normal = normal
+    def __init__(
+        self, meshes: list[tuple[np.ndarray, np.ndarray, np.ndarray]], device: torch.device, check: Any
+    ):
+        self.vertex_rows = np.cumsum([0] + [len(v) for v, _, _ in meshes])
+        self.face_rows = np.cumsum([0] + [len(f) for _, f, _ in meshes])
+        counts = np.diff(self.face_rows)
+        self.points = np.concatenate([v for v, _, _ in meshes]).astype(np.float64)
+        self.faces = np.concatenate([f for _, f, _ in meshes]).astype(np.int64)
+        self.faces += np.repeat(self.vertex_rows[:-1], counts)[:, None]
+        neighbors = np.full((3, len(self.faces)), -1, dtype=np.int64)
+        for j, (_, mesh_faces, pairs) in enumerate(meshes):
+            # each undirected edge is a pair of directed edges (see edge_pairs): directed edge i is face
+            # i % F's edge i // F
+            num_faces, first_row = len(mesh_faces), int(self.face_rows[j])
+            first, second = pairs[:, 0], pairs[:, 1]
+            neighbors[first // num_faces, first_row + first % num_faces] = first_row + second % num_faces
+            neighbors[second // num_faces, first_row + second % num_faces] = first_row + first % num_faces
+        self.neighbors = np.ascontiguousarray(neighbors.T)
+        count = len(self.faces)
+        normal = torch.empty((count, 3), dtype=torch.float64, device=device)
+        corner_normals = torch.empty((3, count, 3), dtype=torch.float64, device=device)
+        convexity = torch.empty(count, dtype=torch.float64, device=device)
+        _launch_rows(
+            build_kernels.BUILD["float32"].closed_faces_rows,
+            count,
+            device=device,
+            check=check,
+            work_per_row=8,
+            points=_dense(np.concatenate([v for v, _, _ in meshes]).astype(np.float32), device),
+            faces=_dense(self.faces.astype(np.int32), device),
+            neighbors=_dense(self.neighbors.astype(np.int32), device),
+            normals=normal,
+            corner_normals=corner_normals.view(3 * count, 3),
+            convexity=convexity,
+        )
+        self.normal, self.corner_normals, self.convexity = (
+            t.cpu().numpy() for t in (normal, corner_normals, convexity)
+        )
 
     def part(self, j: int) -> _Part:
-        """Mesh ``j``'s rows (views)."""
+        """Mesh ``j``'s rows (views; faces numbered in the mesh)."""
         v0, v1 = int(self.vertex_rows[j]), int(self.vertex_rows[j + 1])
         f0, f1 = int(self.face_rows[j]), int(self.face_rows[j + 1])
-        return _Part(self.points[v0:v1], self.tri[f0:f1], self.normal[f0:f1])
+        return _Part(self.points[v0:v1], self.faces[f0:f1] - v0, self.normal[f0:f1])
 
 
 class _Part(NamedTuple):
-    """One mesh's rows of a :class:`_Geometry`: its float64 points, triangles and unit face normals."""
+    """One mesh's rows of a :class:`_Faces`: its float64 points, its faces and their unit normals."""
 
     points: np.ndarray
-    tri: np.ndarray
+    faces: np.ndarray
     normal: np.ndarray
 
 
@@ -1159,36 +1188,24 @@ def _dense(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return out.copy_(torch.from_numpy(array))
 
 
-def _pseudo_normal_tables(
-    geometry: _Geometry, pairs: list[np.ndarray]
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per mesh of ``geometry`` (closed; ``pairs``: its edge pairs, :func:`edge_pairs`), ``(face_neighbors
-    (F, 3) int32, vertex_normals (V, 3) float64)``: the face across each edge of each face (ab, bc, ca) and
-    each vertex's angle-weighted normal (the sum of the unit normals of its faces, each times the face's angle
-    at the vertex), from which the kernels take the side of a point whose closest point lies on an edge or a
-    vertex. The normals of all meshes are summed at once, each vertex's terms in the order of its mesh
-    alone."""
-    faces, tri, normal = geometry.faces, geometry.tri, geometry.normal
-    num_vertices = int(geometry.vertex_rows[-1])
+def _pseudo_normal_tables(faces: _Faces) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per mesh of ``faces`` (closed), ``(face_neighbors (F, 3) int32, vertex_normals (V, 3) float64)``: the face
+    across each edge of each face (ab, bc, ca) and each vertex's angle-weighted normal (the sum of the unit
+    normals of its faces, each times the face's angle at the vertex), from which the kernels take the side of
+    a point whose closest point lies on an edge or a vertex. The normals of all meshes are summed at once,
+    each vertex's terms in the order of its mesh alone (corner by corner, face by face)."""
+    num_vertices = int(faces.vertex_rows[-1])
     vertex_normals = np.zeros((num_vertices, 3))
     for k in range(3):
-        u = tri[:, (k + 1) % 3] - tri[:, k]
-        v = tri[:, (k + 2) % 3] - tri[:, k]
-        angle = np.arctan2(np.linalg.norm(np.cross(u, v), axis=1), (u * v).sum(axis=1))
         for axis in range(3):
             vertex_normals[:, axis] += np.bincount(
-                faces[:, k], weights=angle * normal[:, axis], minlength=num_vertices
+                faces.faces[:, k], weights=faces.corner_normals[k, :, axis], minlength=num_vertices
             )
     out = []
-    for j, mesh_pairs in enumerate(pairs):
-        num_faces = int(geometry.face_rows[j + 1] - geometry.face_rows[j])
-        # each undirected edge is a pair of directed edges (see edge_pairs)
-        neighbors = np.full((3, num_faces), -1, dtype=np.int64)
-        first, second = mesh_pairs[:, 0], mesh_pairs[:, 1]
-        neighbors[first // num_faces, first % num_faces] = second % num_faces
-        neighbors[second // num_faces, second % num_faces] = first % num_faces
-        rows = slice(int(geometry.vertex_rows[j]), int(geometry.vertex_rows[j + 1]))
-        out.append((np.ascontiguousarray(neighbors.T, dtype=np.int32), vertex_normals[rows]))
+    for j in range(len(faces.face_rows) - 1):
+        f0, f1 = int(faces.face_rows[j]), int(faces.face_rows[j + 1])
+        neighbors = (faces.neighbors[f0:f1] - f0).astype(np.int32)
+        out.append((neighbors, vertex_normals[int(faces.vertex_rows[j]) : int(faces.vertex_rows[j + 1])]))
     return out
 
 
@@ -1203,31 +1220,17 @@ _CONVEX_TOL = 1.0e-6
 _CONE_PAD = 1.0e-3
 
 
-def _is_convex(geometry: _Geometry, neighbors: list[np.ndarray], boxes: list[np.ndarray]) -> np.ndarray:
-    """Per closed mesh of ``geometry`` (``neighbors``: the face across each edge of each face; ``boxes``: its
-    box), whether it gets a plane tree: at least ``2 * _PLANE_LEAF`` faces, one connected surface, convex at
-    every edge (the far corner of each neighbour face on the inner side of the face's plane, up to rounding).
-    Only decides whether a mesh gets a plane tree: the kernels' use of the tree is exact on any mesh (see
-    ``warpgeo._kernels.sdf``). All meshes at once."""
-    face_rows = geometry.face_rows
+def _is_convex(faces: _Faces, boxes: list[np.ndarray]) -> np.ndarray:
+    """Per closed mesh of ``faces`` (``boxes``: its box), whether it gets a plane tree: at least ``2 *
+    _PLANE_LEAF`` faces, one connected surface, convex at every edge (the far corner of each neighbour face on
+    the inner side of the face's plane, up to rounding). Only decides whether a mesh gets a plane tree: the
+    kernels' use of the tree is exact on any mesh (see ``warpgeo._kernels.sdf``). All meshes at once."""
+    face_rows = faces.face_rows
     counts = np.diff(face_rows)
-    across = np.concatenate(neighbors).astype(np.int64) + np.repeat(face_rows[:-1], counts)[:, None]
-    faces, points, tri, normal = geometry.faces, geometry.points, geometry.tri, geometry.normal
-    worst = np.full(len(faces), -np.inf)
-    for k in range(3):
-        # the neighbour's corner that is not on the shared edge: the one not among this face's vertices
-        # (the last such, or the mesh's vertex 0 where there is none)
-        theirs = faces[across[:, k]]
-        far = np.repeat(geometry.vertex_rows[:-1], counts).astype(np.int64)
-        for j in range(3):
-            corner = theirs[:, j]
-            free = (corner != faces[:, 0]) & (corner != faces[:, 1]) & (corner != faces[:, 2])
-            far = np.where(free, corner, far)
-        worst = np.maximum(worst, ((points[far] - tri[:, 0]) * normal).sum(axis=1))
     tol = np.array([_CONVEX_TOL * float(np.linalg.norm(box[1] - box[0])) for box in boxes])
-    convex = (np.maximum.reduceat(worst, face_rows[:-1]) <= tol) & (counts >= 2 * _PLANE_LEAF)
+    convex = (np.maximum.reduceat(faces.convexity, face_rows[:-1]) <= tol) & (counts >= 2 * _PLANE_LEAF)
     if convex.any():
-        parent = _components(across)
+        parent = _components(faces.neighbors)
         same = parent == np.repeat(parent[face_rows[:-1]], counts)
         convex &= np.logical_and.reduceat(same, face_rows[:-1])
     return convex
@@ -1290,7 +1293,7 @@ def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) ->
     one launch of ``sdf_build.plane_tree_split_rows`` a level puts each node's faces in its children's rows
     (every node of the level side by side, in place), and one of ``sdf_build.plane_tree_nodes_rows`` over
     every node computes the cones and least offsets, on ``device`` (on the CPU, on every core)."""
-    if sum(len(part.tri) for part in parts) > _MAX_BATCH_ROWS and len(parts) > 1:  # int32 rows: in parts
+    if sum(len(part.faces) for part in parts) > _MAX_BATCH_ROWS and len(parts) > 1:  # int32 rows: in parts
         half = len(parts) // 2
         return _plane_trees(parts[:half], device, check) + _plane_trees(parts[half:], device, check)
     if check is not None:
@@ -1308,7 +1311,7 @@ def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) ->
         values, inverse = np.unique(counts, return_inverse=True)
         return np.array([subtree(int(n)) for n in values], dtype=np.int64)[inverse.reshape(-1)]
 
-    counts = np.array([len(part.tri) for part in parts], dtype=np.int64)
+    counts = np.array([len(part.faces) for part in parts], dtype=np.int64)
     row_first = np.concatenate([[0], np.cumsum(counts)])
     node_first = np.concatenate([[0], np.cumsum(subtrees(counts))])
     num_nodes = int(node_first[-1])
@@ -1318,7 +1321,7 @@ def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) ->
             ((part.points.min(axis=0) + part.points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
         )
         origins.append(origin)
-        offsets.append((part.normal * (part.tri[:, 0] - origin)).sum(axis=1))
+        offsets.append((part.normal * (part.points[part.faces[:, 0]] - origin)).sum(axis=1))
     # the nodes, a level at a time: first row and face count of every node (by depth-first index), links
     starts = np.zeros(num_nodes, dtype=np.int64)
     sizes_of = np.zeros(num_nodes, dtype=np.int64)

@@ -5,7 +5,8 @@ query kernels, and a query compiles only its own kernel. Each kernel takes every
 one row a face or a grid cell, and finds its mesh by a binary search over the meshes' first rows
 (``segment_of``): ``face_checks_rows`` (slivers, the edge-pairing hash), ``mesh_intersections_rows`` (the
 closed-mesh check) and ``grid_cells_rows`` (the coarse distance grids), all launched by rows (on the CPU, side
-by side on every core). A convex mesh's plane tree is one row a node: ``plane_tree_split_rows`` (a level of
+by side on every core). ``closed_faces_rows`` computes what the tables of closed meshes read of their faces
+(normals, corner angles, convexity at the edges). A convex mesh's plane tree is one row a node: ``plane_tree_split_rows`` (a level of
 the trees: each node's faces split in place between its children) and ``plane_tree_nodes_rows`` (every node's
 cone and least offset). ``grid_centres`` and ``face_intersections_rows`` are the same per-row code for one
 mesh. A world of cuboids launches none of them. ``winding_probe`` (:data:`WINDING_PROBE`, run once per
@@ -660,6 +661,64 @@ def face_checks_rows(
         slivers[f] = 1
 
 
+def closed_faces_rows(
+    points: wp.array(dtype=wp.vec3),
+    faces: wp.array(dtype=wp.vec3i),
+    neighbors: wp.array(dtype=wp.vec3i),
+    normals: wp.array(dtype=wp.vec3d),
+    corner_normals: wp.array(dtype=wp.vec3d),
+    convexity: wp.array(dtype=wp.float64),
+    row_start: int,
+):
+    """What the tables of closed meshes read of face ``f = row_start + tid`` (``faces``: rows of ``points``;
+    ``neighbors``: the rows of the faces across its edges ab, bc, ca; many meshes' rows side by side), in
+    float64: its unit normal ``normals[f]``; ``corner_normals[k * F + f]``, the normal times the face's angle
+    at corner ``k`` (the terms of its vertices' angle-weighted normals); and ``convexity[f]``, how far the
+    far corner of each neighbour (the one not on the shared edge: the last corner of the neighbour that is not
+    a corner of ``f``) lies above the face's plane at most (``inf`` where a neighbour has none, or a row is out
+    of range: no mesh with that face is convex). Launched by rows."""
+    f = wp.tid() + row_start
+    count = faces.shape[0]
+    if f >= count or f >= neighbors.shape[0] or f >= normals.shape[0] or f >= convexity.shape[0]:
+        return
+    if wp.int64(3) * wp.int64(count) > wp.int64(corner_normals.shape[0]):
+        return
+    i = faces[f]
+    if wp.min(i) < 0 or wp.max(i) >= points.shape[0]:
+        convexity[f] = wp.float64(wp.inf)
+        return
+    a = wp.vec3d(points[i[0]])
+    b = wp.vec3d(points[i[1]])
+    c = wp.vec3d(points[i[2]])
+    n = wp.normalize(wp.cross(b - a, c - a))
+    normals[f] = n
+    for k in range(3):
+        u = b - a
+        v = c - a
+        if k == 1:
+            u = c - b
+            v = a - b
+        elif k == 2:
+            u = a - c
+            v = b - c
+        angle = wp.atan2(wp.length(wp.cross(u, v)), wp.dot(u, v))
+        corner_normals[k * count + f] = angle * n
+    worst = wp.float64(-wp.inf)
+    for k in range(3):
+        g = neighbors[f][k]
+        far = int(-1)
+        if g >= 0 and g < count:
+            theirs = faces[g]
+            for j in range(3):
+                if theirs[j] != i[0] and theirs[j] != i[1] and theirs[j] != i[2]:
+                    far = theirs[j]
+        if far < 0 or far >= points.shape[0]:
+            worst = wp.float64(wp.inf)
+        else:
+            worst = wp.max(worst, wp.dot(wp.vec3d(points[far]) - a, n))
+    convexity[f] = worst
+
+
 @wp.func
 def comes_first(
     normals: wp.array(dtype=wp.vec3d), faces: wp.array(dtype=wp.int32), axis: int, i: int, j: int
@@ -872,6 +931,7 @@ BUILD = KernelTable(
         fan_pieces_rows,
         fan_intersections_rows,
         face_checks_rows,
+        closed_faces_rows,
         plane_tree_split_rows,
         plane_tree_nodes_rows,
     ),
