@@ -916,23 +916,6 @@ def test_a_recurring_mesh_is_built_once():
             assert torch.equal(world._tables[name], separate._tables[name]), name
 
 
-def test_connected_faces():
-    from warpgeo import _mesh_prep
-
-    sphere = trimesh.creation.icosphere(3)
-    neighbors = _reference_topology(np.asarray(sphere.vertices), np.asarray(sphere.faces))[0]
-    assert _mesh_prep._connected(neighbors)
-    two = np.concatenate([neighbors, neighbors + len(neighbors)])
-    assert not _mesh_prep._connected(two)
-    # a long chain (a strip's labels spread one face per round without pointer jumping)
-    chain = np.arange(10_000)
-    strip = np.stack([np.maximum(chain - 1, 0), np.minimum(chain + 1, 9_999), chain], axis=1)
-    assert _mesh_prep._connected(strip)
-    strip[5000, 1] = 5000
-    strip[5001, 0] = 5001
-    assert not _mesh_prep._connected(strip)
-
-
 def test_stable_argsort_is_numpys():
     """The radix argsort of the build is NumPy's stable argsort, whatever the width of the keys."""
     from warpgeo import _mesh_prep

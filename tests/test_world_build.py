@@ -144,8 +144,8 @@ def test_any_mix_of_old_and_new_tables_is_exact(monkeypatch):
 
 def test_world_gone_stops_its_background_build(background, monkeypatch):
     steps = []
-    edge_pairs = _mesh_prep.edge_pairs
-    monkeypatch.setattr(_mesh_prep, "edge_pairs", lambda *a: steps.append(1) or edge_pairs(*a))
+    faces_meet = _mesh_prep.faces_meet
+    monkeypatch.setattr(_mesh_prep, "faces_meet", lambda *a: steps.append(1) or faces_meet(*a))
     world = MeshWorld([_sphere()])
     future = world._later.future
     del world

@@ -149,7 +149,9 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     }
     open_signed = tuple((e, m) for e, m, job in slots if job_meshes[job][0] in open_arrays)
     specs = [
-        _MeshSpec(built_meshes[i][0], arrays[i][0], arrays[i][1], built_meshes[i][1], method)
+        _MeshSpec(
+            built_meshes[i][0], arrays[i][0], arrays[i][1], built_meshes[i][1], method, built_meshes[i][3]
+        )
         for i, method in job_meshes
     ]
     total = sum(len(spec.faces) for spec in specs if not spec.cuboid)
@@ -214,11 +216,14 @@ def open_when_welded(vertices: np.ndarray, faces: np.ndarray) -> bool:
 def _build_meshes(
     arrays: list[tuple[np.ndarray, np.ndarray, bool, str]], device: torch.device
 ) -> list[tuple]:
-    """``(Warp mesh, may be closed, its edges may pair up)`` of each new mesh ``(vertices, faces, winding,
-    where)`` (may be closed: its edges may pair up and it has no sliver; see :func:`_face_checks`): the per-face
-    checks of all of them in one launch (:func:`face_checks`), then their BVHs (on the CPU in runs of
-    meshes on threads, :func:`_in_chunks`: Warp builds a host BVH with the GIL released). A cuboid's faces are halves of its box's
-    sides: none is a sliver, and it launches nothing."""
+    """``(Warp mesh, may be closed, its edges may pair up, edge pairs or None)`` of each new mesh ``(vertices,
+    faces, winding, where)`` (may be closed: its edges may pair up and it has no sliver; see
+    :func:`_face_checks`): the per-face checks of all of them in one launch (:func:`face_checks`), then their
+    BVHs (on the CPU in runs of meshes on threads, :func:`_in_chunks`: Warp builds a host BVH with the GIL
+    released) and, side by side with them (on a thread of their own from :data:`_CHUNK_FACES` faces), the
+    edge pairs of those that may be closed and are no cuboid (:func:`edge_pairs`: None where they do not pair
+    up, and for every other mesh). A cuboid's faces are halves of its box's sides: none is a sliver, and it
+    launches nothing."""
     wp = _warp.warp()
     if not arrays:
         return []
@@ -244,6 +249,17 @@ def _build_meshes(
                 f"has no surface to measure; got {len(faces)} degenerate faces"
             )
 
+    # the edge pairs of the meshes that may be closed (NumPy), side by side with the BVH builds (Warp) when
+    # they are worth a thread
+    closable = [k for k in range(len(arrays)) if slivers[k] == 0 and pairs_up[k] and not cuboid[k]]
+    weights = [len(arrays[k][1]) for k in closable]
+
+    def pair_up() -> list[np.ndarray | None]:
+        meshes = [(arrays[k][1], len(arrays[k][0])) for k in closable]
+        return _in_chunks(edge_pairs, meshes, weights, background=False)
+
+    pairing = _mesh_pool(os.getpid()).submit(pair_up) if sum(weights) >= _CHUNK_FACES else None
+
     def build(k: int) -> Any:
         v0, v1, f0, f1 = (
             int(x) for x in (vertex_rows[k], vertex_rows[k + 1], face_rows[k], face_rows[k + 1])
@@ -268,7 +284,12 @@ def _build_meshes(
         )
     else:
         built = [build(k) for k in range(len(arrays))]
-    return [(mesh, slivers[k] == 0 and pairs_up[k], bool(pairs_up[k])) for k, mesh in enumerate(built)]
+    pairs: list[np.ndarray | None] = [None] * len(arrays)
+    for k, found in zip(closable, pair_up() if pairing is None else pairing.result(), strict=True):
+        pairs[k] = found
+    return [
+        (mesh, slivers[k] == 0 and pairs_up[k], bool(pairs_up[k]), pairs[k]) for k, mesh in enumerate(built)
+    ]
 
 
 @functools.cache
@@ -420,15 +441,22 @@ class _MeshSpec:
     whether it is a cuboid, and whether it may be closed (no sliver, and its directed edges may pair up:
     :func:`_face_checks`)."""
 
-    __slots__ = ("box", "cuboid", "faces", "may_be_closed", "mesh", "method", "vertices")
+    __slots__ = ("box", "cuboid", "faces", "may_be_closed", "mesh", "method", "pairs", "vertices")
 
     def __init__(
-        self, mesh: Any, vertices: np.ndarray, faces: np.ndarray, may_close: bool, method: str
+        self,
+        mesh: Any,
+        vertices: np.ndarray,
+        faces: np.ndarray,
+        may_close: bool,
+        method: str,
+        pairs: np.ndarray | None,
     ) -> None:
         self.mesh, self.vertices, self.faces, self.method = mesh, vertices, faces, method
         self.box = _box_of(vertices)
         self.cuboid = _is_cuboid(vertices, faces, self.box)
         self.may_be_closed = may_close and not self.cuboid
+        self.pairs = pairs if self.may_be_closed else None  # its edge pairs (see edge_pairs), if they pair up
 
     @property
     def pending_flags(self) -> int:
@@ -671,42 +699,55 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
     closed = np.zeros(count, dtype=bool)
     topology: list[tuple | None] = [None] * count
     trees: list[tuple | None] = [None] * count
-    candidates = [k for k, spec in enumerate(specs) if spec.may_be_closed]
-    if candidates:
-        check()
-        pairs = _in_chunks(
-            edge_pairs,
-            [(specs[k].faces, len(specs[k].vertices)) for k in candidates],
-            [len(specs[k].faces) for k in candidates],
-            background=alive is not None,
+    paired = [k for k, spec in enumerate(specs) if spec.pairs is not None]
+    background = alive is not None
+    jobs = [(specs[k].vertices, specs[k].faces, specs[k].box, specs[k].pairs) for k in paired]
+    weights = [len(specs[k].faces) for k in paired]
+
+    def closed_tables(chosen: list[int]) -> list[tuple]:
+        if not chosen:
+            return []
+        return _in_chunks(
+            lambda chunk: _closed_tables(chunk, device, launches),
+            [jobs[j] for j in chosen],
+            [weights[j] for j in chosen],
+            background=background,
         )
+
+    # on the CPU, from _CHUNK_FACES faces, every paired mesh's closed tables are built on a thread of their
+    # own side by side with the closed-mesh check and the grids (those of a mesh that turns out to intersect
+    # itself are dropped); else after the check, for the closed meshes only
+    side = None
+    if paired and device.type == "cpu" and sum(weights) >= _CHUNK_FACES:
         check()
-        paired = [(k, p) for k, p in zip(candidates, pairs, strict=True) if p is not None]
-        meet = faces_meet([specs[k] for k, _ in paired], device, launches)
-        paired = [(k, p) for (k, p), m in zip(paired, meet, strict=True) if not m]
+        side = _closed_pool(os.getpid(), background).submit(closed_tables, list(range(len(paired))))
+    try:
         if paired:
             check()
-            background = alive is not None
-            jobs = [(specs[k].vertices, specs[k].faces, specs[k].box, p) for k, p in paired]
-            weights = [len(specs[k].faces) for k, _ in paired]
-            built = _in_chunks(
-                lambda chunk: _closed_tables(chunk, device, launches), jobs, weights, background=background
-            )
-            for (k, _), (part, tree) in zip(paired, built, strict=True):
-                closed[k] = True
-                topology[k] = part
-                trees[k] = tree
-    gridded = [
-        k
-        for k, spec in enumerate(specs)
-        if not spec.cuboid
-        and (closed[k] or spec.method == "unsigned")
-        and ((spec.box[1] - spec.box[0]).astype(np.float64) > 0).all()
-    ]
-    check()
-    grids = dict(
-        zip(gridded, _grids([specs[k] for k in gridded], closed[gridded], device, launches), strict=True)
-    )
+            meet = faces_meet([specs[k] for k in paired], device, launches)
+            closed[paired] = np.logical_not(meet)
+        gridded = [
+            k
+            for k, spec in enumerate(specs)
+            if not spec.cuboid
+            and (closed[k] or spec.method == "unsigned")
+            and ((spec.box[1] - spec.box[0]).astype(np.float64) > 0).all()
+        ]
+        check()
+        grids = dict(
+            zip(gridded, _grids([specs[k] for k in gridded], closed[gridded], device, launches), strict=True)
+        )
+    finally:
+        built = None if side is None else side.result()  # its errors (a cancelled build) raise here
+    if built is None:
+        check()
+        chosen = [j for j, k in enumerate(paired) if closed[k]]
+        built = dict(zip(chosen, closed_tables(chosen), strict=True))
+    else:
+        built = dict(enumerate(built))
+    for j, k in enumerate(paired):
+        if closed[k]:
+            topology[k], trees[k] = built[j]
     out = []
     for k, spec in enumerate(specs):
         if spec.cuboid:
@@ -764,6 +805,16 @@ def _in_chunks(fn: Any, items: list, weights: list[int], *, background: bool) ->
     for future in futures:
         out.extend(future.result())
     return out
+
+
+@functools.cache
+def _closed_pool(pid: int, background: bool) -> ThreadPoolExecutor:
+    # by process id: a forked child inherits the pool object but not its thread
+    return ThreadPoolExecutor(
+        max_workers=1,
+        thread_name_prefix="warpgeo-tables-closed",
+        initializer=_yield_cores if background else None,
+    )
 
 
 @functools.cache
@@ -1222,50 +1273,21 @@ _CONE_PAD = 1.0e-3
 
 def _is_convex(faces: _Faces, boxes: list[np.ndarray]) -> np.ndarray:
     """Per closed mesh of ``faces`` (``boxes``: its box), whether it gets a plane tree: at least ``2 *
-    _PLANE_LEAF`` faces, one connected surface, convex at every edge (the far corner of each neighbour face on
-    the inner side of the face's plane, up to rounding). Only decides whether a mesh gets a plane tree: the
-    kernels' use of the tree is exact on any mesh (see ``warpgeo._kernels.sdf``). All meshes at once."""
-    face_rows = faces.face_rows
+    _PLANE_LEAF`` faces, convex at every edge (the far corner of each neighbour face on the inner side of the
+    face's plane, up to rounding) and one surface: Euler characteristic ``V - E + F = V - F / 2`` of 2 (its
+    vertices counted where a face uses them). Each part of a closed mesh that does not intersect itself and is
+    convex at every edge is the surface of a convex solid, a sphere's topology (characteristic 2), so ``k``
+    parts make ``2k``. Only decides whether a mesh gets a plane tree: the kernels' use of the tree is exact on
+    any mesh (see ``warpgeo._kernels.sdf``). All meshes at once."""
+    face_rows, vertex_rows = faces.face_rows, faces.vertex_rows
     counts = np.diff(face_rows)
     tol = np.array([_CONVEX_TOL * float(np.linalg.norm(box[1] - box[0])) for box in boxes])
     convex = (np.maximum.reduceat(faces.convexity, face_rows[:-1]) <= tol) & (counts >= 2 * _PLANE_LEAF)
     if convex.any():
-        parent = _components(faces.neighbors)
-        same = parent == np.repeat(parent[face_rows[:-1]], counts)
-        convex &= np.logical_and.reduceat(same, face_rows[:-1])
+        used = np.bincount(faces.faces.reshape(-1), minlength=int(vertex_rows[-1])) > 0
+        used_rows = np.concatenate([[0], np.cumsum(used)])
+        convex &= 2 * (used_rows[vertex_rows[1:]] - used_rows[vertex_rows[:-1]]) - counts == 4
     return convex
-
-
-def _connected(neighbors: np.ndarray) -> bool:
-    """Whether the faces form one surface (``neighbors`` (F, 3): indices of adjacent faces, all valid)."""
-    parent = _components(neighbors)
-    return bool((parent == parent[0]).all())
-
-
-def _components(neighbors: np.ndarray) -> np.ndarray:
-    """Each face's component label (``neighbors`` (F, 3): indices of adjacent faces, all valid): faces are
-    connected iff their labels are equal.
-
-    Min-label hooking with full path compression (Shiloach-Vishkin style): each round hooks every root that
-    touches a smaller label onto the smallest one, so the number of roots at least halves: O(log F) rounds of
-    O(F) work."""
-    count = len(neighbors)
-    parent = np.arange(count)
-    u = np.repeat(parent, neighbors.shape[1])
-    v = neighbors.reshape(-1).astype(np.int64)
-    while True:
-        pu, pv = parent[u], parent[v]
-        apart = pu != pv
-        if not apart.any():
-            return parent
-        pu, pv = pu[apart], pv[apart]
-        # roots only: parent[high] <- the smallest root it touches (smaller than itself: no cycles)
-        np.minimum.at(parent, np.maximum(pu, pv), np.minimum(pu, pv))
-        while True:
-            jumped = parent[parent]
-            if (jumped == parent).all():
-                break
-            parent = jumped
 
 
 def _plane_tree(geometry: _Part, device: torch.device | None = None) -> tuple:
