@@ -523,9 +523,9 @@ def test_tables_built_in_chunks_on_threads_are_those_of_one_batch(monkeypatch):
     runs = []
     closed_tables = _mesh_prep._closed_tables
 
-    def recorded(jobs, check, pool):
+    def recorded(jobs, device, check):
         runs.append((len(jobs), threading.current_thread().name))
-        return closed_tables(jobs, check, pool)
+        return closed_tables(jobs, device, check)
 
     monkeypatch.setattr(_mesh_prep, "_closed_tables", recorded)
     monkeypatch.setattr(_mesh_prep, "_chunk_count", lambda weights: min(3, len(weights)))
@@ -534,6 +534,48 @@ def test_tables_built_in_chunks_on_threads_are_those_of_one_batch(monkeypatch):
     assert sum(n for n, _ in runs) == 6  # every closed mesh but the cuboid
     for m in range(len(entries)):
         mine, whole = _slot_tables(chunked, 0, m), _slot_tables(one, 0, m)
+        assert mine.keys() == whole.keys(), m
+        for name in whole:
+            assert np.asarray(mine[name]).tobytes() == np.asarray(whole[name]).tobytes(), (m, name)
+
+
+def test_steps_side_by_side_give_the_tables_of_one_thread(monkeypatch):
+    """Edge pairs beside the BVH builds, the closed meshes' tables beside the closed-mesh check and the grids
+    (what a large mesh's build does, here forced on small ones, a mesh that intersects itself among them):
+    every slot's tables byte for byte those of one thread, the steps really on their threads."""
+    crossed = trimesh.util.concatenate(
+        [
+            trimesh.creation.icosphere(2, radius=0.3),
+            trimesh.creation.icosphere(2, radius=0.3).apply_translation([0.2, 0, 0]),
+        ]
+    )
+    entries = [
+        trimesh.creation.icosphere(3, radius=0.3),
+        trimesh.creation.torus(0.4, 0.1, major_sections=24, minor_sections=12),
+        crossed,  # closed and paired, but its two spheres cut each other: no closed tables
+        trimesh.creation.box((0.3, 0.2, 0.4)),
+        trimesh.creation.cone(0.2, 0.3, sections=64),
+    ]
+    one = MeshWorld(entries)
+    threads = {}
+    for name in ("edge_pairs", "_closed_tables", "faces_meet"):
+        step = getattr(_mesh_prep, name)
+
+        def recorded(*args, step=step, name=name):
+            threads.setdefault(name, set()).add(threading.current_thread().name)
+            return step(*args)
+
+        monkeypatch.setattr(_mesh_prep, name, recorded)
+    monkeypatch.setattr(_mesh_prep, "_CHUNK_FACES", 1)
+    monkeypatch.setattr(_mesh_prep, "_chunk_count", lambda weights: 1)
+    monkeypatch.setattr(_mesh_prep, "_thread_count", lambda: 2)
+    beside = MeshWorld(entries)
+    assert threads["edge_pairs"] == {"warpgeo-bvh_0"}, threads
+    assert threads["_closed_tables"] == {"warpgeo-tables-closed_0"}, threads
+    assert threads["faces_meet"] == {threading.current_thread().name}, threads
+    assert not beside._tables["grid_flags"][0, 2] & 1 and one._tables["grid_flags"][0, 2].item() == 0
+    for m in range(len(entries)):
+        mine, whole = _slot_tables(beside, 0, m), _slot_tables(one, 0, m)
         assert mine.keys() == whole.keys(), m
         for name in whole:
             assert np.asarray(mine[name]).tobytes() == np.asarray(whole[name]).tobytes(), (m, name)

@@ -220,10 +220,10 @@ def _build_meshes(
     faces, winding, where)`` (may be closed: its edges may pair up and it has no sliver; see
     :func:`_face_checks`): the per-face checks of all of them in one launch (:func:`face_checks`), then their
     BVHs (on the CPU in runs of meshes on threads, :func:`_in_chunks`: Warp builds a host BVH with the GIL
-    released) and, side by side with them (on a thread of their own from :data:`_CHUNK_FACES` faces), the
-    edge pairs of those that may be closed and are no cuboid (:func:`edge_pairs`: None where they do not pair
-    up, and for every other mesh). A cuboid's faces are halves of its box's sides: none is a sliver, and it
-    launches nothing."""
+    released) and, side by side with them where they leave a core free (from :data:`_CHUNK_FACES` faces),
+    the edge pairs of those that may be closed and are no cuboid (:func:`edge_pairs`: None where they do not
+    pair up; :data:`_NOT_PAIRED` where not looked for). A cuboid's faces are halves of its box's sides: none
+    is a sliver, and it launches nothing."""
     wp = _warp.warp()
     if not arrays:
         return []
@@ -249,16 +249,16 @@ def _build_meshes(
                 f"has no surface to measure; got {len(faces)} degenerate faces"
             )
 
-    # the edge pairs of the meshes that may be closed (NumPy), side by side with the BVH builds (Warp) when
-    # they are worth a thread
+    # the edge pairs of the meshes that may be closed (NumPy) on a thread of their own, side by side with the
+    # BVH builds (Warp), where those leave a core free and the pairs are worth a thread; else the table build
+    # finds them (see build_tables)
     closable = [k for k in range(len(arrays)) if slivers[k] == 0 and pairs_up[k] and not cuboid[k]]
     weights = [len(arrays[k][1]) for k in closable]
-
-    def pair_up() -> list[np.ndarray | None]:
+    spare = device.type != "cpu" or _chunk_count([len(a[1]) for a in arrays]) < _thread_count()
+    pairing = None
+    if spare and sum(weights) >= _CHUNK_FACES:
         meshes = [(arrays[k][1], len(arrays[k][0])) for k in closable]
-        return _in_chunks(edge_pairs, meshes, weights, background=False)
-
-    pairing = _mesh_pool(os.getpid()).submit(pair_up) if sum(weights) >= _CHUNK_FACES else None
+        pairing = _mesh_pool(os.getpid()).submit(edge_pairs, meshes)
 
     def build(k: int) -> Any:
         v0, v1, f0, f1 = (
@@ -284,12 +284,17 @@ def _build_meshes(
         )
     else:
         built = [build(k) for k in range(len(arrays))]
-    pairs: list[np.ndarray | None] = [None] * len(arrays)
-    for k, found in zip(closable, pair_up() if pairing is None else pairing.result(), strict=True):
-        pairs[k] = found
+    pairs: list[Any] = [_NOT_PAIRED] * len(arrays)
+    if pairing is not None:
+        for k, found in zip(closable, pairing.result(), strict=True):
+            pairs[k] = found
     return [
         (mesh, slivers[k] == 0 and pairs_up[k], bool(pairs_up[k]), pairs[k]) for k, mesh in enumerate(built)
     ]
+
+
+#: A mesh's edge pairs not looked for yet (:func:`build_tables` does).
+_NOT_PAIRED = "not paired yet"
 
 
 @functools.cache
@@ -456,7 +461,8 @@ class _MeshSpec:
         self.box = _box_of(vertices)
         self.cuboid = _is_cuboid(vertices, faces, self.box)
         self.may_be_closed = may_close and not self.cuboid
-        self.pairs = pairs if self.may_be_closed else None  # its edge pairs (see edge_pairs), if they pair up
+        # its edge pairs (see edge_pairs) if they pair up, else None; _NOT_PAIRED: not looked for yet
+        self.pairs = pairs if self.may_be_closed else None
 
     @property
     def pending_flags(self) -> int:
@@ -699,9 +705,21 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
     closed = np.zeros(count, dtype=bool)
     topology: list[tuple | None] = [None] * count
     trees: list[tuple | None] = [None] * count
-    paired = [k for k, spec in enumerate(specs) if spec.pairs is not None]
     background = alive is not None
-    jobs = [(specs[k].vertices, specs[k].faces, specs[k].box, specs[k].pairs) for k in paired]
+    pairs = [spec.pairs for spec in specs]
+    unpaired = [k for k, found in enumerate(pairs) if found is _NOT_PAIRED]
+    if unpaired:
+        check()
+        found = _in_chunks(
+            edge_pairs,
+            [(specs[k].faces, len(specs[k].vertices)) for k in unpaired],
+            [len(specs[k].faces) for k in unpaired],
+            background=background,
+        )
+        for k, mesh_pairs in zip(unpaired, found, strict=True):
+            pairs[k] = mesh_pairs
+    paired = [k for k, found in enumerate(pairs) if found is not None]
+    jobs = [(specs[k].vertices, specs[k].faces, specs[k].box, pairs[k]) for k in paired]
     weights = [len(specs[k].faces) for k in paired]
 
     def closed_tables(chosen: list[int]) -> list[tuple]:
@@ -783,10 +801,14 @@ def _closed_tables(jobs: list[tuple], device: torch.device, check: Any) -> list[
 _CHUNK_FACES = 1 << 15
 
 
+def _thread_count() -> int:
+    """Threads a table build uses at most: one a core, as many as torch's ops do."""
+    return max(1, min(os.cpu_count() or 1, torch.get_num_threads()))
+
+
 def _chunk_count(weights: list[int]) -> int:
     """How many chunks :func:`_in_chunks` makes of items weighing ``weights`` (faces)."""
-    threads = max(1, min(os.cpu_count() or 1, torch.get_num_threads()))
-    return max(1, min(threads, len(weights), sum(weights) // _CHUNK_FACES))
+    return max(1, min(_thread_count(), len(weights), sum(weights) // _CHUNK_FACES))
 
 
 def _in_chunks(fn: Any, items: list, weights: list[int], *, background: bool) -> list:
