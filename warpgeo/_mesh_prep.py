@@ -1365,29 +1365,32 @@ def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) ->
             ((part.points.min(axis=0) + part.points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
         )
         origins.append(origin)
-        offsets.append((part.normal * (part.points[part.faces[:, 0]] - origin)).sum(axis=1))
+        offsets.append(np.einsum("ij,ij->i", part.normal, part.points[part.faces[:, 0]] - origin))
     # the nodes, a level at a time: first row and face count of every node (by depth-first index), links
     starts = np.zeros(num_nodes, dtype=np.int64)
     sizes_of = np.zeros(num_nodes, dtype=np.int64)
     links = np.zeros((num_nodes, 3), dtype=np.int64)
-    levels = []
-    level = (row_first[:-1], counts, node_first[:-1])
+    levels = []  # the nodes each launch of the splits takes: a node of <= 8 leaves' faces splits its subtree
+    level = (row_first[:-1], counts, node_first[:-1], np.zeros(len(counts), dtype=bool))
     while len(level[0]):
-        start, n, k = level
+        start, n, k, below = level  # below: in the subtree of a node of <= 8 leaves' faces
         starts[k], sizes_of[k] = start, n
-        levels.append(k)
+        levels.append(k[~below])
         leaf = n <= _PLANE_LEAF
         links[k[leaf]] = np.stack([k[leaf] + 1, start[leaf], n[leaf]], axis=1)
-        start, n, k = start[~leaf], n[~leaf], k[~leaf]
+        start, n, k, below = start[~leaf], n[~leaf], k[~leaf], below[~leaf]
         links[k, 0] = k + subtrees(n)
         half = n // 2
+        below = below | (n <= 8 * _PLANE_LEAF)
         level = (
             np.concatenate([start, start + half]),
             np.concatenate([half, n - half]),
             np.concatenate([k + 1, k + 1 + subtrees(half)]),
+            np.concatenate([below, below]),
         )
+    levels = [k for k in levels if len(k)]
     # the faces (their unit normals and rows) put in leaf order by the levels' splits, in place
-    normals = _dense(np.concatenate([part.normal for part in parts]), device)
+    normals = torch.from_numpy(np.concatenate([part.normal for part in parts])).to(device)  # a copy: in place
     faces = torch.arange(int(row_first[-1]), dtype=torch.int32, device=device)
     split = build_kernels.BUILD["float32"].plane_tree_split_rows
     for k in levels:
@@ -1444,7 +1447,8 @@ def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) ->
         mesh_links = links[n0:n1].copy()
         mesh_links[:, 0] -= n0
         mesh_links[:, 1] -= np.where(mesh_links[:, 2] > 0, r0, 0)
-        planes = np.concatenate([normals[r0:r1], offset[r0:r1, None]], axis=1).astype(np.float32)
+        planes = np.empty((r1 - r0, 4), dtype=np.float32)
+        planes[:, :3], planes[:, 3] = normals[r0:r1], offset[r0:r1]
         out.append((table, mesh_links.astype(np.int32), planes, faces[r0:r1] - r0))
     return out
 

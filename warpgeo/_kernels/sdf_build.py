@@ -782,34 +782,16 @@ def heap_sort(
         end = end - 1
 
 
-def plane_tree_split_rows(
+@wp.func
+def split_node(
     normals: wp.array(dtype=wp.vec3d),
     faces: wp.array(dtype=wp.int32),
-    starts: wp.array(dtype=wp.int64),
-    counts: wp.array(dtype=wp.int64),
+    first: int,
+    n: int,
     leaf: int,
     round_limit: int,
-    row_start: int,
 ):
-    """One level of the plane trees of convex meshes (see ``_mesh_prep._plane_trees``): node ``r = row_start +
-    tid`` holds the faces in rows ``[starts[r], starts[r] + counts[r])`` of ``normals`` (unit, float64) and
-    ``faces`` (their indices), which it reorders in place. A node of more than ``leaf`` faces puts the
-    ``n // 2`` first of them in the order of their normals' component of widest spread (the lowest axis of
-    equal spreads; ties by face index, ``comes_first``) in its first ``n // 2`` rows (quickselect, a median of
-    three pivot, heapsort past ``round_limit`` rounds, or ``2 log2 n + 16`` where it is negative: O(n log n) at
-    worst); a leaf sorts its rows by face index. Nodes of one level hold disjoint rows. A node whose rows do not lie in the arrays is left alone.
-    Launched by rows."""
-    r = wp.tid() + row_start
-    if r >= starts.shape[0] or r >= counts.shape[0]:
-        return
-    first64 = starts[r]
-    n64 = counts[r]
-    if first64 < wp.int64(0) or n64 <= wp.int64(0):
-        return
-    if first64 + n64 > wp.int64(normals.shape[0]) or first64 + n64 > wp.int64(faces.shape[0]):
-        return
-    first = int(first64)
-    n = int(n64)
+    """Split the node over rows ``[first, first + n)`` (see ``plane_tree_split_rows``), in place."""
     if n <= leaf:
         for i in range(first + 1, first + n):  # insertion sort by face index
             j = i
@@ -864,6 +846,59 @@ def plane_tree_split_rows(
             hi = store - 1
         else:
             lo = store + 1
+
+
+def plane_tree_split_rows(
+    normals: wp.array(dtype=wp.vec3d),
+    faces: wp.array(dtype=wp.int32),
+    starts: wp.array(dtype=wp.int64),
+    counts: wp.array(dtype=wp.int64),
+    leaf: int,
+    round_limit: int,
+    row_start: int,
+):
+    """One level of the plane trees of convex meshes (see ``_mesh_prep._plane_trees``): node ``r = row_start +
+    tid`` holds the faces in rows ``[starts[r], starts[r] + counts[r])`` of ``normals`` (unit, float64) and
+    ``faces`` (their indices), which it reorders in place. A node of more than ``leaf`` faces puts the
+    ``n // 2`` first of them in the order of their normals' component of widest spread (the lowest axis of
+    equal spreads; ties by face index, ``comes_first``) in its first ``n // 2`` rows (quickselect, a median of
+    three pivot, heapsort past ``round_limit`` rounds, or ``2 log2 n + 16`` where it is negative: O(n log n) at
+    worst); a leaf sorts its rows by face index. A node of at most ``8 * leaf`` faces splits its children and
+    theirs too, down to its leaves (three levels: per-row overheads dwarf the work of small nodes). Nodes of
+    one launch hold disjoint rows. A node whose rows do not lie in the arrays is left alone. Launched by rows."""
+    r = wp.tid() + row_start
+    if r >= starts.shape[0] or r >= counts.shape[0]:
+        return
+    first64 = starts[r]
+    n64 = counts[r]
+    if first64 < wp.int64(0) or n64 <= wp.int64(0) or leaf < 1:
+        return
+    if first64 + n64 > wp.int64(normals.shape[0]) or first64 + n64 > wp.int64(faces.shape[0]):
+        return
+    first = int(first64)
+    n = int(n64)
+    split_node(normals, faces, first, n, leaf, round_limit)
+    if n > 8 * leaf:
+        return
+    # the subtree below: at most three more levels (n <= 8 leaf: its great-grandchildren are leaves)
+    for c1 in range(2):
+        h1 = n // 2
+        f1 = first + c1 * h1
+        n1 = h1 + c1 * (n - 2 * h1)
+        if n > leaf:
+            split_node(normals, faces, f1, n1, leaf, round_limit)
+            for c2 in range(2):
+                h2 = n1 // 2
+                f2 = f1 + c2 * h2
+                n2 = h2 + c2 * (n1 - 2 * h2)
+                if n1 > leaf:
+                    split_node(normals, faces, f2, n2, leaf, round_limit)
+                    for c3 in range(2):
+                        h3 = n2 // 2
+                        if n2 > leaf:
+                            split_node(
+                                normals, faces, f2 + c3 * h3, h3 + c3 * (n2 - 2 * h3), leaf, round_limit
+                            )
 
 
 def plane_tree_nodes_rows(
