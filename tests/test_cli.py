@@ -502,6 +502,20 @@ def test_warmup_compiles_every_cpu_module_into_warps_cache(capsys):
         assert wp.get_module(name).load(wp.get_device("cpu"), 1) is not None
 
 
+def test_a_cuda_warmup_also_loads_what_a_cuda_world_builds_on_the_host():
+    """A CUDA world builds its closed meshes' tables with the build module's kernels on the CPU: a CUDA warmup
+    loads that module on the host as well as every module on the device; a CPU warmup loads each once."""
+    from warpgeo import _warmup
+    from warpgeo._kernels import sdf_build
+
+    build = sdf_build.BUILD.module_name("float32")
+    cuda = _warmup.warmup_plan(True)
+    assert {(name, host) for _, name, host in cuda if name == build} == {(build, False), (build, True)}
+    assert sum(host for _, _, host in cuda) == sum(t.host_too for t, _, _ in _warmup.kernel_modules())
+    cpu = _warmup.warmup_plan(False)
+    assert not any(host for _, _, host in cpu) and len({name for _, name, _ in cpu}) == len(cpu)
+
+
 def test_warmup_refuses_devices_warpgeo_does_not_run_on(capsys):
     assert main(["warmup", "--device", "mps"]) != 0
     assert "--device mps" in capsys.readouterr().err

@@ -726,17 +726,19 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
         if not chosen:
             return []
         return _in_chunks(
-            lambda chunk: _closed_tables(chunk, device, launches),
+            lambda chunk: _closed_tables(chunk, _HOST, launches),
             [jobs[j] for j in chosen],
             [weights[j] for j in chosen],
             background=background,
         )
 
-    # on the CPU, from _CHUNK_FACES faces, every paired mesh's closed tables are built on a thread of their
-    # own side by side with the closed-mesh check and the grids (those of a mesh that turns out to intersect
-    # itself are dropped); else after the check, for the closed meshes only
+    # The closed meshes' tables are built on the host (the kernels on its cores, for a CUDA world too: they
+    # end in host arrays, and a plane tree's top levels are one thread a node). From _CHUNK_FACES faces every
+    # paired mesh's are built on a thread of their own, side by side with the closed-mesh check and the grids
+    # (those of a mesh that turns out to intersect itself are dropped); else after the check, for the closed
+    # meshes only.
     side = None
-    if paired and device.type == "cpu" and sum(weights) >= _CHUNK_FACES:
+    if paired and sum(weights) >= _CHUNK_FACES:
         check()
         side = _closed_pool(os.getpid(), background).submit(closed_tables, list(range(len(paired))))
     try:
@@ -796,6 +798,8 @@ def _closed_tables(jobs: list[tuple], device: torch.device, check: Any) -> list[
     return list(zip(topology, trees, strict=True))
 
 
+#: Where the closed meshes' tables are built, whatever the world's device (see build_tables).
+_HOST = torch.device("cpu")
 #: The NumPy steps of a table build run in chunks of at least this many faces, one a thread (below it the
 #: per-call overheads of the vectorised passes outweigh a second thread).
 _CHUNK_FACES = 1 << 15

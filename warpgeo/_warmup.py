@@ -29,6 +29,19 @@ def kernel_modules() -> list[tuple[Any, Any, str]]:
     return [(table, key, name) for table in TABLES for key, name in table.modules()]
 
 
+def warmup_plan(cuda: bool) -> list[tuple[Any, str, bool]]:
+    """``(table, Warp module name, on the host)`` of every module a warmup of a CUDA device (``cuda``) or of the
+    CPU loads: the CPU's are every table's but the CUDA-only ones; a CUDA device's are every table's, and also
+    on the host those a CUDA world launches there (``host_too``)."""
+    plan = []
+    for table, _key, name in kernel_modules():
+        if cuda or not table.cuda_only:
+            plan.append((table, name, False))
+        if cuda and table.host_too:
+            plan.append((table, name, True))
+    return plan
+
+
 def warmup(device: str = "cpu", *, quiet: bool = False) -> int:
     """Compile every kernel module warpgeo launches on ``device`` into Warp's kernel cache (a module
     already there is only loaded). Returns the number of modules. A progress bar on stderr unless
@@ -37,16 +50,17 @@ def warmup(device: str = "cpu", *, quiet: bool = False) -> int:
 
     torch_device = torch.device(device)
     wdev = _warp.warp_device(torch_device)  # ValueError for a device warpgeo does not run on
-    modules = [(t, k, n) for t, k, n in kernel_modules() if wdev.is_cuda or not t.cuda_only]
     wp = _warp.warp()
+    modules = warmup_plan(wdev.is_cuda)
     from tqdm import tqdm
 
     start = time.perf_counter()
     bar = tqdm(modules, desc=f"warpgeo warmup ({wdev})", unit="module", disable=quiet, file=sys.stderr)
-    for table, _key, name in bar:
+    for table, name, on_host in bar:
         bar.set_postfix_str(name.removeprefix("warpgeo._kernels."), refresh=False)
-        block_dim = table.block_dim if table.block_dim is not None else (1 if wdev.is_cpu else None)
-        wp.get_module(name).load(wdev, block_dim)
+        target = wp.get_device("cpu") if on_host else wdev
+        block_dim = table.block_dim if table.block_dim is not None else (1 if target.is_cpu else None)
+        wp.get_module(name).load(target, block_dim)
     if not quiet:
         print(
             f"warpgeo: {len(modules)} kernel modules ready for {wdev} in {time.perf_counter() - start:.1f} s "

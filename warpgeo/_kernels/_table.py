@@ -57,6 +57,7 @@ class KernelTable:
         max_registers: a cap on the registers per CUDA thread (Warp's ``cuda_max_registers``), or a function of
             the key giving it; None: the compiler's choice. The CPU ignores it.
         cuda_only: only CUDA launches these kernels (a CPU warmup skips them).
+        host_too: a CUDA world launches these kernels on the CPU too (a CUDA warmup loads them there).
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class KernelTable:
         block_dim: int | None = None,
         max_registers: int | Callable[[Any], int | None] | None = None,
         cuda_only: bool = False,
+        host_too: bool = False,
     ) -> None:
         self.name = name
         self.funcs = funcs
@@ -77,6 +79,7 @@ class KernelTable:
         self.block_dim = block_dim
         self.max_registers = max_registers
         self.cuda_only = cuda_only
+        self.host_too = host_too
         self._built: dict[Any, SimpleNamespace] = {}
         self._lock = threading.Lock()
         TABLES.append(self)

@@ -972,6 +972,7 @@ BUILD = KernelTable(
     ),
     {"float32": {}},
     options=OPTIONS,
+    host_too=True,  # a CUDA world builds its closed meshes' tables on the host (_mesh_prep.build_tables)
 )
 #: ``WINDING_PROBE["float32"].winding_probe``: a module of its own, compiled only for winding-number worlds.
 WINDING_PROBE = KernelTable(f"{__name__}.winding_probe", (winding_probe,), {"float32": {}}, options=OPTIONS)
