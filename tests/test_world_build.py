@@ -743,3 +743,56 @@ def test_closed_mesh_check_on_fans(sections):
     assert len(centre) == 1
     vertices[centre, 2] = -1.0  # the top cap's centre beyond the bottom cap: its fan crosses the bottom one
     assert not _closed(vertices, cylinder.faces)
+
+
+def _open_by_position(vertices: np.ndarray, faces: np.ndarray) -> bool:
+    """Reference: weld vertices by position (a dict of coordinate tuples: -0.0 == 0.0), then the mesh is closed
+    iff every directed edge's reverse comes as often as it does."""
+    ids: dict[tuple, int] = {}
+    welded = [[ids.setdefault(tuple(map(float, vertices[i])), len(ids)) for i in face] for face in faces]
+    edges: dict[tuple, int] = {}
+    for face in welded:
+        for k in range(3):
+            a, b = face[k], face[(k + 1) % 3]
+            edges[(a, b)] = edges.get((a, b), 0) + 1
+    return any(edges.get((b, a), 0) != count for (a, b), count in edges.items())
+
+
+def test_open_when_welded_against_welding_by_position(monkeypatch):
+    """Open or closed once welded, as welding by position says: triangle soups of closed meshes (also with
+    -0.0 beside 0.0) are closed, a soup less a face and a height field are open; an open mesh is told by its
+    position hash alone (no sort of the vertices)."""
+    ball = trimesh.creation.icosphere(subdivisions=2)
+    soup = (np.asarray(ball.vertices, np.float32)[ball.faces].reshape(-1, 3), np.arange(3 * len(ball.faces)))
+    soup = (soup[0], soup[1].reshape(-1, 3))
+    signed = soup[0].copy()
+    signed[signed == 0.0] = -0.0  # some zeros negative, some not: one position
+    signed[::2][soup[0][::2] == 0.0] = 0.0
+    grid = np.stack(np.meshgrid(np.arange(6.0), np.arange(5.0), indexing="ij"), axis=-1).reshape(-1, 2)
+    field = np.concatenate([grid, np.sin(grid[:, :1])], axis=1).astype(np.float32)
+    cells = np.array([[i * 5 + j, (i + 1) * 5 + j, i * 5 + j + 1] for i in range(5) for j in range(4)])
+    cases = {
+        "soup": soup,
+        "soup with -0.0": (signed, soup[1]),
+        "soup less a face": (soup[0], soup[1][1:]),
+        "height field": (field, cells),
+        "box": (
+            np.asarray(trimesh.creation.box().vertices, np.float32),
+            np.asarray(trimesh.creation.box().faces),
+        ),
+    }
+    expected = {
+        "soup": False,
+        "soup with -0.0": False,
+        "soup less a face": True,
+        "height field": True,
+        "box": False,
+    }
+    for name, (vertices, faces) in cases.items():
+        assert _open_by_position(vertices, faces) == expected[name], name  # the reference itself
+        assert _mesh_prep.open_when_welded(vertices, faces) == expected[name], name
+    sorted_vertices = []
+    unique = np.unique
+    monkeypatch.setattr(np, "unique", lambda *a, **k: sorted_vertices.append(1) or unique(*a, **k))
+    assert _mesh_prep.open_when_welded(*cases["height field"]) and not sorted_vertices
+    assert not _mesh_prep.open_when_welded(*cases["soup"]) and sorted_vertices  # closed: the exact check

@@ -203,14 +203,39 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
 def open_when_welded(vertices: np.ndarray, faces: np.ndarray) -> bool:
     """Whether a mesh whose directed edges do not pair up (see :func:`_face_checks`) stays open once its
     vertices at one position are one vertex: False for a closed surface given as unwelded parts (an OBJ's
-    material groups, an STL's triangle soup), whose edges pair up by position. Exact (sorted integer edge
-    codes, O(F log F)); only for meshes the face checks found open."""
+    material groups, an STL's triangle soup), whose edges pair up by position. Exact: first the edge-pairing
+    hash of :func:`_face_checks` over hashes of the vertices' positions (:func:`_position_hash`): a rest means
+    the directed edges and their reverses are different multisets of positions, so the mesh is open (a real
+    open mesh, a scan, ends here in O(F)); else sorted integer edge codes of the welded vertices, O(F log F)."""
+    first = _position_hash(vertices, np.uint64(0x9E3779B97F4A7C15))
+    second = _position_hash(vertices, np.uint64(0xD1B54A32D192ED03))
+    rest = np.uint64(0)
+    with np.errstate(over="ignore"):  # wrapping uint64 arithmetic
+        for k in range(3):
+            a, b = faces[:, k], faces[:, (k + 1) % 3]
+            rest += (first[a] * second[b]).sum(dtype=np.uint64) - (first[b] * second[a]).sum(dtype=np.uint64)
+    if rest != 0:
+        return True
     _, inverse = np.unique(vertices, axis=0, return_inverse=True)
     welded = inverse.reshape(-1)[faces].astype(np.int64)
     n = np.int64(len(vertices))
     tails = welded.reshape(-1)
     heads = np.roll(welded, -1, axis=1).reshape(-1)  # edges ab, bc, ca of each face
     return not np.array_equal(np.sort(tails * n + heads), np.sort(heads * n + tails))
+
+
+def _position_hash(vertices: np.ndarray, seed: np.uint64) -> np.ndarray:
+    """A 64-bit hash (uint64, odd) of each float32 vertex's position: equal positions (-0.0 counted as 0.0)
+    hash alike. Splitmix64's finaliser over the coordinates' bits."""
+    bits = (np.asarray(vertices, dtype=np.float32) + np.float32(0.0)).view(np.uint32).astype(np.uint64)
+    x = np.full(len(bits), seed, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for axis in range(3):
+            x = (x ^ bits[:, axis]) * np.uint64(0x9E3779B97F4A7C15) + seed
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            x ^= x >> np.uint64(31)
+    return x | np.uint64(1)
 
 
 def _build_meshes(
