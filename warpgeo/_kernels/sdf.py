@@ -166,7 +166,8 @@ def query_point(mesh: wp.uint64, p: wp.vec3, max_dist: float, sign: int):
 def ray_vote_inside(mesh: wp.uint64, p: wp.vec3):
     """Whether ``p`` is inside a closed mesh by a vote of three rays (the side of the first face each hits), in
     directions of no symmetry a mesh is likely to share (``FLAG_PENDING``): none runs along an axis, a
-    diagonal or a coordinate plane, where Warp's axis rays graze the vertices and edges of symmetric meshes."""
+    diagonal or a coordinate plane, where Warp's axis rays graze the vertices and edges of symmetric meshes.
+    Where the first two agree they are the majority, and the third is not cast."""
     votes = int(0)
     q = wp.mesh_query_ray(mesh, p, wp.normalize(wp.vec3(0.5773503, 0.6947465, 0.4292036)), UNBOUNDED)
     if q.result and q.sign < 0.0:
@@ -174,6 +175,8 @@ def ray_vote_inside(mesh: wp.uint64, p: wp.vec3):
     q = wp.mesh_query_ray(mesh, p, wp.normalize(wp.vec3(-0.7236068, 0.2763932, -0.6324555)), UNBOUNDED)
     if q.result and q.sign < 0.0:
         votes += 1
+    if votes != 1:
+        return votes == 2
     q = wp.mesh_query_ray(mesh, p, wp.normalize(wp.vec3(0.1896427, -0.8506508, -0.4905174)), UNBOUNDED)
     if q.result and q.sign < 0.0:
         votes += 1
