@@ -765,6 +765,8 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
     side = None
     if paired and sum(weights) >= _CHUNK_FACES:
         check()
+        # the host's build module loaded here, never by two threads at once (a CUDA world's first host launch)
+        _launch._load(build_kernels.BUILD["float32"].closed_faces_rows, _HOST)
         side = _closed_pool(os.getpid(), background).submit(closed_tables, list(range(len(paired))))
     try:
         if paired:
