@@ -982,9 +982,9 @@ class _Faces:
             # each undirected edge is a pair of directed edges (see edge_pairs): directed edge i is face
             # i % F's edge i // F
             num_faces, first_row = len(mesh_faces), int(self.face_rows[j])
-            first, second = pairs[:, 0], pairs[:, 1]
-            neighbors[first // num_faces, first_row + first % num_faces] = first_row + second % num_faces
-            neighbors[second // num_faces, first_row + second % num_faces] = first_row + first % num_faces
+            (edge, face), (other_edge, other_face) = (np.divmod(pairs[:, i], num_faces) for i in (0, 1))
+            neighbors[edge, first_row + face] = first_row + other_face
+            neighbors[other_edge, first_row + other_face] = first_row + face
         self.neighbors = np.ascontiguousarray(neighbors.T)
         count = len(self.faces)
         normal = torch.empty((count, 3), dtype=torch.float64, device=device)

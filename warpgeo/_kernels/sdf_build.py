@@ -690,19 +690,17 @@ def closed_faces_rows(
     a = wp.vec3d(points[i[0]])
     b = wp.vec3d(points[i[1]])
     c = wp.vec3d(points[i[2]])
-    n = wp.normalize(wp.cross(b - a, c - a))
+    area2 = wp.cross(b - a, c - a)  # twice the area, along the normal
+    twice = wp.length(area2)
+    n = area2 / twice
     normals[f] = n
-    for k in range(3):
-        u = b - a
-        v = c - a
-        if k == 1:
-            u = c - b
-            v = a - b
-        elif k == 2:
-            u = a - c
-            v = b - c
-        angle = wp.atan2(wp.length(wp.cross(u, v)), wp.dot(u, v))
-        corner_normals[k * count + f] = angle * n
+    # the angles at a and b from |u x v| = twice the area and u . v; c's is what is left of pi
+    at_a = wp.atan2(twice, wp.dot(b - a, c - a))
+    at_b = wp.atan2(twice, wp.dot(c - b, a - b))
+    at_c = wp.max(wp.float64(wp.pi) - at_a - at_b, wp.float64(0.0))
+    corner_normals[f] = at_a * n
+    corner_normals[count + f] = at_b * n
+    corner_normals[2 * count + f] = at_c * n
     worst = wp.float64(-wp.inf)
     for k in range(3):
         g = neighbors[f][k]
