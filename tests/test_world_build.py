@@ -796,3 +796,21 @@ def test_open_when_welded_against_welding_by_position(monkeypatch):
     monkeypatch.setattr(np, "unique", lambda *a, **k: sorted_vertices.append(1) or unique(*a, **k))
     assert _mesh_prep.open_when_welded(*cases["height field"]) and not sorted_vertices
     assert not _mesh_prep.open_when_welded(*cases["soup"]) and sorted_vertices  # closed: the exact check
+
+
+def test_pairs_found_on_a_thread_are_waited_for_by_the_table_build(monkeypatch):
+    """A mesh's edge pairs found beside its BVH build reach its tables through a _Pairing: its batch's result
+    (the constructor does not wait for it), or, in a forked child whose copy of the batch never finishes,
+    found again there; the same pairs either way."""
+    from concurrent.futures import Future
+
+    sphere = trimesh.creation.icosphere(3)
+    faces, count = np.asarray(sphere.faces, np.int32), len(sphere.vertices)
+    expected = _mesh_prep.edge_pairs([(faces, count)])[0]
+    done = Future()
+    done.set_result([None, expected])
+    assert _mesh_prep._Pairing(done, 1).get(faces, count) is expected
+    never = Future()  # a batch whose thread is not in this process
+    pairing = _mesh_prep._Pairing(never, 0)
+    monkeypatch.setattr(_mesh_prep.os, "getpid", lambda: pairing.pid + 1)
+    np.testing.assert_array_equal(pairing.get(faces, count), expected)

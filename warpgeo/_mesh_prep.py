@@ -246,8 +246,8 @@ def _build_meshes(
     :func:`_face_checks`): the per-face checks of all of them in one launch (:func:`face_checks`), then their
     BVHs (on the CPU in runs of meshes on threads, :func:`_in_chunks`: Warp builds a host BVH with the GIL
     released) and, side by side with them where they leave a core free (from :data:`_CHUNK_FACES` faces),
-    the edge pairs of those that may be closed and are no cuboid (:func:`edge_pairs`: None where they do not
-    pair up; :data:`_NOT_PAIRED` where not looked for). A cuboid's faces are halves of its box's sides: none
+    the edge pairs of those that may be closed and are no cuboid (:func:`edge_pairs`, as a :class:`_Pairing`
+    that the table build waits for; :data:`_NOT_PAIRED` where not looked for). A cuboid's faces are halves of its box's sides: none
     is a sliver, and it launches nothing."""
     wp = _warp.warp()
     if not arrays:
@@ -311,8 +311,8 @@ def _build_meshes(
         built = [build(k) for k in range(len(arrays))]
     pairs: list[Any] = [_NOT_PAIRED] * len(arrays)
     if pairing is not None:
-        for k, found in zip(closable, pairing.result(), strict=True):
-            pairs[k] = found
+        for j, k in enumerate(closable):
+            pairs[k] = _Pairing(pairing, j)
     return [
         (mesh, slivers[k] == 0 and pairs_up[k], bool(pairs_up[k]), pairs[k]) for k, mesh in enumerate(built)
     ]
@@ -320,6 +320,21 @@ def _build_meshes(
 
 #: A mesh's edge pairs not looked for yet (:func:`build_tables` does).
 _NOT_PAIRED = "not paired yet"
+
+
+class _Pairing:
+    """Mesh ``j``'s edge pairs of a batch still being found on a thread (:func:`_build_meshes`): the world's
+    constructor does not wait for them, its table build does (:meth:`get`)."""
+
+    def __init__(self, batch: Future, j: int) -> None:
+        self.batch, self.j, self.pid = batch, j, os.getpid()
+
+    def get(self, faces: np.ndarray, num_vertices: int) -> np.ndarray | None:
+        """The pairs (of the mesh's ``faces`` and ``num_vertices``: found here in a forked child, which has
+        the batch's future but not its thread); raises what the batch raised."""
+        if self.pid != os.getpid() and not self.batch.done():
+            return edge_pairs([(faces, num_vertices)])[0]
+        return self.batch.result()[self.j]
 
 
 @functools.cache
@@ -486,7 +501,8 @@ class _MeshSpec:
         self.box = _box_of(vertices)
         self.cuboid = _is_cuboid(vertices, faces, self.box)
         self.may_be_closed = may_close and not self.cuboid
-        # its edge pairs (see edge_pairs) if they pair up, else None; _NOT_PAIRED: not looked for yet
+        # its edge pairs (see edge_pairs) if they pair up, else None; a _Pairing: being found on a thread;
+        # _NOT_PAIRED: not looked for yet
         self.pairs = pairs if self.may_be_closed else None
 
     @property
@@ -731,7 +747,10 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
     topology: list[tuple | None] = [None] * count
     trees: list[tuple | None] = [None] * count
     background = alive is not None
-    pairs = [spec.pairs for spec in specs]
+    pairs = [
+        spec.pairs.get(spec.faces, len(spec.vertices)) if isinstance(spec.pairs, _Pairing) else spec.pairs
+        for spec in specs
+    ]
     unpaired = [k for k, found in enumerate(pairs) if found is _NOT_PAIRED]
     if unpaired:
         check()
