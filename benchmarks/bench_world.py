@@ -356,7 +356,7 @@ def bench_rl(args, o3d, device) -> None:
 _PHASES = {
     "_build_meshes": "BVHs + face checks",
     "faces_meet": "closed-mesh check",
-    "_in_chunks": "edge pairs, closed meshes' tables (face terms, pseudo-normals, plane trees)",
+    "_in_chunks": "runs of meshes on threads (BVHs, edge pairs, closed meshes' tables: inside the others)",
     "_grids": "grids",
     "build_tables": "tables, all",
     "prepare": "prepare, all",
