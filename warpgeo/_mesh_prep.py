@@ -983,9 +983,9 @@ class _Faces:
     """What the tables of closed meshes ``(vertices, faces, edge pairs)`` (see :func:`edge_pairs`) read of their
     faces, computed once, many meshes' rows side by side (each row as for its mesh alone): ``neighbors`` (F, 3)
     the row of the face across each edge of each face (ab, bc, ca); and in float64 (one launch of
-    ``sdf_build.closed_faces_rows`` on ``device``) each face's unit ``normal`` (F, 3), its normal times its
-    angle at each corner (``corner_normals`` (3, F, 3)), and ``convexity`` (F,): how far the far corner of a
-    neighbour lies above its plane at most."""
+    ``sdf_build.closed_faces_rows`` on ``device``) each face's unit ``normal`` (F, 3), its plane's offset from
+    the origin (``support`` (F,)), its normal times its angle at each corner (``corner_normals`` (3, F, 3)),
+    and ``convexity`` (F,): how far the far corner of a neighbour lies above its plane at most."""
 
     def __init__(
         self, meshes: list[tuple[np.ndarray, np.ndarray, np.ndarray]], device: torch.device, check: Any
@@ -1007,6 +1007,7 @@ class _Faces:
         self.neighbors = np.ascontiguousarray(neighbors.T)
         count = len(self.faces)
         normal = torch.empty((count, 3), dtype=torch.float64, device=device)
+        support = torch.empty(count, dtype=torch.float64, device=device)
         corner_normals = torch.empty((3, count, 3), dtype=torch.float64, device=device)
         convexity = torch.empty(count, dtype=torch.float64, device=device)
         _launch_rows(
@@ -1019,26 +1020,29 @@ class _Faces:
             faces=_dense(self.faces.astype(np.int32), device),
             neighbors=_dense(self.neighbors.astype(np.int32), device),
             normals=normal,
+            supports=support,
             corner_normals=corner_normals.view(3 * count, 3),
             convexity=convexity,
         )
-        self.normal, self.corner_normals, self.convexity = (
-            t.cpu().numpy() for t in (normal, corner_normals, convexity)
+        self.normal, self.support, self.corner_normals, self.convexity = (
+            t.cpu().numpy() for t in (normal, support, corner_normals, convexity)
         )
 
     def part(self, j: int) -> _Part:
         """Mesh ``j``'s rows (views; faces numbered in the mesh)."""
         v0, v1 = int(self.vertex_rows[j]), int(self.vertex_rows[j + 1])
         f0, f1 = int(self.face_rows[j]), int(self.face_rows[j + 1])
-        return _Part(self.points[v0:v1], self.faces[f0:f1] - v0, self.normal[f0:f1])
+        return _Part(self.points[v0:v1], self.faces[f0:f1] - v0, self.normal[f0:f1], self.support[f0:f1])
 
 
 class _Part(NamedTuple):
-    """One mesh's rows of a :class:`_Faces`: its float64 points, its faces and their unit normals."""
+    """One mesh's rows of a :class:`_Faces`: its float64 points, its faces, their unit normals and their planes'
+    offsets from the origin (``n . a`` for a corner ``a``)."""
 
     points: np.ndarray
     faces: np.ndarray
     normal: np.ndarray
+    support: np.ndarray
 
 
 #: The work (in launch_rows' units) of one BVH query per level of the tree: enough for a grid of a mesh of a
@@ -1415,7 +1419,7 @@ def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) ->
             ((part.points.min(axis=0) + part.points.max(axis=0)) / 2).astype(np.float32).astype(np.float64)
         )
         origins.append(origin)
-        offsets.append(np.einsum("ij,ij->i", part.normal, part.points[part.faces[:, 0]] - origin))
+        offsets.append(part.support - part.normal @ origin)  # n . (a - o)
     # the nodes, a level at a time: first row and face count of every node (by depth-first index), links
     starts = np.zeros(num_nodes, dtype=np.int64)
     sizes_of = np.zeros(num_nodes, dtype=np.int64)

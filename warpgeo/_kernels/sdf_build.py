@@ -666,13 +666,15 @@ def closed_faces_rows(
     faces: wp.array(dtype=wp.vec3i),
     neighbors: wp.array(dtype=wp.vec3i),
     normals: wp.array(dtype=wp.vec3d),
+    supports: wp.array(dtype=wp.float64),
     corner_normals: wp.array(dtype=wp.vec3d),
     convexity: wp.array(dtype=wp.float64),
     row_start: int,
 ):
     """What the tables of closed meshes read of face ``f = row_start + tid`` (``faces``: rows of ``points``;
     ``neighbors``: the rows of the faces across its edges ab, bc, ca; many meshes' rows side by side), in
-    float64: its unit normal ``normals[f]``; ``corner_normals[k * F + f]``, the normal times the face's angle
+    float64: its unit normal ``normals[f]`` and its plane's offset from the origin ``supports[f] = n . a``;
+    ``corner_normals[k * F + f]``, the normal times the face's angle
     at corner ``k`` (the terms of its vertices' angle-weighted normals); and ``convexity[f]``, how far the
     far corner of each neighbour (the one not on the shared edge: the last corner of the neighbour that is not
     a corner of ``f``) lies above the face's plane at most (``inf`` where a neighbour has none, or a row is out
@@ -680,6 +682,8 @@ def closed_faces_rows(
     f = wp.tid() + row_start
     count = faces.shape[0]
     if f >= count or f >= neighbors.shape[0] or f >= normals.shape[0] or f >= convexity.shape[0]:
+        return
+    if f >= supports.shape[0]:
         return
     if wp.int64(3) * wp.int64(count) > wp.int64(corner_normals.shape[0]):
         return
@@ -694,6 +698,7 @@ def closed_faces_rows(
     twice = wp.length(area2)
     n = area2 / twice
     normals[f] = n
+    supports[f] = wp.dot(n, a)
     # the angles at a and b from |u x v| = twice the area and u . v; c's is what is left of pi
     at_a = wp.atan2(twice, wp.dot(b - a, c - a))
     at_b = wp.atan2(twice, wp.dot(c - b, a - b))
