@@ -1085,46 +1085,75 @@ def _is_cuboid(vertices: np.ndarray, faces: np.ndarray, box: np.ndarray) -> bool
 def edge_pairs(meshes: list[tuple[np.ndarray, int]]) -> list[np.ndarray | None]:
     """For each mesh ``(faces, number of vertices)`` that is watertight and consistently wound, its edges as
     pairs of directed edges (``(3F / 2, 2)``: directed edge ``i`` is face ``i % F``'s edge ``i // F``, edges
-    ab, bc, ca); None for any other mesh. All meshes in one sort: their vertices numbered apart, no edge of
-    one mesh meets another's, and each mesh's pairs are those of sorting it alone.
+    ab, bc, ca; each undirected edge once, in no particular order); None for any other mesh.
 
     Closed (see :func:`build_tables`): every edge in exactly two faces, with opposite orientations, no
     sliver face (the caller has ruled them out), and no two faces without a shared vertex intersecting
     (:func:`faces_meet`). Inside is then well defined, and the ray vote, the winding number and the
-    pseudo-normal all compute it."""
+    pseudo-normal all compute it.
+
+    All meshes at once, on the host's cores: each vertex's list of faces (``sdf_build.incident_faces_rows``),
+    then for each directed edge ``a -> b`` the one face that runs ``b -> a``, looked for in the shorter of the
+    two vertices' lists (``sdf_build.edge_partners_rows``: O(F) for any mesh, fans included). The pairs
+    depend on the faces alone, not on the lists' order."""
     out: list[np.ndarray | None] = [None] * len(meshes)
-    even = [k for k, (faces, _) in enumerate(meshes) if (3 * len(faces)) % 2 == 0]
+    even = [k for k, (faces, _) in enumerate(meshes) if len(faces) and (3 * len(faces)) % 2 == 0]
     if not even:
         return out
     counts = np.array([len(meshes[k][0]) for k in even], dtype=np.int64)
     vertex_rows = np.cumsum([0] + [meshes[k][1] for k in even])
-    edge_rows = np.concatenate([[0], np.cumsum(3 * counts)])
-    # directed edge i of mesh j (face i % F, edge i // F) at row edge_rows[j] + i: each mesh column by column
-    start = np.concatenate(
-        [meshes[k][0].reshape(-1, order="F").astype(np.int64) + vertex_rows[j] for j, k in enumerate(even)]
+    face_rows = np.concatenate([[0], np.cumsum(counts)])
+    if 3 * face_rows[-1] >= _launch.INT32_LIMIT or vertex_rows[-1] >= _launch.INT32_LIMIT:  # int32 edges
+        if len(even) == 1:  # one mesh beyond them (Warp's own int32 indices are too): not paired here
+            return out
+        half = len(even) // 2
+        for part in (even[:half], even[half:]):
+            for k, found in zip(part, edge_pairs([meshes[k] for k in part]), strict=True):
+                out[k] = found
+        return out
+    faces = np.concatenate([meshes[k][0] for k in even]).astype(np.int64)
+    faces += np.repeat(vertex_rows[:-1], counts)[:, None]
+    degree = np.bincount(faces.reshape(-1), minlength=int(vertex_rows[-1]))
+    first = np.concatenate([[0], np.cumsum(degree)]).astype(np.int32)
+    kernels = build_kernels.BUILD["float32"]
+    _launch._load(kernels.edge_partners_rows, _HOST)  # on this thread, never by two at once
+    face_rows_t = _dense(faces.astype(np.int32), _HOST)
+    first_t = torch.from_numpy(first)
+    incident = torch.full((int(first[-1]),), -1, dtype=torch.int32)
+    _launch.launch_rows(
+        kernels.incident_faces_rows,
+        len(faces),
+        device=_HOST,
+        faces=face_rows_t,
+        first=first_t,
+        cursor=torch.zeros(len(degree), dtype=torch.int32),
+        incident=incident,
     )
-    end = np.concatenate(
-        [
-            np.roll(meshes[k][0], -1, axis=1).reshape(-1, order="F").astype(np.int64) + vertex_rows[j]
-            for j, k in enumerate(even)
-        ]
+    partner = torch.empty(3 * len(faces), dtype=torch.int32)
+    _launch.launch_rows(
+        kernels.edge_partners_rows,
+        len(faces),
+        device=_HOST,
+        work_per_row=8,
+        faces=face_rows_t,
+        first=first_t,
+        incident=incident,
+        partner=partner,
     )
-    # one integer per undirected edge (a later mesh's above every earlier one's); sorted, each must come
-    # exactly twice: each mesh's edges are then a run of an even length at an even row, its own pairs
-    key = np.minimum(start, end) * int(vertex_rows[-1]) + np.maximum(start, end)
-    order = _stable_argsort(key)
-    ranked = key[order]
-    pair_mesh = np.searchsorted(edge_rows, 2 * np.arange(len(order) // 2), side="right") - 1
-    bad = np.zeros(len(even), dtype=bool)
-    bad[pair_mesh[ranked[0::2] != ranked[1::2]]] = True
-    bad[pair_mesh[:-1][ranked[1:-1:2] == ranked[2::2]]] = True
-    pairs = order.reshape(-1, 2)
-    # ... once in each direction
-    forward = start < end
-    bad[pair_mesh[forward[pairs[:, 0]] == forward[pairs[:, 1]]]] = True
+    partner = partner.numpy().astype(np.int64)
     for j, k in enumerate(even):
-        if not bad[j]:
-            out[k] = pairs[edge_rows[j] // 2 : edge_rows[j + 1] // 2] - edge_rows[j]
+        f0, f1 = int(face_rows[j]), int(face_rows[j + 1])
+        mine = partner[3 * f0 : 3 * f1]
+        if (mine < 3 * f0).any() or (mine >= 3 * f1).any():  # unpaired (-1), or paired out of the mesh
+            continue
+        edge = np.arange(3 * (f1 - f0))
+        mine = mine - 3 * f0
+        here = edge[edge < mine]  # each undirected edge once, from its lower directed edge
+        num_faces = f1 - f0
+        # edge 3 f + k is directed edge k F + f
+        out[k] = np.stack(
+            [(here % 3) * num_faces + here // 3, (mine[here] % 3) * num_faces + mine[here] // 3], axis=1
+        )
     return out
 
 

@@ -661,6 +661,73 @@ def face_checks_rows(
         slivers[f] = 1
 
 
+def incident_faces_rows(
+    faces: wp.array(dtype=wp.vec3i),
+    first: wp.array(dtype=wp.int32),
+    cursor: wp.array(dtype=wp.int32),
+    incident: wp.array(dtype=wp.int32),
+    row_start: int,
+):
+    """Face ``f = row_start + tid`` entered in the list of faces of each of its corners: vertex ``v``'s list is
+    ``incident[first[v]:first[v + 1]]`` (``first``: the prefix sums of the vertices' face counts), filled
+    through ``cursor`` (zeros; an atomic counter a vertex: the lists' order is any). A corner outside the
+    vertices, or a list already full, is skipped. Launched by rows."""
+    f = wp.tid() + row_start
+    if f >= faces.shape[0]:
+        return
+    i = faces[f]
+    for k in range(3):
+        v = i[k]
+        if v >= 0 and v + 1 < first.shape[0] and v < cursor.shape[0]:
+            slot = first[v] + wp.atomic_add(cursor, v, 1)
+            if slot < first[v + 1] and slot >= 0 and slot < incident.shape[0]:
+                incident[slot] = f
+
+
+def edge_partners_rows(
+    faces: wp.array(dtype=wp.vec3i),
+    first: wp.array(dtype=wp.int32),
+    incident: wp.array(dtype=wp.int32),
+    partner: wp.array(dtype=wp.int32),
+    row_start: int,
+):
+    """For each directed edge ``a -> b`` of face ``f = row_start + tid`` (its edges ab, bc, ca: edge ``3 f + k``),
+    the directed edge ``3 g + j`` that runs ``b -> a`` where exactly one does and ``a -> b`` is only ``f``'s, found
+    in the face list (``incident_faces_rows``) of whichever of ``a`` and ``b`` has fewer faces; -1 otherwise
+    (a boundary edge, an edge of three faces or more, two faces wound alike, ``a == b``). Launched by rows."""
+    f = wp.tid() + row_start
+    if f >= faces.shape[0] or wp.int64(3) * wp.int64(f) + wp.int64(2) >= wp.int64(partner.shape[0]):
+        return
+    count = faces.shape[0]
+    vertices = first.shape[0] - 1
+    i = faces[f]
+    for k in range(3):
+        a = i[k]
+        b = i[(k + 1) % 3]
+        found = int(-1)
+        if a != b and a >= 0 and b >= 0 and a < vertices and b < vertices:
+            v = a
+            if first[b + 1] - first[b] < first[a + 1] - first[a]:
+                v = b
+            forward = int(0)
+            reverse = int(0)
+            lo = wp.max(first[v], 0)
+            hi = wp.min(first[v + 1], incident.shape[0])
+            for s in range(lo, hi):
+                g = incident[s]
+                if g >= 0 and g < count:
+                    other = faces[g]
+                    for j in range(3):
+                        if other[j] == a and other[(j + 1) % 3] == b:
+                            forward += 1
+                        if other[j] == b and other[(j + 1) % 3] == a:
+                            reverse += 1
+                            found = 3 * g + j
+            if forward != 1 or reverse != 1:
+                found = -1
+        partner[3 * f + k] = found
+
+
 def closed_faces_rows(
     points: wp.array(dtype=wp.vec3),
     faces: wp.array(dtype=wp.vec3i),
@@ -969,6 +1036,8 @@ BUILD = KernelTable(
         fan_pieces_rows,
         fan_intersections_rows,
         face_checks_rows,
+        incident_faces_rows,
+        edge_partners_rows,
         closed_faces_rows,
         plane_tree_split_rows,
         plane_tree_nodes_rows,
