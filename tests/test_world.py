@@ -916,18 +916,6 @@ def test_a_recurring_mesh_is_built_once():
             assert torch.equal(world._tables[name], separate._tables[name]), name
 
 
-def test_stable_argsort_is_numpys():
-    """The radix argsort of the build is NumPy's stable argsort, whatever the width of the keys."""
-    from warpgeo import _mesh_prep
-
-    gen = np.random.default_rng(3)
-    for top in (1, 2**16, 2**16 + 1, 2**33, 2**62):
-        keys = gen.integers(0, top, size=5000, endpoint=True)
-        keys[::7] = keys[0]  # ties
-        np.testing.assert_array_equal(_mesh_prep._stable_argsort(keys), np.argsort(keys, kind="stable"))
-    assert len(_mesh_prep._stable_argsort(np.zeros(0, dtype=np.int64))) == 0
-
-
 # --------------------------------------------------------------------------------------------------------
 # threads: tables taken in under a running op (issue 33)
 # --------------------------------------------------------------------------------------------------------

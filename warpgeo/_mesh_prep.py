@@ -1536,19 +1536,6 @@ def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) ->
     return out
 
 
-def _stable_argsort(keys: np.ndarray) -> np.ndarray:
-    """``np.argsort(keys, kind="stable")`` of non-negative int64 keys, as radix passes of 16 bits (NumPy's
-    stable sort of uint16 is a radix sort: linear, where its int64 sort is a comparison sort)."""
-    top = int(keys.max()) if len(keys) else 0
-    perm = np.argsort(keys.astype(np.uint16), kind="stable")
-    shift = 16
-    while top >> shift:
-        digit = (keys[perm] >> shift).astype(np.uint16)
-        perm = perm[np.argsort(digit, kind="stable")]
-        shift += 16
-    return perm
-
-
 # the probe: a unit cube without its +x and +y faces. Seen from its centre the four remaining faces make a
 # winding number of 4/6 (inside), while the +x and +y rays of the ray vote escape (outside).
 _PROBE_VERTICES = np.array(
