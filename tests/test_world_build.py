@@ -634,6 +634,12 @@ def test_edge_pairs_of_many_meshes_in_one_sort():
         if expected is not None:
             assert {frozenset(p) for p in pairs.tolist()} == expected, k
     assert [p is None for p in got] == [False, False, True, True, False, True, True, False]
+    # a mesh large enough for the launches to split over the cores, several times: the same pairs each time
+    big = trimesh.creation.icosphere(6)
+    expected = _reference_pairs(np.asarray(big.faces))
+    for _ in range(3):
+        (pairs,) = _mesh_prep.edge_pairs([(np.asarray(big.faces), len(big.vertices))])
+        assert pairs is not None and {frozenset(p) for p in pairs.tolist()} == expected
 
 
 def test_many_small_meshes_build_their_tables_in_the_background(monkeypatch):

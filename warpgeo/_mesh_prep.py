@@ -1120,7 +1120,9 @@ def edge_pairs(meshes: list[tuple[np.ndarray, int]]) -> list[np.ndarray | None]:
     face_rows_t = _dense(faces.astype(np.int32), _HOST)
     first_t = torch.from_numpy(first)
     incident = torch.full((int(first[-1]),), -1, dtype=torch.int32)
-    _launch.launch_rows(
+    # one launch, not split over threads: Warp's CPU atomics are plain read-modify-writes (one launch runs its
+    # rows one after another)
+    _launch.launch(
         kernels.incident_faces_rows,
         len(faces),
         device=_HOST,
@@ -1128,6 +1130,7 @@ def edge_pairs(meshes: list[tuple[np.ndarray, int]]) -> list[np.ndarray | None]:
         first=first_t,
         cursor=torch.zeros(len(degree), dtype=torch.int32),
         incident=incident,
+        row_start=0,
     )
     partner = torch.empty(3 * len(faces), dtype=torch.int32)
     _launch.launch_rows(

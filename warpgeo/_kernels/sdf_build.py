@@ -671,7 +671,8 @@ def incident_faces_rows(
     """Face ``f = row_start + tid`` entered in the list of faces of each of its corners: vertex ``v``'s list is
     ``incident[first[v]:first[v + 1]]`` (``first``: the prefix sums of the vertices' face counts), filled
     through ``cursor`` (zeros; an atomic counter a vertex: the lists' order is any). A corner outside the
-    vertices, or a list already full, is skipped. Launched by rows."""
+    vertices, or a list already full, is skipped. On the CPU one launch only, never split over threads (Warp's
+    CPU atomics are plain read-modify-writes)."""
     f = wp.tid() + row_start
     if f >= faces.shape[0]:
         return
