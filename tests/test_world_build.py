@@ -422,18 +422,15 @@ def test_plane_trees_built_together_or_by_heapsort_are_each_built_alone(monkeypa
     sphere = trimesh.creation.icosphere(subdivisions=4, radius=0.7)  # 5,120 faces
     vertices, faces = np.asarray(sphere.vertices, np.float32), np.asarray(sphere.faces, np.int32)
     others = [trimesh.creation.icosphere(2, radius=0.3), trimesh.creation.cylinder(0.2, 0.4, sections=48)]
-    cpu = torch.device("cpu")
     meshes = [(vertices, faces)] + [
         (np.asarray(m.vertices, np.float32), np.asarray(m.faces, np.int32)) for m in others
     ]
     pairs = _mesh_prep.edge_pairs([(f, len(v)) for v, f in meshes])
-    parts = [
-        _mesh_prep._Faces([(v, f, p)], cpu, None).part(0) for (v, f), p in zip(meshes, pairs, strict=True)
-    ]
+    parts = [_mesh_prep._Faces([(v, f, p)], None).part(0) for (v, f), p in zip(meshes, pairs, strict=True)]
     alone = [_mesh_prep._plane_tree(part) for part in parts]
-    together = _mesh_prep._plane_trees(parts[::-1], cpu)[::-1]
+    together = _mesh_prep._plane_trees(parts[::-1])[::-1]
     monkeypatch.setattr(_mesh_prep, "_SPLIT_ROUNDS", 0)
-    sorted_splits = _mesh_prep._plane_trees(parts, cpu)
+    sorted_splits = _mesh_prep._plane_trees(parts)
     for tree, *built in zip(alone, together, sorted_splits, strict=True):
         for tables in built:
             for mine, theirs in zip(tables, tree, strict=True):
@@ -523,9 +520,9 @@ def test_tables_built_in_chunks_on_threads_are_those_of_one_batch(monkeypatch):
     runs = []
     closed_tables = _mesh_prep._closed_tables
 
-    def recorded(jobs, device, check):
+    def recorded(jobs, check):
         runs.append((len(jobs), threading.current_thread().name))
-        return closed_tables(jobs, device, check)
+        return closed_tables(jobs, check)
 
     monkeypatch.setattr(_mesh_prep, "_closed_tables", recorded)
     monkeypatch.setattr(_mesh_prep, "_chunk_count", lambda weights: min(3, len(weights)))

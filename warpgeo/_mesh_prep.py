@@ -770,7 +770,7 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
         if not chosen:
             return []
         return _in_chunks(
-            lambda chunk: _closed_tables(chunk, _HOST, launches),
+            lambda chunk: _closed_tables(chunk, launches),
             [jobs[j] for j in chosen],
             [weights[j] for j in chosen],
             background=background,
@@ -826,12 +826,12 @@ def build_tables(specs: list[_MeshSpec], device: torch.device, *, alive: Any = N
     return out
 
 
-def _closed_tables(jobs: list[tuple], device: torch.device, check: Any) -> list[tuple]:
+def _closed_tables(jobs: list[tuple], check: Any) -> list[tuple]:
     """Per closed mesh ``(vertices, faces, box, edge pairs)``: ``(topology, plane tree or None)`` (see
     :func:`build_tables`), all of ``jobs`` at once: what they read of each face in one launch of
-    ``sdf_build.closed_faces_rows`` on ``device``, NumPy over their concatenated faces for the rest, the plane
+    ``sdf_build.closed_faces_rows`` on the host, NumPy over their concatenated faces for the rest, the plane
     trees' nodes in launches of their own; ``check``: see :func:`_launch_rows`."""
-    faces = _Faces([(vertices, faces, pairs) for vertices, faces, _, pairs in jobs], device, check)
+    faces = _Faces([(vertices, faces, pairs) for vertices, faces, _, pairs in jobs], check)
     topology = _pseudo_normal_tables(faces)
     if check is not None:
         check()
@@ -839,7 +839,7 @@ def _closed_tables(jobs: list[tuple], device: torch.device, check: Any) -> list[
     chosen = [j for j in range(len(jobs)) if convex[j]]
     trees: list[tuple | None] = [None] * len(jobs)
     if chosen:
-        for j, tree in zip(chosen, _plane_trees([faces.part(j) for j in chosen], device, check), strict=True):
+        for j, tree in zip(chosen, _plane_trees([faces.part(j) for j in chosen], check), strict=True):
             trees[j] = tree
     return list(zip(topology, trees, strict=True))
 
@@ -983,13 +983,11 @@ class _Faces:
     """What the tables of closed meshes ``(vertices, faces, edge pairs)`` (see :func:`edge_pairs`) read of their
     faces, computed once, many meshes' rows side by side (each row as for its mesh alone): ``neighbors`` (F, 3)
     the row of the face across each edge of each face (ab, bc, ca); and in float64 (one launch of
-    ``sdf_build.closed_faces_rows`` on ``device``) each face's unit ``normal`` (F, 3), its plane's offset from
+    ``sdf_build.closed_faces_rows`` on the host) each face's unit ``normal`` (F, 3), its plane's offset from
     the origin (``support`` (F,)), its normal times its angle at each corner (``corner_normals`` (3, F, 3)),
     and ``convexity`` (F,): how far the far corner of a neighbour lies above its plane at most."""
 
-    def __init__(
-        self, meshes: list[tuple[np.ndarray, np.ndarray, np.ndarray]], device: torch.device, check: Any
-    ):
+    def __init__(self, meshes: list[tuple[np.ndarray, np.ndarray, np.ndarray]], check: Any):
         self.vertex_rows = np.cumsum([0] + [len(v) for v, _, _ in meshes])
         self.face_rows = np.cumsum([0] + [len(f) for _, f, _ in meshes])
         counts = np.diff(self.face_rows)
@@ -1006,26 +1004,26 @@ class _Faces:
             neighbors[other_edge, first_row + other_face] = first_row + face
         self.neighbors = np.ascontiguousarray(neighbors.T)
         count = len(self.faces)
-        normal = torch.empty((count, 3), dtype=torch.float64, device=device)
-        support = torch.empty(count, dtype=torch.float64, device=device)
-        corner_normals = torch.empty((3, count, 3), dtype=torch.float64, device=device)
-        convexity = torch.empty(count, dtype=torch.float64, device=device)
+        normal = torch.empty((count, 3), dtype=torch.float64, device=_HOST)
+        support = torch.empty(count, dtype=torch.float64, device=_HOST)
+        corner_normals = torch.empty((3, count, 3), dtype=torch.float64, device=_HOST)
+        convexity = torch.empty(count, dtype=torch.float64, device=_HOST)
         _launch_rows(
             build_kernels.BUILD["float32"].closed_faces_rows,
             count,
-            device=device,
+            device=_HOST,
             check=check,
             work_per_row=8,
-            points=_dense(np.concatenate([v for v, _, _ in meshes]).astype(np.float32), device),
-            faces=_dense(self.faces.astype(np.int32), device),
-            neighbors=_dense(self.neighbors.astype(np.int32), device),
+            points=_dense(np.concatenate([v for v, _, _ in meshes]).astype(np.float32), _HOST),
+            faces=_dense(self.faces.astype(np.int32), _HOST),
+            neighbors=_dense(self.neighbors.astype(np.int32), _HOST),
             normals=normal,
             supports=support,
             corner_normals=corner_normals.view(3 * count, 3),
             convexity=convexity,
         )
         self.normal, self.support, self.corner_normals, self.convexity = (
-            t.cpu().numpy() for t in (normal, support, corner_normals, convexity)
+            t.numpy() for t in (normal, support, corner_normals, convexity)
         )
 
     def part(self, j: int) -> _Part:
@@ -1398,12 +1396,12 @@ def _is_convex(faces: _Faces, boxes: list[np.ndarray]) -> np.ndarray:
     return convex
 
 
-def _plane_tree(geometry: _Part, device: torch.device | None = None) -> tuple:
+def _plane_tree(geometry: _Part) -> tuple:
     """The plane tree of one convex closed mesh (see :func:`_plane_trees`)."""
-    return _plane_trees([geometry], torch.device("cpu") if device is None else device)[0]
+    return _plane_trees([geometry])[0]
 
 
-def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) -> list[tuple]:
+def _plane_trees(parts: list[_Part], check: Any = None) -> list[tuple]:
     """The plane trees of convex closed meshes (:func:`_is_convex`), each ``(nodes (1 + 2K, 4) float32, links
     (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``; ``check``: see :func:`_launch_rows`.
 
@@ -1422,10 +1420,10 @@ def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) ->
     The nodes' rows are laid out level by level (NumPy over the nodes of a level, every mesh at once); then
     one launch of ``sdf_build.plane_tree_split_rows`` a level puts each node's faces in its children's rows
     (every node of the level side by side, in place), and one of ``sdf_build.plane_tree_nodes_rows`` over
-    every node computes the cones and least offsets, on ``device`` (on the CPU, on every core)."""
+    every node computes the cones and least offsets, on the host's cores."""
     if sum(len(part.faces) for part in parts) > _MAX_BATCH_ROWS and len(parts) > 1:  # int32 rows: in parts
         half = len(parts) // 2
-        return _plane_trees(parts[:half], device, check) + _plane_trees(parts[half:], device, check)
+        return _plane_trees(parts[:half], check) + _plane_trees(parts[half:], check)
     if check is not None:
         check()
     sizes: dict[int, int] = {}
@@ -1476,8 +1474,8 @@ def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) ->
         )
     levels = [k for k in levels if len(k)]
     # the faces (their unit normals and rows) put in leaf order by the levels' splits, in place
-    normals = torch.from_numpy(np.concatenate([part.normal for part in parts])).to(device)  # a copy: in place
-    faces = torch.arange(int(row_first[-1]), dtype=torch.int32, device=device)
+    normals = torch.from_numpy(np.concatenate([part.normal for part in parts]))  # a copy: in place
+    faces = torch.arange(int(row_first[-1]), dtype=torch.int32, device=_HOST)
     split = build_kernels.BUILD["float32"].plane_tree_split_rows
     for k in levels:
         if check is not None:
@@ -1485,38 +1483,38 @@ def _plane_trees(parts: list[_Part], device: torch.device, check: Any = None) ->
         _launch_rows(
             split,
             len(k),
-            device=device,
+            device=_HOST,
             check=check,
             work_per_row=max(1, int(row_first[-1]) // len(k)),
             normals=normals,
             faces=faces,
-            starts=_dense(starts[k], device),
-            counts=_dense(sizes_of[k], device),
+            starts=_dense(starts[k], _HOST),
+            counts=_dense(sizes_of[k], _HOST),
             leaf=_PLANE_LEAF,
             round_limit=_SPLIT_ROUNDS,
         )
-    offset = torch.from_numpy(np.concatenate(offsets)).to(device)[faces.long()]
-    faces = faces.cpu().numpy()
-    axes = torch.zeros((num_nodes, 3), dtype=torch.float64, device=device)
-    least = torch.ones(num_nodes, dtype=torch.float64, device=device)
-    lowest = torch.zeros(num_nodes, dtype=torch.float64, device=device)
+    offset = torch.from_numpy(np.concatenate(offsets))[faces.long()]
+    faces = faces.numpy()
+    axes = torch.zeros((num_nodes, 3), dtype=torch.float64, device=_HOST)
+    least = torch.ones(num_nodes, dtype=torch.float64, device=_HOST)
+    lowest = torch.zeros(num_nodes, dtype=torch.float64, device=_HOST)
     depth = max(1, int(counts.max()).bit_length() - _PLANE_LEAF.bit_length() + 1)
     _launch_rows(
         build_kernels.BUILD["float32"].plane_tree_nodes_rows,
         num_nodes,
-        device=device,
+        device=_HOST,
         check=check,
         # a node reads its faces twice; the average node (of ~F / 4) holds ~4 faces per level below it
         work_per_row=8 * depth,
         normals=normals,
         offsets=offset,
-        starts=_dense(starts, device),
-        counts=_dense(sizes_of, device),
+        starts=_dense(starts, _HOST),
+        counts=_dense(sizes_of, _HOST),
         axes=axes,
         least_cosines=least,
         lowest=lowest,
     )
-    axes, least, lowest, normals, offset = (t.cpu().numpy() for t in (axes, least, lowest, normals, offset))
+    axes, least, lowest, normals, offset = (t.numpy() for t in (axes, least, lowest, normals, offset))
     # the cone's half-angle, widened far beyond the float32 rounding of its cosine and sine
     angles = np.minimum(math.pi, np.arccos(np.clip(least, -1.0, 1.0)) + _CONE_PAD)
     out = []
