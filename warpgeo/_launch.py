@@ -236,6 +236,18 @@ def constant(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def empty(dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """The empty placeholder of ``dtype`` on ``device`` (an optional argument left at its default: shape
+    ``(0,)``), one per (dtype, device) for the whole process, registered as a launcher :func:`constant`.
+    Never written, resized or handed out."""
+    return _empty(dtype, torch.device(device))
+
+
+@functools.cache
+def _empty(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return constant(torch.empty(0, dtype=dtype, device=device))
+
+
 def _check_names(kernel: Any, names: Sequence[str], args: dict[str, Any]) -> None:
     if set(args) != set(names):
         missing = [n for n in names if n not in args]

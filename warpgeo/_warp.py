@@ -216,6 +216,10 @@ def warp_stream(device: torch.device | str) -> Any:
 # --------------------------------------------------------------------------------------------------------
 
 
+#: The kernel tables' key of a compute dtype (``KernelTable[KEY[dtype]]``): the one map every op uses.
+KEY: dict[torch.dtype, str] = {torch.float32: "float32", torch.float64: "float64"}
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The precision a kernel runs in for inputs of ``dtype``: float64 stays, the rest use float32."""
     return torch.float64 if dtype == torch.float64 else torch.float32
