@@ -10,6 +10,8 @@ the same way. CUDA's *algorithms* (sorts, block kernels, row splits) run here on
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 import torch
 
@@ -31,6 +33,30 @@ TWO_GPUS = {
 }
 
 _DEVICES = ["cpu", "cuda"]
+
+
+def every_op() -> set[str]:
+    """Every op warpgeo declares (``"warpgeo::knn"``, ...): the op modules all imported, then the registry of
+    ``warpgeo._op.Op``."""
+    import warpgeo
+    from warpgeo import _op
+
+    warpgeo.load_ops()
+    return set(_op.REGISTRY)
+
+
+def assert_covers_every_op(covered: Iterable[str], suite: str) -> None:
+    """A per-op guarantee suite covers exactly the declared ops: an op none of its cases runs (a new op, say)
+    fails it, naming the op, and so does a case for an op that no longer exists.
+
+    Args:
+        covered: the op names (``"warpgeo::knn"``) the suite's cases run.
+        suite: the suite's name, for the message.
+    """
+    ops, covered = every_op(), set(covered)
+    missing, stale = sorted(ops - covered), sorted(covered - ops)
+    assert not missing, f"{suite}: no case covers {missing}: add one to this suite for each new op"
+    assert not stale, f"{suite}: cases for ops that do not exist: {stale}"
 
 
 @pytest.fixture(params=_DEVICES)
