@@ -11,10 +11,12 @@ switched off ("off"). CUDA only: listed in ``tests/conftest.py`` (``CUDA_ONLY``)
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import pytest
 import torch
 import trimesh
+from conftest import assert_covers_every_op
 
 import warpgeo
 
@@ -31,6 +33,11 @@ def _world() -> warpgeo.MeshWorld:
     ball = trimesh.creation.icosphere(subdivisions=2, radius=0.2)
     poses = [[0.0, 0.0, 0.0, 1, 0, 0, 0], [0.4, 0.0, 0.0, 1, 0, 0, 0]]
     return warpgeo.MeshWorld([box, ball], poses=poses, device="cuda")
+
+
+@functools.cache
+def _one_world() -> warpgeo.MeshWorld:
+    return _world()
 
 
 def _spheres(seed: int, shape=(2, 5, 40)) -> torch.Tensor:
@@ -250,3 +257,104 @@ def test_compile_reduce_overhead_costs():
         torch.testing.assert_close(cost, expected[0])
         torch.testing.assert_close(swept, expected[1])
         torch.testing.assert_close(leaf.grad, expected[2])
+
+
+# --------------------------------------------------------------------------------------------------------
+# every other op: one graph of its forward (and backward), replayed with new inputs
+# --------------------------------------------------------------------------------------------------------
+
+
+def _leaf(seed: int, *shape: int, device="cuda") -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.rand(*shape, generator=gen).to(device).requires_grad_(True)
+
+
+def _with_grads(out: torch.Tensor, *leaves: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``out`` and the gradients of a weighted sum of it w.r.t. ``leaves``."""
+    weights = torch.linspace(0.5, 1.5, out.numel(), device=out.device).view(out.shape)
+    return (out, *torch.autograd.grad((out * weights).sum(), leaves))
+
+
+def _knn(q, p):
+    result = warpgeo.knn(q, p, 4)
+    return (result.idx, *_with_grads(result.dists, q, p))
+
+
+def _ball_query(q, p):
+    return (warpgeo.ball_query(q.detach(), p.detach(), 0.3, 6),)
+
+
+def _chamfer(x, y):
+    return _with_grads(warpgeo.chamfer_distance(x, y, reduction=None).loss, x, y)
+
+
+def _gather_weighted(features, weight, idx_source):
+    idx = (idx_source.detach() * 41).long() - 1  # in [-1, 40): -1 is padding
+    return _with_grads(warpgeo.gather_points(features, idx, weight=weight), features, weight)
+
+
+def _signed_distance(points):
+    return _with_grads(warpgeo.signed_distance(points, _one_world()), points)
+
+
+#: case -> (its inputs for a seed, the graph's body: the op's outputs and gradients)
+_OP_CASES = {
+    "knn": (lambda s: (_leaf(s, 2, 30, 3), _leaf(s + 50, 2, 80, 3)), _knn),
+    "ball_query": (lambda s: (_leaf(s, 2, 30, 3), _leaf(s + 50, 2, 80, 3)), _ball_query),
+    "chamfer": (lambda s: (_leaf(s, 2, 60, 3), _leaf(s + 50, 2, 45, 3)), _chamfer),
+    "gather_weighted": (
+        lambda s: (_leaf(s, 2, 5, 40), _leaf(s + 50, 2, 6, 3), _leaf(s + 90, 2, 6, 3)),
+        _gather_weighted,
+    ),
+    "signed_distance": (
+        lambda s: ((_leaf(s, 2, 64, 3) - 0.5).detach().requires_grad_(True),),
+        _signed_distance,
+    ),
+}
+
+
+@pytest.mark.parametrize("checks", ["auto", "off"])
+@pytest.mark.parametrize("case", sorted(_OP_CASES))
+def test_op_replays(case, checks):
+    """One op's forward and backward captured; each replay with new inputs copied in equals eager."""
+    make, body = _OP_CASES[case]
+    static = make(0)
+    with _checks(checks):
+        _warm_up(lambda: body(*static))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = body(*static)
+        for seed in range(1, 3):
+            new = make(seed)
+            with torch.no_grad():
+                for s, n in zip(static, new, strict=True):
+                    s.copy_(n)
+            graph.replay()
+            torch.cuda.synchronize()
+            expected = body(*make(seed))
+            for got, want in zip(out, expected, strict=True):
+                torch.testing.assert_close(got, want)
+
+
+#: every op -> the test above that captures it
+COVERS = {
+    "warpgeo::sphere_mesh_cost": test_costs_replay_with_new_spheres_and_poses,
+    "warpgeo::swept_sphere_mesh_cost": test_costs_replay_with_new_spheres_and_poses,
+    "warpgeo::self_collision_cost": test_self_collision_with_the_world_cost_replays,
+    "warpgeo::self_collision_cost_backward": test_self_collision_with_the_world_cost_replays,
+    "warpgeo::farthest_point_sampling": test_fps_gather_mlp_replay,
+    "warpgeo::gather_points": test_fps_gather_mlp_replay,
+    "warpgeo::gather_points_backward": test_fps_gather_mlp_replay,
+    "warpgeo::gather_points_weighted": "test_op_replays[gather_weighted]",
+    "warpgeo::gather_points_weighted_backward": "test_op_replays[gather_weighted]",
+    "warpgeo::knn": "test_op_replays[knn]",
+    "warpgeo::ball_query": "test_op_replays[ball_query]",
+    "warpgeo::chamfer_distance": "test_op_replays[chamfer]",
+    "warpgeo::chamfer_distance_backward": "test_op_replays[chamfer]",
+    "warpgeo::signed_distance": "test_op_replays[signed_distance]",
+}
+
+
+def test_every_op_is_covered():
+    """Runs without CUDA too (conftest): it reads the op registry only."""
+    assert_covers_every_op(COVERS, "test_cuda_graphs")
