@@ -40,7 +40,9 @@ __all__ = [
     "value_checks",
 ]
 
-# public name -> the module that defines it
+# A public name is declared here: one line ``"name": "module"`` (the module that defines it). ``__all__`` above
+# (literal, for static tools) and the ``TYPE_CHECKING`` imports below (for type checkers) must agree with it:
+# tests/test_packaging.py::test_public_names_are_declared_once names what is missing where.
 _HOME = {
     "FarthestPointSampling": "fps",
     "farthest_point_sampling": "fps",
@@ -89,7 +91,8 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    """The public names and the module's dunders: not the helpers this file imports (``importlib``, ...)."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
 
 def load_ops() -> None:
