@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ..world import QUAT_NORM_TOL, MeshWorld, compose_poses
+import warpgeo
 
 __all__ = ["RobotSpheres", "load_robot_spheres", "load_world"]
 
@@ -55,7 +55,7 @@ def load_world(
     device: torch.device | str = "cpu",
     mesh_root: str | os.PathLike | None = None,
     sign_method: str = "ray",
-) -> MeshWorld:
+) -> warpgeo.MeshWorld:
     """A one-environment :class:`~warpgeo.MeshWorld` from a cuRobo world configuration.
 
     Obstacle types (each maps names to obstacles; the order of the configuration is the order of the
@@ -104,8 +104,6 @@ def load_world(
         >>> world.names
         [['table']]
     """
-    from .. import primitives
-
     root = None if mesh_root is None else os.fspath(mesh_root)
     if isinstance(config, (str, os.PathLike)):
         path = os.fspath(config)
@@ -141,10 +139,10 @@ def load_world(
                 raise TypeError(f"{where} must be a dict of fields; got {type(fields).__name__}")
             _check_fields(kind, name, fields, where)
             pose = _pose(fields.get("pose"), f"{where}.pose")
-            entry, local = _entry(kind, fields, where, root, primitives)
+            entry, local = _entry(kind, fields, where, root)
             entries[name] = entry
-            poses[name] = pose if local is None else compose_poses(pose, local)
-    return MeshWorld(entries, poses=poses, device=device, sign_method=sign_method)
+            poses[name] = pose if local is None else _compose(pose, local)
+    return warpgeo.MeshWorld(entries, poses=poses, device=device, sign_method=sign_method)
 
 
 def _check_fields(kind: str, name: str, fields: Mapping, where: str) -> None:
@@ -165,7 +163,7 @@ def _check_fields(kind: str, name: str, fields: Mapping, where: str) -> None:
             )
 
 
-def _entry(kind: str, fields: Mapping, where: str, root: str | None, primitives: Any) -> tuple[Any, Any]:
+def _entry(kind: str, fields: Mapping, where: str, root: str | None) -> tuple[Any, Any]:
     """``(entry, local pose or None)``: the obstacle as a world entry, and its pose in the obstacle's frame."""
 
     def need(key: str) -> Any:
@@ -174,9 +172,9 @@ def _entry(kind: str, fields: Mapping, where: str, root: str | None, primitives:
         return fields[key]
 
     if kind == "cuboid":
-        return primitives.Cuboid(_vector(need("dims"), 3, f"{where}.dims").tolist()), None
+        return warpgeo.Cuboid(_vector(need("dims"), 3, f"{where}.dims").tolist()), None
     if kind == "cylinder":
-        return primitives.Cylinder(
+        return warpgeo.Cylinder(
             _number(need("radius"), f"{where}.radius"), _number(need("height"), f"{where}.height")
         ), None
     if kind == "sphere":
@@ -188,23 +186,23 @@ def _entry(kind: str, fields: Mapping, where: str, root: str | None, primitives:
                 raise ValueError(f"{where}: 'position' {position.tolist()} and 'pose' disagree; give one")
             if fields.get("pose") is None:
                 local = np.concatenate([position, [1.0, 0.0, 0.0, 0.0]])
-        return primitives.Sphere(radius), local
+        return warpgeo.Sphere(radius), local
     if kind == "capsule":
         radius = _number(need("radius"), f"{where}.radius")
         base = _vector(need("base"), 3, f"{where}.base")
         tip = _vector(need("tip"), 3, f"{where}.tip")
-        return _capsule(radius, base, tip, primitives)
+        return _capsule(radius, base, tip)
     return _mesh(fields, where, root), None
 
 
-def _capsule(radius: float, base: np.ndarray, tip: np.ndarray, primitives: Any) -> tuple[Any, np.ndarray]:
+def _capsule(radius: float, base: np.ndarray, tip: np.ndarray) -> tuple[Any, np.ndarray]:
     """cuRobo's capsule (the points within ``radius`` of the segment ``base``-``tip``) as a centred z capsule
     and its pose in the obstacle's frame: at the segment's middle, its z axis rotated onto ``tip - base``."""
     axis = tip - base
     length = float(np.linalg.norm(axis))
     middle = (base + tip) / 2
-    if length < primitives.MIN_SIZE:
-        return primitives.Sphere(radius), np.concatenate([middle, [1.0, 0.0, 0.0, 0.0]])
+    if length < _MIN_LENGTH:
+        return warpgeo.Sphere(radius), np.concatenate([middle, [1.0, 0.0, 0.0, 0.0]])
     u = axis / length
     # the shortest rotation taking z onto u: half the angle between them, about z x u
     w = 1.0 + u[2]
@@ -213,7 +211,7 @@ def _capsule(radius: float, base: np.ndarray, tip: np.ndarray, primitives: Any) 
     else:
         q = np.array([w, -u[1], u[0], 0.0])  # (1 + z.u, z x u), normalised below
         q /= np.linalg.norm(q)
-    return primitives.Capsule(radius, length), np.concatenate([middle, q])
+    return warpgeo.Capsule(radius, length), np.concatenate([middle, q])
 
 
 def _mesh(fields: Mapping, where: str, root: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -277,6 +275,26 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
+#: a capsule shorter than this is a sphere (warpgeo's primitives refuse sizes below 2**-126)
+_MIN_LENGTH = 2.0**-126
+
+#: how far from 1 a pose's quaternion norm may be (MeshWorld's tolerance for the poses it is given)
+_QUAT_NORM_TOL = 1.0e-3
+
+
+def _compose(outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """``outer ∘ inner`` of poses ``[x, y, z, qw, qx, qy, qz]`` (float64, unit quaternions): the world pose of
+    a geometry that ``inner`` places in a frame, itself placed in the world by ``outer``."""
+    w, v = outer[3], outer[4:]
+    cross = np.cross(v, inner[:3])
+    rotated = inner[:3] + 2.0 * (
+        w * cross + np.cross(v, cross)
+    )  # inner's position turned by outer's rotation
+    w2, v2 = inner[3], inner[4:]
+    q = np.concatenate([[w * w2 - v @ v2], w * v2 + w2 * v + np.cross(v, v2)])  # Hamilton product
+    return np.concatenate([outer[:3] + rotated, q / np.linalg.norm(q)])
+
+
 def _pose(value: Any, where: str) -> np.ndarray:
     """A pose ``[x, y, z, qw, qx, qy, qz]`` with a unit quaternion (within the world's tolerance,
     renormalised); identity for None."""
@@ -284,7 +302,7 @@ def _pose(value: Any, where: str) -> np.ndarray:
         return _IDENTITY.copy()
     pose = _vector(value, 7, where)
     norm = math.sqrt(float(pose[3:] @ pose[3:]))
-    if abs(norm - 1.0) > QUAT_NORM_TOL:
+    if abs(norm - 1.0) > _QUAT_NORM_TOL:
         raise ValueError(
             f"{where} must be [x, y, z, qw, qx, qy, qz] with a unit quaternion; got {pose.tolist()} (norm {norm:.6g})"
         )
