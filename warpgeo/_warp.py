@@ -64,9 +64,12 @@ def _init_warp() -> Any:
     driver" warning on a machine without the driver, unless the user chose a log level of their own (then
     it stands) or ``WARPGEO_VERBOSE=1`` is set.
     """
+    # Was Warp imported before warpgeo imported it (the user's own ``import warp``)? warpgeo._kernels
+    # recorded it when an op module first imported it; a first call that comes before any op module (the
+    # warmup) reads it now, before the import below.
+    kernels = sys.modules.get("warpgeo._kernels")
+    user_imported = kernels.WARP_IMPORTED_BY_USER if kernels is not None else "warp" in sys.modules
     import warp as wp
-
-    from warpgeo._kernels import WARP_IMPORTED_BY_USER as user_imported
 
     if (
         os.environ.get("WARPGEO_VERBOSE", "0") not in ("", "0")
