@@ -127,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="smallest settings (for tests): B = 64, 100 steps"
     )
-    parser.add_argument("--out", default="self_collision.png", help="output picture")
+    parser.add_argument(
+        "--out",
+        default="self_collision.png",
+        help="output picture (default: self_collision.png, in the current folder)",
+    )
     args = parser.parse_args(argv)
     if args.quick:  # smaller sizes; flags given explicitly still win
         parser.set_defaults(batch=64, steps=100)
