@@ -311,3 +311,17 @@ def test_pointnet2_picture_labels_the_ball_group_as_a_ball_query(tmp_path):
     assert any("first K = 16 points (in index order) within r = 0.35" in t for t in labels["ball"]), labels
     assert not any("nearest" in t for t in labels["ball"]), labels
     assert any("K = 16 nearest" in t for t in labels["knn"]), labels
+
+
+def test_self_collision_cost_panel_has_axis_labels():
+    import importlib.util
+
+    from matplotlib.figure import Figure
+
+    spec = importlib.util.spec_from_file_location("self_collision_example", EXAMPLES / "self_collision.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    ax = Figure().add_subplot()
+    example.cost_panel(ax, [(0.5, 0.2), (0.1, 0.0)])
+    assert "cost" in ax.get_ylabel() and ax.get_xlabel() == "Adam step"
+    assert [line.get_ydata().tolist() for line in ax.get_lines()] == [[0.5, 0.1], [0.2, 0.0]]

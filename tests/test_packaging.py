@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 import zipfile
@@ -85,3 +86,12 @@ def test_dir_lists_each_public_name_once():
     assert set(warpgeo.__all__) <= set(names)
     assert not {"TYPE_CHECKING", "annotations", "importlib", "_HOME"} & set(names)
     assert sorted(n for n in names if not n.startswith("__")) == sorted(warpgeo.__all__)
+
+
+def test_the_dev_extra_installs_what_contributing_runs():
+    """CONTRIBUTING's checks run ruff: the ``dev`` extra installs it (with the tests' packages)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    dev = re.search(r"^dev = \[(.*?)\]$", text, flags=re.M)
+    assert dev is not None, "pyproject.toml has no dev extra"
+    assert '"ruff' in dev.group(1) and '"warpgeo[test]"' in dev.group(1)
+    assert "ruff check" in (ROOT / "CONTRIBUTING.md").read_text()
