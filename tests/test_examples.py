@@ -193,7 +193,10 @@ def test_pointnet2_set_abstraction(pointnet2_eager):
     assert acc > 0.3  # chance is 0.2
 
 
+@pytest.mark.slow
 def test_pointnet2_set_abstraction_compiled(tmp_path, pointnet2_eager):
+    """The example's --compile (~30 s of dynamo and AOT autograd). Slow: the default run captures each op
+    with fullgraph=True and its backward in test_fps / test_gather / test_neighbors (aot_eager)."""
     # aot_eager: the full torch.compile capture (dynamo + AOT autograd, fullgraph=True) without
     # inductor's C++ build time; the first step's loss must match the eager run's.
     out = run_example(

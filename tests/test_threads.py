@@ -126,10 +126,12 @@ def test_first_calls_from_four_threads_at_once(family):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["signed_distance", "cuboid_cost"])
 @pytest.mark.parametrize("round_", range(2))
 def test_first_calls_from_two_threads_at_once(family, round_):
-    """The SDF families crashed most often: two more fresh processes each, two threads."""
+    """The SDF families crashed most often: two more fresh processes each, two threads. Slow (~20 s): more
+    rounds of what the four-thread case of each family checks in the default run."""
     out = _run(_CASES[family], 2)
     assert out.returncode == 0 and out.stdout.strip() == "ok", (
         f"exit status {out.returncode} (-11: a segfault)\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
