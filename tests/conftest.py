@@ -10,7 +10,10 @@ the same way. CUDA's *algorithms* (sorts, block kernels, row splits) run here on
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,6 +48,17 @@ def every_op() -> set[str]:
     from warpgeo import _op
 
     warpgeo.load_ops()
+    # every module that declares an op must be among those load_ops imports, or the registry would depend on
+    # which tests ran before (read from the sources: an ``Op("warpgeo::...``)
+    package = Path(warpgeo.__file__).parent
+    declaring = sorted(
+        ".".join(["warpgeo", *path.relative_to(package).with_suffix("").parts])
+        for path in package.rglob("*.py")
+        if re.search(r"\bOp\(\s*\"warpgeo::", path.read_text())
+    )
+    assert declaring, "no module declares an op: is the search right?"
+    missing = [name for name in declaring if name not in sys.modules]
+    assert not missing, f"warpgeo.load_ops() does not import {missing}, which declare ops"
     return set(_op.REGISTRY)
 
 
