@@ -620,18 +620,28 @@ def test_torch_export_round_trip_after_load_ops(tmp_path, imports):
 
 
 def test_load_ops_registers_every_op_cheaply():
+    """load_ops' cost bounded by its work, not by a clock: it registers the ops, imports only warpgeo's op
+    and kernel modules (no heavy optional library), does not initialise Warp, and creates no Warp module of
+    any kernel table (so nothing can be compiled or loaded)."""
     code = (
-        "import sys, time, torch, warpgeo\n"
-        "t = time.perf_counter(); warpgeo.load_ops(); t = time.perf_counter() - t\n"
-        "for name in ('farthest_point_sampling', 'gather_points', 'knn', 'ball_query', 'sphere_mesh_cost',\n"
-        "             'swept_sphere_mesh_cost', 'signed_distance'):\n"
+        "import sys, torch, warpgeo\n"
+        "before = set(sys.modules)\n"
+        "warpgeo.load_ops()\n"
+        "new = sorted(set(sys.modules) - before)\n"
+        "for name in ('farthest_point_sampling', 'gather_points', 'knn', 'ball_query', 'chamfer_distance',\n"
+        "             'sphere_mesh_cost', 'swept_sphere_mesh_cost', 'signed_distance'):\n"
         "    assert hasattr(torch.ops.warpgeo, name), name\n"
         "assert warpgeo._warp._WARP is None, 'load_ops initialised Warp'\n"
-        "print(t)"
+        "from warpgeo._kernels._table import TABLES\n"
+        "built = [t.name for t in TABLES if t._built]\n"
+        "assert not built, f'load_ops created kernel modules: {built}'\n"
+        "heavy = [m for m in new if m.split('.')[0] in ('trimesh', 'scipy', 'matplotlib', 'yaml', 'numba')]\n"
+        "assert not heavy, f'load_ops imported {heavy}'\n"
+        "print(len(TABLES))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert float(out.stdout) < 1.0  # measured: about 0.4 s (Warp's import, the kernel modules' definitions)
+    assert int(out.stdout) > 0  # the kernel tables were defined (the op modules imported their kernels)
 
 
 # --------------------------------------------------------------------------------------------------------

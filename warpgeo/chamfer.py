@@ -10,6 +10,7 @@ indices, never a ``(B, N, M)`` matrix.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -384,7 +385,7 @@ def _chamfer_backward_impl(
     batch, n, m = x.shape[0], x.shape[1], y.shape[1]
     grad_x = torch.zeros(batch, n if need_x else 0, 3, dtype=compute, device=device)
     grad_y = torch.zeros(batch, m if need_y else 0, 3, dtype=compute, device=device)
-    empty2 = _no_grad(device, compute, 2)
+    empty2 = _no_grad2(device, compute)
     _launch.launch(
         kernels.CHAMFER[_warp.KEY[compute]].chamfer_backward,
         batch * (n + idx_yx.shape[1]),
@@ -397,7 +398,7 @@ def _chamfer_backward_impl(
         idx_yx=idx_yx,
         grad_dist_xy=empty2 if grad_dist_xy is None else _warp.to_compute(grad_dist_xy),
         grad_dist_yx=empty2 if grad_dist_yx is None else _warp.to_compute(grad_dist_yx),
-        grad_loss=_no_grad(device, compute, 1)
+        grad_loss=_launch.empty(compute, device)
         if grad_loss is None
         else _warp.to_compute(grad_loss).reshape(-1),
         reduction=_REDUCTION_CODES[reduction],
@@ -421,16 +422,11 @@ def _chamfer_backward_fake(
     )
 
 
-def _no_grad(device: torch.device, dtype: torch.dtype, dim: int) -> torch.Tensor:
-    """An empty gradient argument (none flows through that output), shared per device, dtype and rank."""
-    key = (device, dtype, dim)
-    found = _NO_GRADS.get(key)
-    if found is None:
-        found = _NO_GRADS[key] = _launch.constant(torch.empty((0,) * dim, dtype=dtype, device=device))
-    return found
-
-
-_NO_GRADS: dict = {}
+@functools.cache
+def _no_grad2(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """An empty ``(0, 0)`` per-point gradient argument (none flows through that output), shared per device
+    and dtype (the 1-D one is ``_launch.empty``)."""
+    return _launch.constant(torch.empty(0, 0, dtype=dtype, device=device))
 
 
 #: differentiable once: no autograd of its own
