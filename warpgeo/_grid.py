@@ -54,6 +54,16 @@ def grid_cells(n: int) -> int:
     return 1 << max(n - 1, 1).bit_length()
 
 
+def cloud(t: torch.Tensor) -> torch.Tensor:
+    """A cloud ``(B, N, 3)`` as the kernels take it: :func:`warpgeo._warp.to_compute`, and an empty cloud
+    with any strides (NumPy's empty arrays come with zero strides, which no Warp vector array takes) as a
+    fresh empty tensor of its shape."""
+    t = _warp.to_compute(t)
+    if t.numel() == 0 and t.stride(-1) != 1:
+        return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    return t
+
+
 def lengths_arg(t: torch.Tensor | None, device: torch.device) -> torch.Tensor:
     """Per-cloud lengths as the kernels take them: int64, empty meaning "all" (the shared placeholder)."""
     if t is None:

@@ -84,8 +84,9 @@ def chamfer_distance(
     zero distance is 0: finite at coincident points). Not twice differentiable through the indices.
 
     Args:
-        x: ``(B, N, 3)``; float16, bfloat16, float32 or float64.
-        y: ``(B, M, 3)``, the dtype and device of ``x``.
+        x: ``(B, N, 3)``, or ``(N, 3)`` with ``y`` ``(M, 3)`` (one cloud each, as :func:`warpgeo.knn` takes
+            them: the results are then unbatched, see Returns); float16, bfloat16, float32 or float64.
+        y: ``(B, M, 3)`` (or ``(M, 3)``), the dtype and device of ``x``.
         x_lengths: optional integer ``(B,)``: cloud b of ``x`` holds only its first ``x_lengths[b]`` points.
         y_lengths: optional integer ``(B,)``: the same for ``y``.
         norm: 1 (L1) or 2 (L2).
@@ -96,7 +97,9 @@ def chamfer_distance(
     Returns:
         ``ChamferResult(loss, dist_xy, dist_yx, idx_xy, idx_yx)``: ``loss`` 0-d (or ``(B,)`` for
         ``reduction=None``), ``dist_xy`` ``(B, N)`` and ``dist_yx`` ``(B, M)`` in the dtype of ``x``,
-        ``idx_xy`` ``(B, N)`` and ``idx_yx`` ``(B, M)`` int64.
+        ``idx_xy`` ``(B, N)`` and ``idx_yx`` ``(B, M)`` int64. For one unbatched pair of clouds: ``loss`` 0-d
+        (whatever ``reduction``: the one cloud's value for None), ``dist_xy`` / ``idx_xy`` ``(N,)``,
+        ``dist_yx`` / ``idx_yx`` ``(M,)``.
 
     Raises:
         TypeError: non-float points, different dtypes, non-integer lengths, ``squared`` neither a bool nor
@@ -117,6 +120,9 @@ def chamfer_distance(
     """
     if squared is None:
         squared = norm == 2
+    unbatched = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dim() == 2 and y.dim() == 2
+    if unbatched:  # one cloud each: a batch of one
+        x, y = x.unsqueeze(0), y.unsqueeze(0)
     loss, dist_xy, dist_yx, idx_xy, idx_yx = _chamfer_op.call(
         x=x,
         y=y,
@@ -127,6 +133,9 @@ def chamfer_distance(
         reduction=reduction,
         single_directional=single_directional,
     )
+    if unbatched:
+        loss = loss[0] if reduction is None else loss
+        dist_xy, dist_yx, idx_xy, idx_yx = dist_xy[0], dist_yx[0], idx_xy[0], idx_yx[0]
     if single_directional:
         return ChamferResult(loss, dist_xy, None, idx_xy, None)
     return ChamferResult(loss, dist_xy, dist_yx, idx_xy, idx_yx)
@@ -199,7 +208,7 @@ def _chamfer_impl(
     dist_yx = torch.empty(batch, m_out, dtype=compute, device=device)
     idx_xy = torch.empty(batch, n, dtype=torch.int64, device=device)
     idx_yx = torch.empty(batch, m_out, dtype=torch.int64, device=device)
-    x, y = _warp.to_compute(x), _warp.to_compute(y)
+    x, y = _grid.cloud(x), _grid.cloud(y)
     table = kernels.CHAMFER[_warp.KEY[compute]]
     x_lengths = _grid.lengths_arg(x_lengths, device)
     y_lengths = _grid.lengths_arg(y_lengths, device)
@@ -390,8 +399,8 @@ def _chamfer_backward_impl(
         kernels.CHAMFER[_warp.KEY[compute]].chamfer_backward,
         batch * (n + idx_yx.shape[1]),
         device=device,
-        x=_warp.to_compute(x),
-        y=_warp.to_compute(y),
+        x=_grid.cloud(x),
+        y=_grid.cloud(y),
         x_lengths=_grid.lengths_arg(x_lengths, device),
         y_lengths=_grid.lengths_arg(y_lengths, device),
         idx_xy=idx_xy,

@@ -253,7 +253,7 @@ def _knn(queries, points, query_lengths, point_lengths, k, method=None):
     dists = torch.empty(batch, m, k, dtype=compute, device=device)
     if n == 0 or batch * m == 0:
         return dists.fill_(FAR).to(dtype), idx.fill_(SENTINEL_INDEX)
-    queries, points = _warp.to_compute(queries), _warp.to_compute(points)
+    queries, points = _grid.cloud(queries), _grid.cloud(points)
     key = _warp.KEY[compute]
     rows = batch * m
     query_lengths = _grid.lengths_arg(query_lengths, device)
@@ -395,7 +395,7 @@ def _ball_query(
     out = torch.empty(batch, m, k, dtype=torch.int64, device=device)
     if n == 0 or batch * m == 0:
         return out.fill_(SENTINEL_INDEX)
-    queries, points = _warp.to_compute(queries), _warp.to_compute(points)
+    queries, points = _grid.cloud(queries), _grid.cloud(points)
     key = _warp.KEY[points.dtype]
     scaled = points.dtype == torch.float64
     stream = _warp.warp_stream(device)  # once per call (None on the CPU)
