@@ -528,6 +528,62 @@ def test_float64_at_any_scale_matches_exact_brute_force(method, scale):
     assert torch.equal(ball_query(queries, points, radius, k), got)
 
 
+def _mixed_cloud(b, n, small, large, seed):
+    """float64 points of magnitude ``small`` (even rows) and ``large`` (odd rows): coordinates of |x| in
+    [0.1, 1) times the row's magnitude, random signs."""
+    gen = torch.Generator().manual_seed(seed)
+    unit = (0.1 + 0.9 * torch.rand(b, n, 3, generator=gen, dtype=torch.float64)) * (
+        torch.randint(0, 2, (b, n, 3), generator=gen) * 2 - 1
+    )
+    magnitude = torch.tensor([small if i % 2 == 0 else large for i in range(n)], dtype=torch.float64)
+    return unit * magnitude[None, :, None]
+
+
+@pytest.mark.parametrize("small, large", [(1e30, 1e300), (2.0**-400, 2.0**500), (1e-300, 1e-30)])
+@pytest.mark.parametrize("method", METHODS)
+def test_float64_mixed_extremes_within_the_span_are_exact(method, small, large):
+    """One cloud holding points of very different magnitudes (within ``_scale.MAX_SPAN``): squared distances
+    of the large ones overflow unscaled, of the small ones underflow; the order and the distances are the
+    exact ones (issue 50, item 14), against fractions."""
+    points = _mixed_cloud(1, 300, small, large, 1)
+    queries = _mixed_cloud(1, 12, small, large, 2)
+    dists, idx = neighbors._knn(queries, points, None, None, 4, method)
+    ref_d, ref_i = _exact_knn(queries[0], points[0], 4)
+    assert idx[0].tolist() == ref_i
+    np.testing.assert_allclose(dists[0].numpy(), np.array(ref_d), rtol=1e-15, atol=0)
+    assert torch.equal(knn(queries, points, 4).idx, idx)  # the checks accept it
+
+
+def test_float64_mixed_extremes_beyond_the_span_are_refused():
+    """Points at 1e-300 and 1e300 in one float64 cloud (issue 50, item 14): no scale keeps every squared
+    distance exact, so with checks on every neighbour op refuses the cloud naming its span; with checks off
+    none crashes."""
+    points = _mixed_cloud(2, 300, 1e-300, 1e300, 3)
+    points[0] = _mixed_cloud(1, 300, 1.0, 2.0, 4)[0]  # cloud 0 is ordinary: cloud 1 is named
+    queries = points[:, :10]
+    span = r"of cloud 1 span 2\*\*\d+ in float64.*beyond the 2\*\*967"
+    with pytest.raises(ValueError, match="queries and points " + span):
+        knn(queries, points, 3)
+    with pytest.raises(ValueError, match="queries and points " + span):
+        ball_query(queries, points, 1.0, 3)
+    with pytest.raises(ValueError, match="x and y " + span):
+        warpgeo.chamfer_distance(queries, points)
+    with pytest.raises(ValueError, match="points " + span):
+        warpgeo.farthest_point_sampling(points, 5)
+    # beyond the lengths the magnitudes do not count
+    lengths = torch.tensor([300, 0])
+    knn(queries, points, 3, query_lengths=torch.tensor([10, 0]), point_lengths=lengths)
+    warpgeo.farthest_point_sampling(points, 5, lengths=lengths)
+    # a tiny radius widens the span of an ordinary cloud (its square would underflow)
+    with pytest.raises(ValueError, match="queries and points of cloud 0 span"):
+        ball_query(points[:1, :10], points[:1], 1e-300, 3)
+    with warpgeo.value_checks(False):
+        assert knn(queries, points, 3).idx.shape == (2, 10, 3)
+        assert warpgeo.farthest_point_sampling(points, 5).shape == (2, 5)
+    # float32 clouds cannot span too much: their squares always fit float64
+    knn(queries.float().clamp(-3e38, 3e38), points.float().clamp(-3e38, 3e38), 3)
+
+
 def test_float64_scale_is_exact():
     """The power-of-two scale is exact: a cloud scaled by 2**e gets the distances times 2**e, bit for bit,
     and the same indices (so a cloud at ordinary scale gets the bits it got before the scaling existed)."""

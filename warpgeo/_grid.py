@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from . import _launch, _warp
+from . import _launch, _scale, _warp
 from ._kernels import grid as kernels
 
 #: Clouds with at most this many points are scanned directly: below it building the grid costs more than
@@ -182,12 +182,13 @@ def scale(table, queries, query_lengths, points, point_lengths, ws) -> torch.Ten
 _NAMES = ("queries", "points", "query_lengths", "M", "point_lengths", "N")
 
 
-def check_values(queries, points, query_lengths, point_lengths, names=_NAMES) -> None:
+def check_values(queries, points, query_lengths, point_lengths, names=_NAMES, radius=None) -> None:
     """The checks that need tensor values: one device-to-host transfer for all of them (``names``: as
     :data:`_NAMES`, for an op whose arguments are called otherwise: chamfer's ``x``, ``y``).
 
     Finiteness of the valid rows: one ``isfinite`` pass over each cloud (the rows beyond the lengths
-    masked).
+    masked); float64 clouds: the span of their magnitudes, queries, points and ``radius`` (a ball query's)
+    together, within :data:`warpgeo._scale.MAX_SPAN` (distances exact).
     """
     m, n = queries.shape[1], points.shape[1]
     device = queries.device
@@ -206,8 +207,17 @@ def check_values(queries, points, query_lengths, point_lengths, names=_NAMES) ->
 
     bad_queries = nonfinite(queries, query_lengths)
     bad_points = nonfinite(points, point_lengths)
+    too_wide = span = None
+    if points.dtype == torch.float64:
+        too_wide, span = _scale.span_flags([(queries, query_lengths), (points, point_lengths)], radius)
     flags = torch.stack(
-        [out_of_range(query_lengths, m), out_of_range(point_lengths, n), bad_queries, bad_points]
+        [
+            out_of_range(query_lengths, m),
+            out_of_range(point_lengths, n),
+            bad_queries,
+            bad_points,
+            zero if too_wide is None else too_wide.any(),
+        ]
     ).tolist()
     q, p, q_len, q_size, p_len, p_size = names
     if flags[0]:
@@ -218,6 +228,8 @@ def check_values(queries, points, query_lengths, point_lengths, names=_NAMES) ->
         raise ValueError(f"{q} must be finite: found NaN or inf among the valid {q}")
     if flags[3]:
         raise ValueError(f"{p} must be finite: found NaN or inf among the valid {p}")
+    if flags[4]:
+        raise ValueError(_scale.span_message(f"{q} and {p}", too_wide, span))
 
 
 class Workspace:

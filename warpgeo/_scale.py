@@ -27,3 +27,50 @@ def scaled_rows(diff: torch.Tensor) -> torch.Tensor:
     [0.5, 1): exact, and a constant for autograd (so the result stays differentiable, double backward too)."""
     _, exponent = torch.frexp(diff.detach().abs().amax(dim=-1))  # NaN / inf / 0: exponent 0
     return times_power_of_two(diff, -exponent.to(torch.int64))
+
+
+#: A float64 cloud (its queries and points together, and a ball query's radius) may span at most this many
+#: binary orders of magnitude, from its smallest nonzero |coordinate| to its largest: scaled so that the
+#: largest lies in [2**508, 2**509) (``SCALED_EXPONENT`` of the kernels and FPS), the smallest nonzero
+#: coordinate difference is then >= 2**(456 - span) and its square a normal float64 (>= 2**-1022): every
+#: squared distance is exact to rounding and no two distinct ones underflow to one value. Beyond it,
+#: answers could be silently wrong: the value checks refuse such a cloud.
+MAX_SPAN = 967
+
+
+def span_flags(clouds, radius: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per cloud ``b`` of float64 ``clouds`` (``[(x (B, N, 3), lengths (B,) or None), ...]``, taken together,
+    only the valid rows) and ``radius``: ``(too_wide (B,) bool, span (B,) int64)``, ``span`` the binary
+    orders of magnitude from the smallest nonzero |coordinate| (or ``radius``) to the largest. No host
+    read; the caller reads ``too_wide.any()`` with its other checks."""
+    x0 = clouds[0][0]
+    batch, device = x0.shape[0], x0.device
+    top = torch.zeros(batch, dtype=torch.float64, device=device)
+    low = torch.full((batch,), float("inf"), dtype=torch.float64, device=device)
+    for x, lengths in clouds:
+        if x.numel() == 0:
+            continue
+        a = x.detach().abs()
+        if lengths is not None:
+            beyond = torch.arange(x.shape[1], device=device) >= lengths[:, None]
+            a = a.masked_fill(beyond[..., None], 0.0)
+        a = a.reshape(batch, -1)
+        top = torch.maximum(top, a.amax(dim=1))
+        low = torch.minimum(low, torch.where(a > 0, a, float("inf")).amin(dim=1))
+    if radius is not None:
+        low = torch.clamp(low, max=float(radius))
+    _, e_top = torch.frexp(top)
+    _, e_low = torch.frexp(low)  # inf (no nonzero coordinate): no span
+    span = (e_top - e_low).to(torch.int64)
+    return torch.isfinite(low) & (top > 0) & (span > MAX_SPAN), span
+
+
+def span_message(name: str, too_wide: torch.Tensor, span: torch.Tensor) -> str:
+    """The ValueError message for :func:`span_flags`' clouds (``name``: how the op calls them)."""
+    b = int(too_wide.nonzero()[0, 0])
+    return (
+        f"{name} of cloud {b} span 2**{int(span[b])} in float64 (largest |coordinate| over the smallest "
+        f"nonzero one), beyond the 2**{MAX_SPAN} within which distances are exact: squared distances of its "
+        f"smallest differences would underflow (rescale or split the cloud, or turn value checks off to "
+        f"accept inexact answers)"
+    )

@@ -105,7 +105,9 @@ def chamfer_distance(
         TypeError: non-float points, different dtypes, non-integer lengths, ``squared`` neither a bool nor
             None, non-bool ``single_directional``.
         ValueError: bad shapes, ``norm`` not 1 or 2, an unknown ``reduction``, lengths outside ``[0, N]`` /
-            ``[0, M]``, NaN or inf among the valid points, tensors on different devices.
+            ``[0, M]``, NaN or inf among the valid points, tensors on different devices; a float64 cloud whose
+            magnitudes span more than ``2**967`` (largest |coordinate| over the smallest nonzero one;
+            distances are exact within it).
 
     Example:
         >>> x = torch.tensor([[[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]])

@@ -88,11 +88,13 @@ def farthest_point_sampling(
     Raises:
         TypeError: ``points`` is not a float tensor; ``num_samples``, ``lengths`` or ``start_index`` is not
             an integer (tensor).
-        ValueError: bad shapes, an int ``num_samples < 1`` or a per-cloud one < 0, ``lengths`` outside
-            ``[0, N]``, non-finite coordinates among the valid points, tensors on different devices,
-            ``random_start`` together with ``start_index``; sizes beyond Warp's int32 byte strides (a
-            row of 2**31 bytes): ``num_samples`` above 268435455, more than 89478485 float64 points (or
-            178956970 of another dtype) per cloud; an output larger than the device can allocate.
+        ValueError: bad shapes, an int ``num_samples < 1`` or a per-cloud one < 0, ``lengths`` outside ``[0,
+            N]``, non-finite coordinates among the valid points, tensors on different devices,
+            ``random_start`` together with ``start_index``; sizes beyond Warp's int32 byte strides (a row of
+            2**31 bytes): ``num_samples`` above 268435455, more than 89478485 float64 points (or 178956970 of
+            another dtype) per cloud; an output larger than the device can allocate; a float64 cloud whose
+            magnitudes span more than ``2**967`` (largest |coordinate| over the smallest nonzero one;
+            distances are exact within it).
         IndexError: ``start_index`` outside ``[0, lengths[b])``.
 
     Example:
@@ -405,17 +407,20 @@ def _check_values(points, lengths, num_samples, start, max_samples) -> None:
     n = points.shape[1]
     # the usual call: only the points to test. Their float64 sum is finite unless one of them is not (NaN
     # and inf propagate; only float64 values near the top of their range can overflow the sum, and then the
-    # exact test below decides)
+    # exact test below decides). float64 clouds also have their span checked (_scale.MAX_SPAN)
+    wide = points.dtype == torch.float64 and points.numel() > 0
     only_points = lengths is None and num_samples is None and start is None and points.numel() > 0
-    if only_points and math.isfinite(_warp.sum64(points).item()):
+    if only_points and not wide and math.isfinite(_warp.sum64(points).item()):
         return
     zero = torch.zeros((), dtype=torch.bool, device=points.device)
+    too_wide, span = _scale.span_flags([(points, lengths)]) if wide else (None, None)
     flags = torch.stack(
         [
             _non_finite(points, lengths) if points.numel() else zero,
             ((lengths < 0) | (lengths > n)).any() if lengths is not None else zero,
             ((num_samples < 0) | (num_samples > max_samples)).any() if num_samples is not None else zero,
             _bad_start(start, lengths, n) if start is not None else zero,
+            too_wide.any() if wide else zero,
         ]
     ).tolist()
     if flags[1]:
@@ -429,6 +434,8 @@ def _check_values(points, lengths, num_samples, start, max_samples) -> None:
         raise IndexError(
             f"start_index must lie in [0, lengths[b]) for every cloud; got {start.tolist()}{shown}"
         )
+    if flags[4]:
+        raise ValueError(_scale.span_message("points", too_wide, span))
 
 
 def _valid_only(points: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:

@@ -65,8 +65,10 @@ def knn(
 
     Raises:
         TypeError: non-float points or queries, different dtypes, non-integer lengths, a non-int ``k``.
-        ValueError: bad shapes, ``k < 1`` or ``k >= 2**28``, lengths outside ``[0, M]`` / ``[0, N]``, NaN or inf among the
-            valid points or queries, tensors on different devices.
+        ValueError: bad shapes, ``k < 1`` or ``k >= 2**28``, lengths outside ``[0, M]`` / ``[0, N]``, NaN or
+            inf among the valid points or queries, tensors on different devices; a float64 cloud whose
+            magnitudes span more than ``2**967`` (largest |coordinate| over the smallest nonzero one;
+            distances are exact within it).
 
     Example:
         >>> pts = torch.rand(2, 1000, 3)
@@ -117,8 +119,10 @@ def ball_query(
     Raises:
         TypeError: non-float points or queries, different dtypes, non-integer lengths, a non-int ``k``, a
             non-float ``radius`` or a non-bool ``inclusive``; pointnet2's argument order (radius first).
-        ValueError: bad shapes, ``k < 1`` or ``k >= 2**28``, ``radius`` not finite and > 0, lengths outside ``[0, M]`` /
-            ``[0, N]``, NaN or inf among the valid points or queries, tensors on different devices.
+        ValueError: bad shapes, ``k < 1`` or ``k >= 2**28``, ``radius`` not finite and > 0, lengths outside
+            ``[0, M]`` / ``[0, N]``, NaN or inf among the valid points or queries, tensors on different
+            devices; a float64 cloud whose magnitudes span more than ``2**967`` (largest |coordinate| over the
+            smallest nonzero one; distances are exact within it) (``radius`` counted with the coordinates).
 
     Example:
         >>> pts = torch.rand(2, 1000, 3)
@@ -369,7 +373,7 @@ def _ball_query_impl(
     """queries (B, M, 3), points (B, N, 3) -> int64 (B, M, k): the k smallest indices with distance
     <= radius (``inclusive``) or < radius, ascending, then -1."""
     if checks.checking_values(queries.device):
-        _grid.check_values(queries, points, query_lengths, point_lengths)
+        _grid.check_values(queries, points, query_lengths, point_lengths, radius=radius)
     return _ball_query(queries, points, query_lengths, point_lengths, radius, k, inclusive)
 
 
