@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import textwrap
@@ -731,3 +732,33 @@ def test_ball_query_memory_is_o_output():
     )
     grown = int(out.stdout.strip().splitlines()[-1])
     assert grown < 64 * 2**20, f"peak memory grew by {grown / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("dim", [3, 2, 5])  # warpgeo's own kernels (<= 3) and plain torch beyond
+def test_pytorch3d_ball_query_with_an_infinite_radius(dim):
+    """``warpgeo.compat.pytorch3d.ball_query(radius=inf)`` (issue 50, item 15): every point at a finite
+    distance is within, so each valid query gets the first K valid points; warpgeo.ball_query's own radius
+    stays a finite float > 0 (DESIGN §4)."""
+    from warpgeo.compat import pytorch3d
+
+    gen = torch.Generator().manual_seed(dim)
+    p1 = torch.rand(2, 6, dim, generator=gen)
+    p2 = torch.rand(2, 9, dim, generator=gen) * 1e3
+    lengths1, lengths2 = torch.tensor([6, 4]), torch.tensor([9, 3])
+    for k in (2, 5):
+        got = pytorch3d.ball_query(p1, p2, lengths1, lengths2, K=k, radius=float("inf"))
+        for b in range(2):
+            for m in range(6):
+                first = list(range(int(lengths2[b])))[:k] if m < lengths1[b] else []
+                want = first + [-1] * (k - len(first))
+                assert got.idx[b, m].tolist() == want, (b, m)
+                for j, i in enumerate(want):
+                    expected = float(((p1[b, m] - p2[b, i]) ** 2).sum()) if i >= 0 else 0.0
+                    assert got.dists[b, m, j].item() == pytest.approx(expected, rel=1e-6)
+                    if i >= 0:
+                        assert torch.equal(got.knn[b, m, j], p2[b, i])
+    # the same as a finite radius larger than every distance
+    big = pytorch3d.ball_query(p1, p2, lengths1, lengths2, K=5, radius=1e6)
+    assert torch.equal(big.idx, pytorch3d.ball_query(p1, p2, lengths1, lengths2, K=5, radius=math.inf).idx)
+    with pytest.raises(ValueError, match="radius must be a finite float > 0"):
+        ball_query(p1[..., :3] if dim >= 3 else torch.rand(2, 6, 3), torch.rand(2, 9, 3), math.inf, 4)
