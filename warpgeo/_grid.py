@@ -106,6 +106,7 @@ def _no_arrays(device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tens
     return {name: _launch.constant(t) for name, t in parts.items()}
 
 
+@functools.cache
 def no_grid(device: torch.device, dtype: torch.dtype) -> tuple[Any, dict[str, torch.Tensor]]:
     """The empty grid struct of ``dtype`` clouds (a scan builds none) and its arrays."""
     empty = _no_arrays(device, dtype)
@@ -113,8 +114,35 @@ def no_grid(device: torch.device, dtype: torch.dtype) -> tuple[Any, dict[str, to
 
 
 def struct(dtype: torch.dtype, grid: dict[str, torch.Tensor]) -> Any:
-    """The grid struct over ``grid``'s arrays (:func:`arrays`): pass it with the arrays held alive."""
-    return _launch.struct(kernels.GRID[_warp.KEY[dtype]], **grid)
+    """The grid struct over ``grid``'s arrays (:func:`arrays`): pass it with the arrays held alive.
+
+    Cached by the arrays' addresses and sizes (``(B, N)`` and the cell count fix every shape and stride of
+    :func:`arrays`' dense views): a workspace hands out the same memory call after call, and a struct holds
+    addresses, not tensors (as ``_launch.struct``'s own cache, whose key reads every tensor's layout)."""
+    points = grid["sorted_points"]
+    key = (
+        dtype,
+        points.device,
+        tuple(points.shape),
+        grid["cell_start"].shape[1],
+        grid["rank"].shape[0],
+        *(t.data_ptr() for t in grid.values()),
+    )
+    found = _STRUCTS.get(key)
+    if found is None:
+        found = _launch.struct(kernels.GRID[_warp.KEY[dtype]], **grid)
+        with _STRUCTS_LOCK:
+            if len(_STRUCTS) >= _MAX_STRUCTS:
+                _STRUCTS.clear()
+            _STRUCTS[key] = found
+    return found
+
+
+#: :func:`struct`'s cache (a dict read without the lock: a whole entry is published at once).
+_STRUCTS: dict = {}
+_STRUCTS_LOCK = threading.Lock()
+#: Entries kept before the cache starts over.
+_MAX_STRUCTS = 64
 
 
 def build(table, queries, query_lengths, points, point_lengths, mode, cell_size, chosen, ws):
@@ -207,16 +235,16 @@ def check_values(queries, points, query_lengths, point_lengths, names=_NAMES, ra
 
     bad_queries = nonfinite(queries, query_lengths)
     bad_points = nonfinite(points, point_lengths)
-    too_wide = span = None
+    too_wide = top = low = None
     if points.dtype == torch.float64:
-        too_wide, span = _scale.span_flags([(queries, query_lengths), (points, point_lengths)], radius)
+        too_wide, top, low = _scale.span_flags([(queries, query_lengths), (points, point_lengths)], radius)
     flags = torch.stack(
         [
             out_of_range(query_lengths, m),
             out_of_range(point_lengths, n),
             bad_queries,
             bad_points,
-            zero if too_wide is None else too_wide.any(),
+            zero if too_wide is None else too_wide,
         ]
     ).tolist()
     q, p, q_len, q_size, p_len, p_size = names
@@ -229,7 +257,7 @@ def check_values(queries, points, query_lengths, point_lengths, names=_NAMES, ra
     if flags[3]:
         raise ValueError(f"{p} must be finite: found NaN or inf among the valid {p}")
     if flags[4]:
-        raise ValueError(_scale.span_message(f"{q} and {p}", too_wide, span))
+        raise ValueError(_scale.span_message(f"{q} and {p}", top, low))
 
 
 class Workspace:

@@ -6,6 +6,8 @@ neither overflow nor underflow: the product is exact (no rounding), and so is th
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -38,15 +40,15 @@ def scaled_rows(diff: torch.Tensor) -> torch.Tensor:
 MAX_SPAN = 967
 
 
-def span_flags(clouds, radius: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def span_flags(clouds, radius: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per cloud ``b`` of float64 ``clouds`` (``[(x (B, N, 3), lengths (B,) or None), ...]``, taken together,
-    only the valid rows) and ``radius``: ``(too_wide (B,) bool, span (B,) int64)``, ``span`` the binary
-    orders of magnitude from the smallest nonzero |coordinate| (or ``radius``) to the largest. No host
-    read; the caller reads ``too_wide.any()`` with its other checks."""
+    only the valid rows) and ``radius``: ``(too_wide, top, low)``: a 0-d bool, whether some cloud's largest
+    |coordinate| ``top[b]`` exceeds ``2**MAX_SPAN`` times its smallest nonzero one (or ``radius``)
+    ``low[b]`` (a ratio within it keeps the exponents within ``MAX_SPAN``: see there). No host read; the
+    caller reads ``too_wide`` with its other checks."""
     x0 = clouds[0][0]
     batch, device = x0.shape[0], x0.device
-    top = torch.zeros(batch, dtype=torch.float64, device=device)
-    low = torch.full((batch,), float("inf"), dtype=torch.float64, device=device)
+    top = low = None
     for x, lengths in clouds:
         if x.numel() == 0:
             continue
@@ -54,23 +56,26 @@ def span_flags(clouds, radius: float | None = None) -> tuple[torch.Tensor, torch
         if lengths is not None:
             beyond = torch.arange(x.shape[1], device=device) >= lengths[:, None]
             a = a.masked_fill(beyond[..., None], 0.0)
-        a = a.reshape(batch, -1)
-        top = torch.maximum(top, a.amax(dim=1))
-        low = torch.minimum(low, torch.where(a > 0, a, float("inf")).amin(dim=1))
+        cloud_top = a.amax(dim=(1, 2))
+        cloud_low = a.masked_fill(a == 0, float("inf")).amin(dim=(1, 2))
+        top = cloud_top if top is None else torch.maximum(top, cloud_top)
+        low = cloud_low if low is None else torch.minimum(low, cloud_low)
+    if top is None:
+        top = torch.zeros(batch, dtype=torch.float64, device=device)
+        low = torch.full((batch,), float("inf"), dtype=torch.float64, device=device)
     if radius is not None:
-        low = torch.clamp(low, max=float(radius))
-    _, e_top = torch.frexp(top)
-    _, e_low = torch.frexp(low)  # inf (no nonzero coordinate): no span
-    span = (e_top - e_low).to(torch.int64)
-    return torch.isfinite(low) & (top > 0) & (span > MAX_SPAN), span
+        low = low.clamp(max=float(radius))
+    return (top > low * 2.0**MAX_SPAN).any(), top, low  # low * 2**967 is exact (or inf: no limit)
 
 
-def span_message(name: str, too_wide: torch.Tensor, span: torch.Tensor) -> str:
-    """The ValueError message for :func:`span_flags`' clouds (``name``: how the op calls them)."""
-    b = int(too_wide.nonzero()[0, 0])
+def span_message(name: str, top: torch.Tensor, low: torch.Tensor) -> str:
+    """The ValueError message for :func:`span_flags`' clouds (``name``: how the op calls them); reads them."""
+    tops, lows = top.tolist(), low.tolist()
+    b = next(i for i, (t, lo) in enumerate(zip(tops, lows, strict=True)) if t > lo * 2.0**MAX_SPAN)
+    span = math.frexp(tops[b])[1] - math.frexp(lows[b])[1]
     return (
-        f"{name} of cloud {b} span 2**{int(span[b])} in float64 (largest |coordinate| over the smallest "
-        f"nonzero one), beyond the 2**{MAX_SPAN} within which distances are exact: squared distances of its "
-        f"smallest differences would underflow (rescale or split the cloud, or turn value checks off to "
-        f"accept inexact answers)"
+        f"{name} of cloud {b} span 2**{span} in float64 (largest |coordinate| {tops[b]:.3g} over the smallest "
+        f"nonzero one {lows[b]:.3g}), beyond the 2**{MAX_SPAN} within which distances are exact: squared "
+        f"distances of its smallest differences would underflow (rescale or split the cloud, or turn value "
+        f"checks off to accept inexact answers)"
     )

@@ -413,14 +413,14 @@ def _check_values(points, lengths, num_samples, start, max_samples) -> None:
     if only_points and not wide and math.isfinite(_warp.sum64(points).item()):
         return
     zero = torch.zeros((), dtype=torch.bool, device=points.device)
-    too_wide, span = _scale.span_flags([(points, lengths)]) if wide else (None, None)
+    too_wide, top, low = _scale.span_flags([(points, lengths)]) if wide else (None, None, None)
     flags = torch.stack(
         [
             _non_finite(points, lengths) if points.numel() else zero,
             ((lengths < 0) | (lengths > n)).any() if lengths is not None else zero,
             ((num_samples < 0) | (num_samples > max_samples)).any() if num_samples is not None else zero,
             _bad_start(start, lengths, n) if start is not None else zero,
-            too_wide.any() if wide else zero,
+            too_wide if wide else zero,
         ]
     ).tolist()
     if flags[1]:
@@ -435,7 +435,7 @@ def _check_values(points, lengths, num_samples, start, max_samples) -> None:
             f"start_index must lie in [0, lengths[b]) for every cloud; got {start.tolist()}{shown}"
         )
     if flags[4]:
-        raise ValueError(_scale.span_message("points", too_wide, span))
+        raise ValueError(_scale.span_message("points", top, low))
 
 
 def _valid_only(points: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
