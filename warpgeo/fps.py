@@ -58,7 +58,9 @@ def farthest_point_sampling(
     go to the lowest index). Distances are compared in float64 whatever the input dtype, so half-precision
     clouds with large coordinates do not overflow and the order does not depend on the dtype or on the
     scale of the coordinates; a float64 cloud is first scaled by a power of two (exact), so that the order
-    is exact at any finite scale, from subnormal coordinates to 1e308.
+    is exact at any finite scale, from subnormal coordinates to 1e308, for a cloud whose magnitudes span
+    at most ``2**967`` (largest |coordinate| over the smallest nonzero one; a wider one is refused with
+    value checks on).
 
     On the CPU, large clouds (N * K >= 2**22) are sampled through a tree of boxes over small buckets of
     nearby points that skips whatever a new sample cannot change (the QuickFPS idea): the same order as

@@ -5,7 +5,8 @@ Both search a uniform grid of cells built per call by one Warp launch (the share
 ``O(B * (N + M * k))``, never ``O(B * M * N)``. Small clouds are scanned directly instead (no grid to build:
 one launch). Distances are compared in float64 whatever the input dtype, so results do not depend on it, and
 ties go to the lowest index; float64 clouds are first scaled by a power of two (exact, in the kernels), so
-that squared distances neither overflow nor underflow at any finite scale.
+that squared distances neither overflow nor underflow at any finite scale (for a cloud whose magnitudes span
+at most ``2**967``: ``warpgeo/_scale.py``; the value checks refuse a wider one).
 """
 
 from __future__ import annotations
