@@ -38,6 +38,12 @@ OPTIONS = {"enable_backward": False}
 
 
 @wp.func
+def moving(kind: wp.int32):
+    """A revolute or prismatic joint (the kinds after FIXED)."""
+    return kind >= JOINT_REVOLUTE and kind <= JOINT_PRISMATIC
+
+
+@wp.func
 def read_pose(rows: wp.array2d(dtype=Any), k: int):
     """Row ``k`` of an ``(L, 7)`` array of poses ``[x, y, z, qw, qx, qy, qz]`` as (position, Warp quaternion)."""
     p = wp.vector(rows[k, 0], rows[k, 1], rows[k, 2])
@@ -120,7 +126,7 @@ def forward_kinematics(
     for k in range(links):
         p, r = joint_frame(poses, origins, parents, b, k)
         kind = joint_types[k]
-        if kind == JOINT_REVOLUTE or kind == JOINT_PRISMATIC:
+        if moving(kind):
             value = joint_value(q, b, int(joint_index[k]), mimic[k])
             axis = axes[k]
             if kind == JOINT_REVOLUTE:
@@ -211,7 +217,7 @@ def forward_kinematics_backward(
         m = moment[b, k]
         kind = joint_types[k]
         index = int(joint_index[k])
-        if (kind == JOINT_REVOLUTE or kind == JOINT_PRISMATIC) and index >= 0 and index < grad_q.shape[1]:
+        if moving(kind) and index >= 0 and index < grad_q.shape[1]:
             o, r = joint_frame(poses, origins, parents, b, k)
             w = wp.quat_rotate(r, axes[k])
             along = wp.dot(w, f)
