@@ -356,7 +356,7 @@ def test_bad_q():
         robot.spheres(torch.zeros(2, 4))
     with pytest.raises(TypeError, match="q must have dtype"):
         robot.spheres(torch.zeros(2, 3, dtype=torch.int64))
-    with pytest.raises(TypeError, match="q must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"q must be a torch\.Tensor"):
         robot.spheres([[0.0, 0.0, 0.0]])
     with warpgeo.value_checks(False):
         out = robot.spheres(torch.tensor([[0.0, math.inf, math.nan]]))
@@ -451,7 +451,7 @@ def test_urdf_more_errors(tmp_path):
     cycle = three.format(
         _joint(child="b") + _joint(name="k", parent="b", child="c") + _joint(name="m", parent="c", child="b")
     )
-    with pytest.raises(ValueError, match="two joints|cycle"):
+    with pytest.raises(ValueError, match=r"two joints|cycle"):
         Robot.from_urdf(cycle)
     loop = (
         '<robot name="r"><link name="a"/><link name="b"/><link name="c"/><link name="d"/>{}</robot>'.format(
