@@ -515,3 +515,132 @@ def test_attach_and_detach():
         robot.attach("link2", np.zeros((1, 4)))
     robot.detach("tool")
     assert (robot.spheres(q)[:, 1:, 3] < 0).all()
+
+
+# --------------------------------------------------------------------------------------------------------
+# compat.curobo.load_robot: a cuRobo-style configuration of the project's own 7-DoF arm
+# --------------------------------------------------------------------------------------------------------
+
+
+def _arm_config(**changes) -> dict:
+    spheres = {
+        f"arm_link{i}": [
+            {"center": [0.0, 0.0, 0.01 * i], "radius": 0.06},
+            {"center": [0.05, 0, 0], "radius": 0.05},
+        ]
+        for i in range(8)
+    }
+    spheres["arm_hand"] = [{"center": [0.0, 0.0, 0.03], "radius": 0.04}]
+    spheres["arm_finger_left"] = [{"center": [0.0, 0.01, 0.02], "radius": 0.01}]
+    spheres["arm_finger_right"] = [{"center": [0.0, -0.01, 0.02], "radius": -1.0}]  # disabled
+    kinematics = {
+        "urdf_path": "arm7.urdf",
+        "base_link": "arm_link0",
+        "ee_link": "arm_hand",
+        "collision_link_names": [*spheres, "attached_object"],
+        "collision_spheres": spheres,
+        "collision_sphere_buffer": 0.005,
+        "extra_collision_spheres": {"attached_object": 3},
+        "extra_links": {
+            "attached_object": {
+                "parent_link_name": "arm_hand",
+                "link_name": "attached_object",
+                "fixed_transform": [0.0, 0.0, 0.1, 0.7071067811865476, 0.0, 0.7071067811865476, 0.0],
+                "joint_type": "FIXED",
+                "joint_name": "attach_joint",
+            }
+        },
+        "lock_joints": {"arm_finger_joint1": 0.03},
+        "self_collision_ignore": {"arm_link0": ["arm_link1"], "arm_hand": ["arm_finger_left", "ghost_link"]},
+        "self_collision_buffer": {"arm_link0": 0.1, "arm_hand": 0.02},
+        "cspace": {"joint_names": [*(f"arm_joint{i}" for i in (7, 1, 2, 3, 4, 5, 6)), "arm_finger_joint1"]},
+    }
+    kinematics.update(changes)
+    return {"robot_cfg": {"kinematics": kinematics}}
+
+
+def test_load_robot_reads_curobo_configuration():
+    from warpgeo.compat.curobo import load_robot, load_robot_spheres
+
+    config = _arm_config()
+    robot = load_robot(config, root=os.path.dirname(ARM7))
+    assert robot.joint_names == [f"arm_joint{i}" for i in (7, 1, 2, 3, 4, 5, 6)]
+    assert robot.ee_link == "arm_hand" and "attached_object" in robot.link_names
+    # the same spheres, order, pairs and margins as load_robot_spheres; the buffer on enabled spheres only
+    flat = load_robot_spheres(config)
+    expected = flat.local_spheres.clone()
+    expected[:, 3] = torch.where(expected[:, 3] >= 0, expected[:, 3] + 0.005, expected[:, 3])
+    torch.testing.assert_close(robot.local_spheres, expected)
+    names = [robot.link_names[int(k)] for k in robot.sphere_links]
+    assert names == [flat.link_names[int(k)] for k in flat.sphere_links]
+    torch.testing.assert_close(robot.pairs, flat.pairs)
+    torch.testing.assert_close(robot.self_margin, flat.self_margin)
+    # the kinematics: the URDF's, with finger_joint1 locked at 0.03 and q's columns in cspace order
+    q = random_q(robot, 4)
+    values = [dict(zip(robot.joint_names, row.tolist(), strict=True)) for row in q]
+    spheres = robot.spheres(q).numpy()
+    attach = np.eye(4)
+    attach[:3, :3] = quat_matrix(np.array([0.7071067811865476, 0.0, 0.7071067811865476, 0.0]))
+    attach[:3, 3] = [0.0, 0.0, 0.1]
+    for b in range(4):
+        ref = reference_fk(ARM7, {**values[b], "arm_finger_joint1": 0.03})
+        ref["attached_object"] = ref["arm_hand"] @ attach
+        for s, link in enumerate(names):
+            local = robot._floats[torch.float64]["local_spheres"][s].numpy()
+            centre = ref[link][:3, :3] @ local[:3] + ref[link][:3, 3]
+            np.testing.assert_allclose(spheres[b, s, :3], centre, atol=1e-9)
+    # attach fills the slots of attached_object, in its frame
+    robot.attach("attached_object", [[0.0, 0.0, 0.05, 0.03]])
+    s = len(names) - 3
+    moved = robot.spheres(q[:1])[0, s].numpy()
+    ref = reference_fk(ARM7, {**values[0], "arm_finger_joint1": 0.03})["arm_hand"] @ attach
+    np.testing.assert_allclose(moved[:3], ref[:3, :3] @ [0, 0, 0.05] + ref[:3, 3], atol=1e-9)
+    assert moved[3] == pytest.approx(0.03)
+
+
+def test_load_robot_yaml_null_spheres_and_per_link_buffer(tmp_path):
+    yaml = pytest.importorskip("yaml")
+    from warpgeo.compat.curobo import load_robot
+
+    config = _arm_config(collision_spheres=None, collision_link_names=None, extra_collision_spheres=None)
+    path = tmp_path / "arm.yml"
+    path.write_text(yaml.safe_dump(config))
+    robot = load_robot(path, root=os.path.dirname(ARM7))
+    assert robot.sphere_links.shape == (0,) and robot.pairs.shape == (0, 2)
+    assert warpgeo.self_collision_cost(robot.spheres(random_q(robot, 3)), robot.pairs).tolist() == [0, 0, 0]
+    per_link = load_robot(_arm_config(collision_sphere_buffer={"arm_hand": 0.01}), root=os.path.dirname(ARM7))
+    hand = [i for i, k in enumerate(per_link.sphere_links) if per_link.link_names[int(k)] == "arm_hand"]
+    assert per_link.local_spheres[hand, 3].tolist() == pytest.approx([0.05])
+    assert per_link.local_spheres[0, 3].item() == pytest.approx(0.06)
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "match"),
+    [
+        ({"urdf_path": "nowhere.urdf"}, ValueError, "urdf_path"),
+        ({"urdf_path": 3}, TypeError, "urdf_path"),
+        (
+            {
+                "extra_links": {
+                    "tool": {"parent_link_name": "arm_hand", "link_name": "tool", "joint_type": "X_PRISM"}
+                }
+            },
+            ValueError,
+            "joint_type",
+        ),
+        (
+            {"extra_links": {"tool": {"parent_link_name": "nowhere", "link_name": "tool"}}},
+            ValueError,
+            "nowhere",
+        ),
+        ({"cspace": {"joint_names": ["arm_joint1"]}}, ValueError, "misses"),
+        ({"lock_joints": {"ghost": 0.0}}, ValueError, "ghost"),
+        ({"collision_sphere_buffer": "wide"}, TypeError, "collision_sphere_buffer"),
+        ({"collision_sphere_buffer": 1e39}, ValueError, "collision_sphere_buffer"),
+    ],
+)
+def test_load_robot_errors(changes, error, match):
+    from warpgeo.compat.curobo import load_robot
+
+    with pytest.raises(error, match=match):
+        load_robot(_arm_config(**changes), root=os.path.dirname(ARM7))

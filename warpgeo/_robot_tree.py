@@ -149,12 +149,15 @@ def build(
     self_collision_ignore: Any = (),
     ignore_unknown: bool = False,
     ee_link: str | None = None,
+    keep_links: Iterable[str] | None = None,
 ) -> Tree:
     """The arrays of a robot: links in tree order from ``base_link``, ``q``'s columns, spheres, pairs.
 
     ``spheres``' order is the spheres' order; ``slots`` ``{link: n}`` adds n disabled spheres after the
     link's own (links without spheres at the end). ``ignore_unknown``: ignore-list links not in the tree
-    are skipped (cuRobo's lists name links of other variants) instead of refused."""
+    are skipped (cuRobo's lists name links of other variants) instead of refused. ``keep_links``: only
+    these links and their ancestors are kept (cuRobo's kinematic chain: the tool frames and the collision
+    links); default: every link below the base."""
     from .self_collision import collision_pairs
 
     known = set(links)
@@ -205,15 +208,19 @@ def build(
         # one root, and every link has at most one parent: a link the walk missed is on a cycle
         cyclic = next(name for name in links if name not in seen)
         raise ValueError(f"the kinematic tree has a cycle through link {cyclic!r}")
+    if keep_links is not None:
+        order, link_joint = _prune(order, link_joint, keep_links, by_child, base_link)
     index = {name: k for k, name in enumerate(order)}
     tree_joints = {j.name: j for j in link_joint if j is not None}
-    lock = _lock_values(lock_joints, tree_joints)
+    # joints of links left out (``keep_links``) may be locked or listed: they move nothing kept
+    pruned = {j.name for j in joints if j.name not in tree_joints} if keep_links is not None else set()
+    lock = _lock_values(lock_joints, tree_joints, pruned)
     moving = [
         j.name
         for j in link_joint
         if j is not None and j.type != "fixed" and j.mimic is None and j.name not in lock
     ]
-    columns = _columns(joint_names, moving, lock, tree_joints)
+    columns = _columns(joint_names, moving, lock, tree_joints, pruned)
     count = len(order)
     parents = np.full(count, -1, dtype=np.int32)
     kinds = np.zeros(count, dtype=np.int32)
@@ -264,6 +271,20 @@ def build(
     )
 
 
+def _prune(order: list, link_joint: list, keep: Iterable[str], by_child: Mapping[str, Joint], base: str):
+    """The links of ``order`` that are in ``keep`` or an ancestor of one (in order), and their joints."""
+    placed = set(order)
+    needed = {base}
+    for link in keep:
+        if link not in placed:
+            raise ValueError(f"link {link!r} is not below base_link {base!r}")
+        while link not in needed:
+            needed.add(link)
+            link = by_child[link].parent
+    kept = [(name, j) for name, j in zip(order, link_joint, strict=True) if name in needed]
+    return [name for name, _ in kept], [j for _, j in kept]
+
+
 def _finite(values: Any, size: int, where: str) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64).reshape(-1)
     if array.shape != (size,) or not np.isfinite(array).all():
@@ -271,13 +292,15 @@ def _finite(values: Any, size: int, where: str) -> np.ndarray:
     return array
 
 
-def _lock_values(lock_joints: Any, tree_joints: Mapping[str, Joint]) -> dict[str, float]:
+def _lock_values(lock_joints: Any, tree_joints: Mapping[str, Joint], pruned: set[str]) -> dict[str, float]:
     if lock_joints is None:
         return {}
     if not isinstance(lock_joints, Mapping):
         raise TypeError(f"lock_joints must map joint names to values; got {type(lock_joints).__name__}")
     lock = {}
     for name, value in lock_joints.items():
+        if name in pruned:
+            continue
         if name not in tree_joints:
             raise ValueError(f"lock_joints names {name!r}, which is not a joint of the tree")
         if tree_joints[name].type == "fixed":
@@ -295,7 +318,11 @@ def _lock_values(lock_joints: Any, tree_joints: Mapping[str, Joint]) -> dict[str
 
 
 def _columns(
-    joint_names: Any, moving: list[str], lock: Mapping[str, float], tree_joints: Mapping[str, Joint]
+    joint_names: Any,
+    moving: list[str],
+    lock: Mapping[str, float],
+    tree_joints: Mapping[str, Joint],
+    pruned: set[str],
 ) -> list[str]:
     """``q``'s columns: ``joint_names`` less locked joints (cuRobo lists them in its c-space), or tree order."""
     if joint_names is None:
@@ -306,6 +333,8 @@ def _columns(
     for name in joint_names:
         if not isinstance(name, str):
             raise TypeError(f"joint_names must hold joint names; got {name!r:.60}")
+        if name in pruned:
+            continue
         if name not in tree_joints:
             raise ValueError(f"joint_names names {name!r}, which is not a joint of the tree")
         if name in lock:

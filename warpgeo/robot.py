@@ -127,9 +127,15 @@ class Robot:
                 ``lock_joints`` / ``joint_names`` (each named); non-finite values.
 
         Example:
-            >>> robot = Robot.from_urdf("arm.urdf", spheres={"link1": [[0, 0, 0.1, 0.05]]})
-            >>> robot.spheres(torch.zeros(16, robot.dof)).shape
+            >>> urdf = '''<robot name="arm"><link name="base"/><link name="link1"/>
+            ...   <joint name="j1" type="revolute"><parent link="base"/><child link="link1"/>
+            ...     <origin xyz="0 0 0.3"/><axis xyz="0 0 1"/>
+            ...     <limit lower="-3" upper="3" effort="1" velocity="1"/></joint></robot>'''
+            >>> robot = Robot.from_urdf(urdf, spheres={"link1": [[0.1, 0, 0, 0.05]]})
+            >>> robot.spheres(torch.full((16, robot.dof), math.pi / 2)).shape
             torch.Size([16, 1, 4])
+            >>> robot.spheres(torch.tensor([math.pi / 2], dtype=torch.float64))   # x turned onto y
+            tensor([[..., 0.1000, 0.3000, 0.0500]], dtype=torch.float64)
         """
         links, joints = _robot_tree.read_urdf(urdf)
         tree = _robot_tree.build(
@@ -198,9 +204,11 @@ class Robot:
             TypeError, ValueError: as :meth:`link_poses`.
 
         Example:
-            >>> q = torch.zeros(32, 32, robot.dof, requires_grad=True)      # 32 trajectories x 32 steps
-            >>> cost = warpgeo.self_collision_cost(robot.spheres(q), robot.pairs, margin=robot.self_margin)
-            >>> cost.sum().backward()                                          # q.grad: (32, 32, dof)
+            >>> robot = Robot.from_urdf("examples/data/arm7.urdf", spheres={       # doctest: +SKIP
+            ...     "arm_link3": [[0, 0, 0, 0.08]], "arm_hand": [[0, 0, 0.05, 0.05]]})
+            >>> q = torch.zeros(32, 32, robot.dof, requires_grad=True)      # doctest: +SKIP
+            >>> cost = warpgeo.self_collision_cost(robot.spheres(q), robot.pairs, margin=robot.self_margin)  # doctest: +SKIP
+            >>> cost.sum().backward()                                          # doctest: +SKIP
         """
         return self._run(q)[1]
 

@@ -14,7 +14,8 @@ and ``world.set_enabled({"bin": False})`` work by name. Poses are cuRobo's ``[x,
 the same as warpgeo's.
 
 :func:`load_robot_spheres` reads a cuRobo *robot* configuration's collision spheres (with its self-collision
-ignore list and buffers) for :func:`warpgeo.self_collision_cost` and :func:`warpgeo.sphere_mesh_cost`.
+ignore list and buffers) for :func:`warpgeo.self_collision_cost` and :func:`warpgeo.sphere_mesh_cost`;
+:func:`load_robot` reads the whole robot (its URDF too) into a :class:`warpgeo.Robot`, joint angles to spheres.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 
 from ..world import QUAT_NORM_TOL, MeshWorld, compose_poses
 
-__all__ = ["RobotSpheres", "load_robot_spheres", "load_world"]
+__all__ = ["RobotSpheres", "load_robot", "load_robot_spheres", "load_world"]
 
 #: Per-object fields of cuRobo's obstacles that carry no geometry (visualisation, cuRobo's tensor device):
 #: accepted and ignored.
@@ -424,6 +425,64 @@ def load_robot_spheres(
         pairs=collision_pairs(links, ignore=ignore, names=list(order)),
         self_margin=torch.tensor(margins, dtype=torch.float32),
     )
+
+
+def load_robot(
+    config: Mapping[str, Any] | str | os.PathLike,
+    *,
+    root: str | os.PathLike | None = None,
+    device: torch.device | str = "cpu",
+):
+    """A :class:`warpgeo.Robot` from a cuRobo robot configuration and its URDF: joint angles to spheres.
+
+    Reads from ``robot_cfg: kinematics:`` (or ``kinematics:``, or the top level):
+
+    * ``urdf_path``: the URDF, relative to ``root`` (cuRobo's ``content/assets``), else to the YAML file's
+      folder, else the current directory; read with yourdfpy (``pip install "warpgeo[robot]"``), meshes not
+      loaded;
+    * ``base_link`` (the base frame), ``ee_link`` or the first of ``tool_frames`` (``robot.ee_link``);
+    * ``collision_spheres`` (inline, or a spheres file relative to the YAML file's folder, else ``root``;
+      null: no spheres), ``collision_link_names``, ``extra_collision_spheres`` (disabled slots, filled by
+      :meth:`~warpgeo.Robot.attach`), ``self_collision_ignore``, ``self_collision_buffer`` — as
+      :func:`load_robot_spheres` reads them;
+    * ``collision_sphere_buffer``: metres added to every enabled sphere's radius (a number, or
+      ``{link: metres}``);
+    * ``extra_links``: fixed links such as ``attached_object`` (``parent_link_name``, ``link_name``,
+      ``fixed_transform`` ``[x, y, z, qw, qx, qy, qz]``, ``joint_type: FIXED``);
+    * ``lock_joints`` ``{joint: value}`` (held, not in ``q``) and ``cspace.joint_names`` (the order of ``q``;
+      the locked joints it lists are left out).
+
+    As in cuRobo, the tree keeps the links the robot needs: the collision links, the tool frame, the extra
+    links and their ancestors (a gripper without spheres past them is dropped with its joints). Other keys
+    are not read.
+
+    Args:
+        config: a dict, or the path of a YAML file (PyYAML: ``pip install "warpgeo[curobo]"``).
+        root: the folder ``urdf_path`` starts from.
+        device: where the robot's tables live.
+
+    Returns:
+        The :class:`warpgeo.Robot`; ``robot.spheres(q)`` feeds ``sphere_mesh_cost`` /
+        ``swept_sphere_mesh_cost``, and ``self_collision_cost(spheres, robot.pairs, margin=robot.self_margin)``
+        is cuRobo's self-collision check.
+
+    Raises:
+        TypeError, ValueError: as :func:`load_robot_spheres` and :meth:`warpgeo.Robot.from_urdf`; no
+            ``urdf_path`` or no such file; an ``extra_links`` entry that is not a FIXED link of a known
+            parent with a unit-quaternion ``fixed_transform``; ``cspace.joint_names`` that miss a moving joint.
+        ImportError: yourdfpy (or, for a YAML path, PyYAML) is not installed.
+
+    Example:
+        >>> content = "curobo/content"                                  # a cuRobo checkout's content folder
+        >>> robot = load_robot(f"{content}/configs/robot/franka.yml", root=f"{content}/assets")  # doctest: +SKIP
+        >>> robot.joint_names[:2], robot.dof                           # doctest: +SKIP
+        (['panda_joint1', 'panda_joint2'], 7)
+        >>> spheres = robot.spheres(torch.zeros(32, 32, 7))            # doctest: +SKIP
+        >>> cost = warpgeo.self_collision_cost(spheres, robot.pairs, margin=robot.self_margin)  # doctest: +SKIP
+    """
+    from . import _curobo_robot
+
+    return _curobo_robot.load(config, root, device)
 
 
 def _robot_config(config: Any, root: Any) -> tuple[Mapping, str | None]:
