@@ -134,8 +134,8 @@ class Robot:
             >>> robot = Robot.from_urdf(urdf, spheres={"link1": [[0.1, 0, 0, 0.05]]})
             >>> robot.spheres(torch.full((16, robot.dof), math.pi / 2)).shape
             torch.Size([16, 1, 4])
-            >>> robot.spheres(torch.tensor([math.pi / 2], dtype=torch.float64))   # x turned onto y
-            tensor([[..., 0.1000, 0.3000, 0.0500]], dtype=torch.float64)
+            >>> robot.spheres(torch.tensor([math.pi / 2], dtype=torch.float64))[0, 1:].tolist()  # x onto y
+            [0.1, 0.3, 0.05]
         """
         links, joints = _robot_tree.read_urdf(urdf)
         tree = _robot_tree.build(
