@@ -125,18 +125,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: cpu)")
     parser.add_argument(
+        "--quick", action="store_true", help="smallest settings (for tests): B = 4, H = 12, 80 steps"
+    )
+    parser.add_argument(
         "--out",
         default="arm_trajectory.png",
         help="the picture to write (default: arm_trajectory.png in the current directory)",
     )
     args = parser.parse_args(argv)
+    if args.quick:  # smaller sizes; flags given explicitly still win
+        parser.set_defaults(trajectories=4, waypoints=12, steps=80, print_every=20)
+        args = parser.parse_args(argv)
     if min(args.trajectories, args.steps) < 1 or args.waypoints < 3:
         parser.error("--trajectories and --steps must be >= 1 and --waypoints >= 3")
+    device = demos.require_device(args.device, "arm_trajectory.py")  # one line if it is not here
     demos.require_matplotlib("arm_trajectory.py")
-    device = demos.require_device(args.device, "arm_trajectory.py")
     robot = make_robot(device)
     world, scene = make_world(device)
-    print(f"{robot}; world: a table (Cuboid) and a torus mesh")
+    print(
+        f"Moving {args.trajectories} trajectories of {args.waypoints} waypoints of a 7-DoF arm "
+        f"({robot.sphere_links.shape[0]} spheres) out of a torus mesh on a table (a Cuboid), {args.steps} Adam steps"
+    )
     start = straight_lines(args.trajectories, args.waypoints, 0.05, device)
     inner = start[:, 1:-1].clone().requires_grad_(True)
     ends = (start[:, :1], start[:, -1:])
@@ -167,9 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - began
     final = torch.cat([ends[0], inner.detach(), ends[1]], dim=1)
     before, after = collision_free(robot, world, start), collision_free(robot, world, final)
+    print(f"initial world cost {history[0]['world']:.4g}  final {history[-1]['world']:.4g}")
     print(
-        f"collision-free trajectories: {int(before.sum())}/{len(before)} before, {int(after.sum())}/{len(after)} "
-        f"after ({args.steps} steps, {elapsed:.1f} s)"
+        f"collision-free trajectories: {int(after.sum())}/{len(after)} (at the start: {int(before.sum())}/"
+        f"{len(before)}; {args.steps} steps, {elapsed:.1f} s)"
     )
     draw(robot, scene, start, final, history, after, args.out)
     print(f"wrote {args.out}")

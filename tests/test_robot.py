@@ -644,19 +644,3 @@ def test_load_robot_errors(changes, error, match):
 
     with pytest.raises(error, match=match):
         load_robot(_arm_config(**changes), root=os.path.dirname(ARM7))
-
-
-def test_arm_trajectory_example_runs(tmp_path):
-    """examples/arm_trajectory.py at a small size: it optimises and writes its picture."""
-    import subprocess
-
-    pytest.importorskip("matplotlib")
-    script = os.path.join(HERE, "..", "examples", "arm_trajectory.py")
-    out = tmp_path / "arm.png"
-    args = ["--trajectories", "2", "--waypoints", "8", "--steps", "30", "--out", str(out)]
-    env = {**os.environ, "PYTHONPATH": os.path.join(HERE, "..")}
-    proc = subprocess.run(
-        [sys.executable, script, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "collision-free trajectories:" in proc.stdout and out.stat().st_size > 10_000
