@@ -132,9 +132,9 @@ class Robot:
             ...     <origin xyz="0 0 0.3"/><axis xyz="0 0 1"/>
             ...     <limit lower="-3" upper="3" effort="1" velocity="1"/></joint></robot>'''
             >>> robot = Robot.from_urdf(urdf, spheres={"link1": [[0.1, 0, 0, 0.05]]})
-            >>> robot.spheres(torch.full((16, robot.dof), math.pi / 2)).shape
+            >>> robot.spheres(torch.full((16, robot.dof), torch.pi / 2)).shape
             torch.Size([16, 1, 4])
-            >>> robot.spheres(torch.tensor([math.pi / 2], dtype=torch.float64))[0, 1:].tolist()  # x onto y
+            >>> robot.spheres(torch.tensor([torch.pi / 2], dtype=torch.float64))[0, 1:].tolist()  # x onto y
             [0.1, 0.3, 0.05]
         """
         links, joints = _robot_tree.read_urdf(urdf)
