@@ -19,6 +19,8 @@ JOINT_KINDS = {"fixed": 0, "revolute": 1, "continuous": 1, "prismatic": 2}
 #: A disabled sphere (an empty attached-object slot): at the link's origin, radius -10 (cuRobo's).
 DISABLED_SPHERE = (0.0, 0.0, 0.0, -10.0)
 _IDENTITY = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
+#: The robot's tables are kept in float32 too: a value beyond this would be inf there.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class Joint(NamedTuple):
@@ -286,9 +288,12 @@ def _prune(order: list, link_joint: list, keep: Iterable[str], by_child: Mapping
 
 
 def _finite(values: Any, size: int, where: str) -> np.ndarray:
-    array = np.asarray(values, dtype=np.float64).reshape(-1)
-    if array.shape != (size,) or not np.isfinite(array).all():
-        raise ValueError(f"{where} must be {size} finite numbers; got {values!r:.80}")
+    try:
+        array = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{where} must be {size} finite numbers; got {values!r:.80}") from None
+    if array.shape != (size,) or not np.isfinite(array).all() or np.abs(array).max() > FLOAT32_MAX:
+        raise ValueError(f"{where} must be {size} finite numbers within float32's range; got {values!r:.80}")
     return array
 
 
@@ -393,6 +398,8 @@ def _place_spheres(
         own = np.zeros((0, 4)) if own is None or len(own) == 0 else np.asarray(own, dtype=np.float64)
         if own.ndim != 2 or own.shape[1] != 4 or not np.isfinite(own).all():
             raise ValueError(f"spheres[{link!r}] must be finite rows [x, y, z, r]; got shape {own.shape}")
+        if own.size and np.abs(own).max() > FLOAT32_MAX:
+            raise ValueError(f"spheres[{link!r}] must lie within float32's range (|x| <= 3.4e38)")
         first = len(rows)
         rows.extend(own.tolist())
         count = int(slots.get(link, 0))

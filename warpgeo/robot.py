@@ -41,7 +41,8 @@ class Robot:
 
     Attributes:
         joint_names: the names of ``q``'s columns (the moving joints less mimic and locked ones).
-        joint_limits: ``(dof, 2)`` float64 lower, upper (``±inf`` for a continuous joint; not enforced).
+        joint_limits: ``(dof, 2)`` float64 lower, upper (``±inf`` for a continuous joint or one without limits;
+            not enforced: that is the planner's job), on :attr:`device`.
         link_names: the links, ``link_names[k]`` of row ``k`` of :meth:`link_poses`.
         sphere_links: ``(S,)`` int64, the link of each sphere.
         local_spheres: ``(S, 4)`` float32, each sphere's centre in its link's frame and its radius (negative:
@@ -58,8 +59,8 @@ class Robot:
         self.joint_names: list[str] = list(tree.joint_names)
         self.link_names: list[str] = list(tree.link_names)
         self.ee_link: str | None = tree.ee_link
-        self.joint_limits = torch.as_tensor(tree.joint_limits, dtype=torch.float64).reshape(-1, 2)
         dev = self.device
+        self.joint_limits = torch.as_tensor(tree.joint_limits, dtype=torch.float64, device=dev).reshape(-1, 2)
         self._index = {
             "parents": torch.as_tensor(tree.parents, dtype=torch.int32, device=dev),
             "joint_types": torch.as_tensor(tree.joint_types, dtype=torch.int32, device=dev),
@@ -368,8 +369,19 @@ def _fk_fake(q, parents, joint_types, joint_index, axes, origins, mimic, sphere_
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
-    """Rows of a vector array need a dense last dimension."""
-    return t if t.stride(-1) == 1 else t.contiguous()
+    """Rows of a vector array need a dense last dimension. A large CPU tensor (the expanded gradient of a
+    ``.sum()``) is made dense by NumPy on the calling thread: torch's copy runs on its OpenMP workers, which
+    took 4-20 ms for 1,024 x 62 spheres on 2 busy cores (CONTRIBUTING, "Launching")."""
+    if t.stride(-1) == 1:
+        return t
+    if t.numel() >= _DENSE_ON_HOST and not torch.is_grad_enabled() and _warp._on_the_host(t):
+        return torch.from_numpy(np.ascontiguousarray(t.detach().numpy()))
+    return t.contiguous()
+
+
+#: From this many elements a CPU tensor is made dense by NumPy (torch's own grain: smaller copies stay on
+#: the calling thread anyway).
+_DENSE_ON_HOST = 32768
 
 
 def _check_values(q, parents, joint_index, sphere_links) -> None:
