@@ -138,11 +138,11 @@ def load(name: str, **kwargs) -> Robot:
 
 @pytest.mark.parametrize("name", sorted(URDFS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_link_poses_match_numpy_reference(name, dtype):
-    robot = load(name)
+def test_link_poses_match_numpy_reference(name, dtype, device):
+    robot = load(name, device=device)
     q = random_q(robot, 6, dtype)
-    poses = robot.link_poses(q).double().numpy()
-    spheres = robot.spheres(q).double().numpy()
+    poses = robot.link_poses(q.to(device)).double().cpu().numpy()
+    spheres = robot.spheres(q.to(device)).double().cpu().numpy()
     tol = 1e-9 if dtype == torch.float64 else 2e-5
     for b in range(q.shape[0]):
         ref = reference_fk(URDFS[name], dict(zip(robot.joint_names, q[b].double().tolist(), strict=True)))
@@ -150,7 +150,7 @@ def test_link_poses_match_numpy_reference(name, dtype):
             np.testing.assert_allclose(pose_matrix(poses[b, k]), ref[link], atol=tol, err_msg=link)
         for s in range(robot.sphere_links.shape[0]):
             frame = ref[robot.link_names[int(robot.sphere_links[s])]]
-            local = robot._floats[torch.float64]["local_spheres"][s].numpy()
+            local = robot._floats[torch.float64]["local_spheres"][s].cpu().numpy()
             centre = frame[:3, :3] @ local[:3] + frame[:3, 3]
             np.testing.assert_allclose(spheres[b, s, :3], centre, atol=tol)
             assert spheres[b, s, 3] == pytest.approx(local[3], abs=1e-6)
@@ -263,9 +263,9 @@ def test_batch_shapes_dtypes_and_empty():
 
 
 @pytest.mark.parametrize("name", ["serial3", "branched", "prismatic", "mimic"])
-def test_gradcheck(name):
-    robot = load(name)
-    q = random_q(robot, 3).requires_grad_(True)
+def test_gradcheck(name, device):
+    robot = load(name, device=device)
+    q = random_q(robot, 3).to(device).requires_grad_(True)
     assert torch.autograd.gradcheck(robot.spheres, (q,))
     assert torch.autograd.gradcheck(robot.link_poses, (q,))
     both = lambda x: robot.spheres(x).sum() + robot.link_poses(x)[..., 2:5].pow(2).sum()  # noqa: E731
@@ -348,18 +348,20 @@ def test_threads_agree():
 # --------------------------------------------------------------------------------------------------------
 
 
-def test_bad_q():
-    robot = load("serial3")
+def test_bad_q(device):
+    robot = load("serial3", device=device)
     with pytest.raises(ValueError, match="q must be finite"):
-        robot.spheres(torch.tensor([[0.0, math.nan, 0.0]]))
+        robot.spheres(torch.tensor([[0.0, math.nan, 0.0]], device=device))
     with pytest.raises(ValueError, match=r"q must have shape \(\.\.\., dof=3\)"):
-        robot.spheres(torch.zeros(2, 4))
+        robot.spheres(torch.zeros(2, 4, device=device))
     with pytest.raises(TypeError, match="q must have dtype"):
-        robot.spheres(torch.zeros(2, 3, dtype=torch.int64))
+        robot.spheres(torch.zeros(2, 3, dtype=torch.int64, device=device))
     with pytest.raises(TypeError, match=r"q must be a torch\.Tensor"):
         robot.spheres([[0.0, 0.0, 0.0]])
+    with pytest.raises(ValueError, match="device"):
+        robot.spheres(torch.zeros(2, 3, device="meta"))
     with warpgeo.value_checks(False):
-        out = robot.spheres(torch.tensor([[0.0, math.inf, math.nan]]))
+        out = robot.spheres(torch.tensor([[0.0, math.inf, math.nan]], device=device))
     assert out.shape == (1, robot.sphere_links.shape[0], 4)
 
 
