@@ -454,7 +454,7 @@ def _grad_impl(
     compute = _warp.compute_dtype(q.dtype)
     device = q.device
     batch, links = q.shape[0], parents.shape[0]
-    grad_q = torch.zeros(batch, q.shape[1], dtype=compute, device=device)
+    grad_q = torch.empty(batch, q.shape[1], dtype=compute, device=device)  # the kernel zeroes its rows
     scratch = torch.empty(2, batch, links, 3, dtype=compute, device=device)
     kernel = kernels.KINEMATICS[_warp.KEY[compute]].forward_kinematics_backward
     _launch.launch_rows(
@@ -462,12 +462,9 @@ def _grad_impl(
         batch,
         device=device,
         work_per_row=links + sphere_links.shape[0],
-        grad_poses=_empty_grad(compute, device, 7)
-        if grad_poses is None
-        else grad_poses.to(compute).contiguous(),
-        grad_spheres=_empty_grad(compute, device, 4)
-        if grad_spheres is None
-        else _dense(grad_spheres.to(compute)),
+        # the gradients are read with their strides (a .sum()'s is expanded: nothing to copy)
+        grad_poses=_empty_grad(compute, device, 7) if grad_poses is None else grad_poses.to(compute),
+        grad_spheres=_empty_grad(compute, device, 4) if grad_spheres is None else grad_spheres.to(compute),
         poses=poses.to(compute).contiguous(),
         spheres=_dense(spheres.to(compute)),
         parents=parents,

@@ -155,7 +155,7 @@ def forward_kinematics(
 
 def forward_kinematics_backward(
     grad_poses: wp.array3d(dtype=Any),
-    grad_spheres: wp.array2d(dtype=Any),
+    grad_spheres: wp.array3d(dtype=Any),
     poses: wp.array3d(dtype=Any),
     spheres: wp.array2d(dtype=Any),
     parents: wp.array(dtype=wp.int32),
@@ -171,7 +171,8 @@ def forward_kinematics_backward(
     row_start: int,
 ):
     """``grad_q[b]``: the gradient of ``sum(grad_poses * poses) + sum(grad_spheres * spheres)`` w.r.t.
-    ``q[b]``; ``force`` / ``moment`` ``(B, L)`` are this thread's scratch rows. Empty gradient arrays (shape
+    ``q[b]``; ``force`` / ``moment`` ``(B, L)`` are this thread's scratch rows. The gradients are plain
+    arrays of any strides (the expanded gradient of a ``.sum()`` is read as it is); empty ones (shape
     ``(0, ...)``) contribute nothing."""
     b = wp.tid() + row_start
     if b >= poses.shape[0] or b >= grad_q.shape[0] or b >= force.shape[0] or b >= moment.shape[0]:
@@ -200,14 +201,13 @@ def forward_kinematics_backward(
             m = wp.cross(p, gp) + torque
         force[b, k] = f
         moment[b, k] = m
-    if b < grad_spheres.shape[0] and b < spheres.shape[0]:
+    if b < grad_spheres.shape[0] and b < spheres.shape[0] and grad_spheres.shape[2] >= 3:
         count = wp.min(wp.min(sphere_links.shape[0], spheres.shape[1]), grad_spheres.shape[1])
         for s in range(count):
             link = int(sphere_links[s])
             if link >= 0 and link < links:
-                g4 = grad_spheres[b, s]
                 x4 = spheres[b, s]
-                g = wp.vector(g4[0], g4[1], g4[2])
+                g = wp.vector(grad_spheres[b, s, 0], grad_spheres[b, s, 1], grad_spheres[b, s, 2])
                 x = wp.vector(x4[0], x4[1], x4[2])
                 force[b, link] = force[b, link] + g
                 moment[b, link] = moment[b, link] + wp.cross(x, g)
@@ -240,7 +240,7 @@ def _types(scalar: Any, vec2: Any, vec3: Any, vec4: Any) -> dict[str, Any]:
         "poses": wp.array3d(dtype=scalar),
         "spheres": wp.array2d(dtype=vec4),
         "grad_poses": wp.array3d(dtype=scalar),
-        "grad_spheres": wp.array2d(dtype=vec4),
+        "grad_spheres": wp.array3d(dtype=scalar),
         "force": wp.array2d(dtype=vec3),
         "moment": wp.array2d(dtype=vec3),
         "grad_q": wp.array2d(dtype=scalar),
