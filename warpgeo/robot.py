@@ -199,7 +199,7 @@ class Robot:
         Returns:
             ``(..., S, 4)`` x, y, z, radius (a disabled sphere keeps its negative radius), in the dtype of
             ``q``. Differentiable w.r.t. ``q`` (and, through ``local_spheres`` tensors that require grad,
-            w.r.t. the local spheres).
+            w.r.t. the local spheres); not twice differentiable.
 
         Raises:
             TypeError, ValueError: as :meth:`link_poses`.
@@ -369,19 +369,8 @@ def _fk_fake(q, parents, joint_types, joint_index, axes, origins, mimic, sphere_
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
-    """Rows of a vector array need a dense last dimension. A large CPU tensor (the expanded gradient of a
-    ``.sum()``) is made dense by NumPy on the calling thread: torch's copy runs on its OpenMP workers, which
-    took 4-20 ms for 1,024 x 62 spheres on 2 busy cores (CONTRIBUTING, "Launching")."""
-    if t.stride(-1) == 1:
-        return t
-    if t.numel() >= _DENSE_ON_HOST and not torch.is_grad_enabled() and _warp._on_the_host(t):
-        return torch.from_numpy(np.ascontiguousarray(t.detach().numpy()))
-    return t.contiguous()
-
-
-#: From this many elements a CPU tensor is made dense by NumPy (torch's own grain: smaller copies stay on
-#: the calling thread anyway).
-_DENSE_ON_HOST = 32768
+    """Rows of a vector array need a dense last dimension."""
+    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def _check_values(q, parents, joint_index, sphere_links) -> None:
