@@ -624,7 +624,7 @@ def test_load_robot_yaml_null_spheres_and_per_link_buffer(tmp_path):
         (
             {
                 "extra_links": {
-                    "tool": {"parent_link_name": "arm_hand", "link_name": "tool", "joint_type": "X_PRISM"}
+                    "tool": {"parent_link_name": "arm_hand", "link_name": "tool", "joint_type": "SCREW"}
                 }
             },
             ValueError,
@@ -646,3 +646,37 @@ def test_load_robot_errors(changes, error, match):
 
     with pytest.raises(error, match=match):
         load_robot(_arm_config(**changes), root=os.path.dirname(ARM7))
+
+
+def test_load_robot_moving_extra_links_reparent_a_child():
+    """cuRobo's floating bases: extra links with X_PRISM / Z_ROT joints, the last re-parenting a URDF link
+    (``child_link_name``); their joints join q (cspace order), the URDF's chain moves with them."""
+    from warpgeo.compat.curobo import load_robot
+
+    extra = {
+        **_arm_config()["robot_cfg"]["kinematics"]["extra_links"],
+        "slide": {"parent_link_name": "arm_link0", "link_name": "slide", "joint_name": "base_x",
+                  "joint_type": "X_PRISM", "joint_limits": [-1.0, 1.0]},
+        "spin": {"parent_link_name": "slide", "link_name": "spin", "joint_name": "base_rz",
+                 "joint_type": "Z_ROT", "child_link_name": "arm_link1",
+                 "fixed_transform": [0, 0, 0.05, 1, 0, 0, 0]},
+    }  # fmt: skip
+    names = ["base_x", "base_rz", *(f"arm_joint{i}" for i in range(1, 8))]
+    config = _arm_config(extra_links=extra, cspace={"joint_names": names})
+    robot = load_robot(config, root=os.path.dirname(ARM7))
+    assert robot.joint_names == names
+    assert robot.joint_limits[0].tolist() == [-1.0, 1.0] and math.isinf(robot.joint_limits[1, 1])
+    q = random_q(robot, 3)
+    poses = robot.link_poses(q).numpy()
+    for b in range(3):
+        values = dict(zip(names, q[b].tolist(), strict=True))
+        base = np.eye(4)
+        base[0, 3] = values["base_x"]
+        lift = np.eye(4)
+        lift[2, 3] = 0.05
+        spin = np.eye(4)
+        spin[:3, :3] = axis_angle_matrix(np.array([0.0, 0, 1]), values["base_rz"])
+        ref = reference_fk(ARM7, {**values, "arm_finger_joint1": 0.03})
+        for link in ("arm_link1", "arm_link4", "arm_hand"):
+            k = robot.link_names.index(link)
+            np.testing.assert_allclose(pose_matrix(poses[b, k]), base @ lift @ spin @ ref[link], atol=1e-9)

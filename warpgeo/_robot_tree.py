@@ -279,7 +279,10 @@ def _prune(order: list, link_joint: list, keep: Iterable[str], by_child: Mapping
     needed = {base}
     for link in keep:
         if link not in placed:
-            raise ValueError(f"link {link!r} is not below base_link {base!r}")
+            where = (
+                "below base_link " + repr(base) if link in by_child or link == base else "a link of the robot"
+            )
+            raise ValueError(f"link {link!r} (a collision link, tool frame or extra link) is not {where}")
         while link not in needed:
             needed.add(link)
             link = by_child[link].parent

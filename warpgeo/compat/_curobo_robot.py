@@ -13,8 +13,19 @@ import torch
 from .. import _robot_tree
 from . import curobo
 
-#: cuRobo's joint type of an ``extra_links`` entry that warpgeo reads (a link fixed to its parent).
-_FIXED = "FIXED"
+#: cuRobo's joint types of an ``extra_links`` entry (its ``JointType``): URDF type and axis.
+_EXTRA_JOINTS = {
+    "FIXED": ("fixed", (0.0, 0.0, 1.0)),
+    "X_PRISM": ("prismatic", (1.0, 0.0, 0.0)),
+    "Y_PRISM": ("prismatic", (0.0, 1.0, 0.0)),
+    "Z_PRISM": ("prismatic", (0.0, 0.0, 1.0)),
+    "X_ROT": ("revolute", (1.0, 0.0, 0.0)),
+    "Y_ROT": ("revolute", (0.0, 1.0, 0.0)),
+    "Z_ROT": ("revolute", (0.0, 0.0, 1.0)),
+    "X_PRISM_NEG": ("prismatic", (-1.0, 0.0, 0.0)),
+    "Y_PRISM_NEG": ("prismatic", (0.0, -1.0, 0.0)),
+    "Z_PRISM_NEG": ("prismatic", (0.0, 0.0, -1.0)),
+}
 
 
 def load(config: Any, root: Any, device: torch.device | str):
@@ -30,7 +41,7 @@ def load(config: Any, root: Any, device: torch.device | str):
     base_link = kinematics.get("base_link")
     if base_link is not None and not isinstance(base_link, str):
         raise TypeError(f"base_link must be a link name; got {base_link!r:.60}")
-    extra = _extra_links(kinematics.get("extra_links"), set(links))
+    extra, joints = _extra_links(kinematics.get("extra_links"), set(links), joints)
     links = [*links, *(j.child for j in extra)]
     joints = [*joints, *extra]
     ee_link = _ee_link(kinematics)
@@ -95,11 +106,15 @@ def _ee_link(kinematics: Mapping) -> str | None:
     return ee
 
 
-def _extra_links(extra: Any, known: set[str]) -> list[_robot_tree.Joint]:
-    """cuRobo's ``extra_links`` as fixed joints (``fixed_transform`` [x, y, z, qw, qx, qy, qz])."""
+def _extra_links(
+    extra: Any, known: set[str], urdf_joints: list[_robot_tree.Joint]
+) -> tuple[list[_robot_tree.Joint], list[_robot_tree.Joint]]:
+    """cuRobo's ``extra_links`` as joints (``fixed_transform`` [x, y, z, qw, qx, qy, qz] to the parent, then
+    the joint's motion along x, y or z), and the URDF's joints with ``child_link_name``'s re-parented under
+    the extra link (cuRobo's floating bases: a chain of six extra joints above the URDF's root)."""
     where = "extra_links"
     if extra is None:
-        return []
+        return [], urdf_joints
     if not isinstance(extra, Mapping):
         raise TypeError(f"{where} must map link names to link descriptions; got {type(extra).__name__}")
     joints = []
@@ -115,9 +130,17 @@ def _extra_links(extra: Any, known: set[str]) -> list[_robot_tree.Joint]:
             )
         if link in known:
             raise ValueError(f"{at}: link {link!r} is in the URDF already")
-        kind = str(fields.get("joint_type", _FIXED)).upper()
-        if kind != _FIXED:
-            raise ValueError(f"{at}: joint_type {kind!r} is not supported (extra links are FIXED)")
+        kind = str(fields.get("joint_type", "FIXED")).upper()
+        if kind not in _EXTRA_JOINTS:
+            raise ValueError(f"{at}: joint_type {kind!r} is not one of cuRobo's {', '.join(_EXTRA_JOINTS)}")
+        urdf_type, axis = _EXTRA_JOINTS[kind]
+        limits = fields.get("joint_limits")
+        if limits is None:
+            limits = (-math.inf, math.inf)
+        elif not isinstance(limits, (list, tuple)) or len(limits) != 2:
+            raise ValueError(f"{at}.joint_limits must be [lower, upper]; got {limits!r:.60}")
+        else:
+            limits = tuple(curobo._float_value(v, f"{at}.joint_limits") for v in limits)
         transform = fields.get("fixed_transform", [0, 0, 0, 1, 0, 0, 0])
         origin = [curobo._float_value(v, f"{at}.fixed_transform") for v in _list(transform, 7, at)]
         norm = math.sqrt(sum(v * v for v in origin[3:]))
@@ -126,12 +149,27 @@ def _extra_links(extra: Any, known: set[str]) -> list[_robot_tree.Joint]:
         origin[3:] = [v / norm for v in origin[3:]]
         joint_name = fields.get("joint_name", f"{link}_joint")
         joints.append(
-            _robot_tree.Joint(
-                str(joint_name), "fixed", parent, link, tuple(origin), (0, 0, 1), (0.0, 0.0), None
-            )
+            _robot_tree.Joint(str(joint_name), urdf_type, parent, link, tuple(origin), axis, limits, None)
         )
         known.add(link)
-    return joints
+        child = fields.get("child_link_name")
+        if child is not None:
+            if child not in known:
+                raise ValueError(f"{at}: child_link_name {child!r} is not a link")
+            above = [j for j in urdf_joints if j.child == child]
+            if above:  # the child keeps its joint, under the extra link
+                urdf_joints = [j._replace(parent=link) if j.child == child else j for j in urdf_joints]
+            else:  # the URDF's root: fixed to the extra link
+                urdf_joints = [
+                    *urdf_joints,
+                    _robot_tree.Joint(
+                        f"{link}_to_{child}", "fixed", link, child, _IDENTITY, axis, (0, 0), None
+                    ),
+                ]
+    return joints, urdf_joints
+
+
+_IDENTITY = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
 
 
 def _list(value: Any, size: int, where: str) -> list:

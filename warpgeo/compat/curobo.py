@@ -447,8 +447,10 @@ def load_robot(
       :func:`load_robot_spheres` reads them;
     * ``collision_sphere_buffer``: metres added to every enabled sphere's radius (a number, or
       ``{link: metres}``);
-    * ``extra_links``: fixed links such as ``attached_object`` (``parent_link_name``, ``link_name``,
-      ``fixed_transform`` ``[x, y, z, qw, qx, qy, qz]``, ``joint_type: FIXED``);
+    * ``extra_links``: links such as ``attached_object`` (``parent_link_name``, ``link_name``,
+      ``fixed_transform`` ``[x, y, z, qw, qx, qy, qz]``, ``joint_type`` ``FIXED`` or a joint along an axis,
+      ``X_PRISM`` ... ``Z_ROT``, ``X_PRISM_NEG`` ..., with ``joint_limits``; ``child_link_name`` re-parents
+      that URDF link under the extra one: cuRobo's floating bases);
     * ``lock_joints`` ``{joint: value}`` (held, not in ``q``) and ``cspace.joint_names`` (the order of ``q``;
       the locked joints it lists are left out).
 
@@ -468,8 +470,8 @@ def load_robot(
 
     Raises:
         TypeError, ValueError: as :func:`load_robot_spheres` and :meth:`warpgeo.Robot.from_urdf`; no
-            ``urdf_path`` or no such file; an ``extra_links`` entry that is not a FIXED link of a known
-            parent with a unit-quaternion ``fixed_transform``; ``cspace.joint_names`` that miss a moving joint.
+            ``urdf_path`` or no such file; an ``extra_links`` entry of an unknown joint type, parent or child,
+            or without a unit-quaternion ``fixed_transform``; ``cspace.joint_names`` that miss a moving joint.
         ImportError: yourdfpy (or, for a YAML path, PyYAML) is not installed.
 
     Example:
