@@ -439,6 +439,8 @@ def _joint(name="j", kind="revolute", parent="a", child="b", extra='<axis xyz="0
         (_joint() + _joint(name="k", parent="b", child="a"), "cycle|one root"),
         (_joint(extra='<axis xyz="0 0 0"/>'), "zero axis"),
         (_joint(extra='<mimic joint="ghost"/>'), "mimics 'ghost'"),
+        (_joint(extra='<axis xyz="0 0 1"/><mimic joint="j"/>'), "mimic joints form a cycle"),
+        (_joint(extra='<axis xyz="0 0 1e39"/>'), "axis"),
     ],
 )
 def test_urdf_errors(joints, match):
@@ -468,6 +470,8 @@ def test_urdf_more_errors(tmp_path):
         Robot.from_urdf(str(tmp_path / "missing.urdf"))
     with pytest.raises(ValueError, match="could not be read"):
         Robot.from_urdf("<robot")
+    with pytest.raises(ValueError, match="float32"):
+        Robot.from_urdf(URDFS["serial3"], lock_joints={"j1": 1e300})
     with pytest.raises(ValueError, match="lock_joints names 'nope'"):
         Robot.from_urdf(URDFS["serial3"], lock_joints={"nope": 0.0})
     with pytest.raises(ValueError, match="spheres names link 'nope'"):

@@ -319,8 +319,10 @@ def _lock_values(lock_joints: Any, tree_joints: Mapping[str, Joint], pruned: set
             number = float(value)
         except OverflowError:
             number = math.inf
-        if not math.isfinite(number):
-            raise ValueError(f"lock_joints[{name!r}] must be finite; got {value!r:.60}")
+        if not math.isfinite(number) or abs(number) > FLOAT32_MAX:
+            raise ValueError(
+                f"lock_joints[{name!r}] must be finite and within float32's range; got {value!r:.60}"
+            )
         lock[str(name)] = number
     return lock
 
@@ -375,8 +377,10 @@ def _resolve(j: Joint, tree_joints: Mapping[str, Joint], columns: list[str], loc
         target, m, o = j.mimic
         if target not in tree_joints or tree_joints[target].type == "fixed":
             raise ValueError(f"joint {j.name!r} mimics {target!r}, which is not a moving joint of the tree")
-        if not (math.isfinite(m) and math.isfinite(o)):
-            raise ValueError(f"joint {j.name!r}: mimic multiplier and offset must be finite; got {m}, {o}")
+        if not (math.isfinite(m) and math.isfinite(o)) or max(abs(m), abs(o)) > FLOAT32_MAX:
+            raise ValueError(
+                f"joint {j.name!r}: mimic multiplier and offset must be finite, within float32's range; got {m}, {o}"
+            )
         mult, offset = mult * m, mult * o + offset
         j = tree_joints[target]
 
