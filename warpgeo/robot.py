@@ -36,8 +36,9 @@ _PRECISIONS = (torch.float32, torch.float64)
 class Robot:
     """A kinematic tree with collision spheres on its links; forward kinematics as Warp kernels.
 
-    Build one with :meth:`from_urdf` or ``warpgeo.compat.curobo.load_robot``. Links are numbered in tree
-    order (a parent before its children; link 0 the base); ``q``'s columns are :attr:`joint_names`.
+    Build one with :meth:`from_urdf` or ``warpgeo.compat.curobo.load_robot`` (the constructor takes their
+    internal description of the tree). Links are numbered in tree order (a parent before its children; link
+    0 the base); ``q``'s columns are :attr:`joint_names`.
 
     Attributes:
         joint_names: the names of ``q``'s columns (the moving joints less mimic and locked ones).
@@ -49,6 +50,8 @@ class Robot:
             a disabled slot, see :meth:`attach`).
         pairs: ``(P, 2)`` int64 sphere pairs for :func:`warpgeo.self_collision_cost`.
         self_margin: ``(S,)`` float32 self-collision margin per sphere.
+        ee_link: the end-effector link a cuRobo configuration names (``ee_link`` / ``tool_frames[0]``), else
+            None.
         device: where the tables live and the ops run.
     """
 
