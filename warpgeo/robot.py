@@ -316,6 +316,8 @@ def _check_fk(
     if sphere_links.dim() != 1:
         raise ValueError(f"sphere_links must have shape (S,); got {tuple(sphere_links.shape)}")
     checks.check_shape(local_spheres, "local_spheres", (sphere_links.shape[0], 4))
+    if q.shape[0] >= INT32_LIMIT:
+        raise ValueError(f"q may hold fewer than 2**31 configurations (a thread each); got {q.shape[0]}")
     width = max(links * 7, sphere_links.shape[0] * 4, q.shape[1]) * 8
     if width >= INT32_LIMIT:
         raise ValueError(
