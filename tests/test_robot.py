@@ -360,7 +360,7 @@ def test_bad_q(device):
         robot.spheres([[0.0, 0.0, 0.0]])
     with pytest.raises(ValueError, match="device"):
         robot.spheres(torch.zeros(2, 3, device="meta"))
-    with pytest.raises(ValueError, match="q may hold fewer than 2\*\*31"):
+    with pytest.raises(ValueError, match=r"q may hold fewer than 2\*\*31"):
         robot.spheres(torch.zeros(1, 3, device=device).expand(2**31, 3))  # a view: nothing allocated
     with warpgeo.value_checks(False):
         out = robot.spheres(torch.tensor([[0.0, math.inf, math.nan]], device=device))
