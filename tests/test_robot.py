@@ -282,6 +282,14 @@ def test_gradient_of_local_spheres():
         return robot_module._fk_op.call(q=q, **{**tables, "local_spheres": local_spheres})[1]
 
     assert torch.autograd.gradcheck(spheres, (local,))
+    # the public way: robot.local_spheres.requires_grad_() (a float32 tensor), for any dtype of q
+    robot.local_spheres.requires_grad_(True)
+    for dtype in (torch.float32, torch.float64):
+        robot.local_spheres.grad = None
+        robot.spheres(q.to(dtype))[..., 3].sum().backward()
+        expected = torch.zeros(robot.local_spheres.shape)
+        expected[:, 3] = q.shape[0]  # each radius is copied into every configuration
+        torch.testing.assert_close(robot.local_spheres.grad, expected)
 
 
 def test_opcheck():

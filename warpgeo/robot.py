@@ -201,8 +201,8 @@ class Robot:
 
         Returns:
             ``(..., S, 4)`` x, y, z, radius (a disabled sphere keeps its negative radius), in the dtype of
-            ``q``. Differentiable w.r.t. ``q`` (and, through ``local_spheres`` tensors that require grad,
-            w.r.t. the local spheres); not twice differentiable.
+            ``q``. Differentiable w.r.t. ``q``, and w.r.t. the local spheres (centres and radii) after
+            ``robot.local_spheres.requires_grad_()``; not twice differentiable.
 
         Raises:
             TypeError, ValueError: as :meth:`link_poses`.
@@ -224,6 +224,11 @@ class Robot:
             raise ValueError(f"q must be on the robot's device ({self.device}); got {q.device}")
         lead = q.shape[:-1]
         floats = self._floats[_warp.compute_dtype(q.dtype)]
+        local = self.local_spheres
+        if (
+            local.requires_grad and floats["local_spheres"] is not local
+        ):  # float64 q: a gradient to the float32
+            floats = {**floats, "local_spheres": local.to(floats["local_spheres"].dtype)}
         poses, spheres = _fk_op.call(q=q.reshape(math.prod(lead), self.dof), **self._index, **floats)
         return poses.view(*lead, *poses.shape[1:]), spheres.view(*lead, *spheres.shape[1:])
 
@@ -255,16 +260,18 @@ class Robot:
         if values.shape[0] > len(slots):
             raise ValueError(f"link {link!r} has {len(slots)} slots; got {values.shape[0]} spheres")
         self.detach(link)
-        for dtype in _PRECISIONS:
-            target = self._floats[dtype]["local_spheres"]
-            target[slots[: values.shape[0]]] = torch.as_tensor(values, dtype=dtype, device=self.device)
+        with torch.no_grad():  # the tables may require grad (robot.local_spheres.requires_grad_())
+            for dtype in _PRECISIONS:
+                target = self._floats[dtype]["local_spheres"]
+                target[slots[: values.shape[0]]] = torch.as_tensor(values, dtype=dtype, device=self.device)
 
     def detach(self, link: str) -> None:
         """Disable every slot of ``link`` again (radius -10 at the link's origin), in place."""
         slots = self._slot_range(link)
-        for dtype in _PRECISIONS:
-            target = self._floats[dtype]["local_spheres"]
-            target[slots] = torch.tensor(_robot_tree.DISABLED_SPHERE, dtype=dtype, device=self.device)
+        with torch.no_grad():
+            for dtype in _PRECISIONS:
+                target = self._floats[dtype]["local_spheres"]
+                target[slots] = torch.tensor(_robot_tree.DISABLED_SPHERE, dtype=dtype, device=self.device)
 
     def _slot_range(self, link: str) -> list[int]:
         if not isinstance(link, str):
