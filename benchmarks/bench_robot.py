@@ -11,8 +11,8 @@ default threads and with one thread:
    (a table and a box), self-collision and smoothness, forward + backward to the joint angles, with
    warpgeo's spheres or pytorch_kinematics' (the rest of the loop is the same warpgeo ops).
 
-Run: ``python benchmarks/bench_robot.py [--device cuda] [--batch 1024] [--repeat 10]``. On a GPU a third row
-times 32,768 configurations (``--gpu-batch``).
+Run: ``python benchmarks/bench_robot.py [--device cuda] [--batch 1024] [--repeat 10] [--quick] [--json f]``.
+On a GPU a third row times 32,768 configurations (``--gpu-batch``; issue 45's bar: <= 0.2 ms).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 import trimesh
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import device_time, import_peer, print_header
+from _common import device_time, import_peer, print_header, size_key, write_figures
 
 import warpgeo
 
@@ -105,7 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--gpu-batch", type=int, default=32768)
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="small sizes: 256 configurations, 8 x 8, 4,096")
+    parser.add_argument("--json", type=str, default=None, help="write the figures to this JSON file")
     args = parser.parse_args(argv)
+    if args.quick:  # smaller sizes; flags given explicitly still win
+        parser.set_defaults(batch=256, trajectories=8, steps=8, gpu_batch=4096, repeat=5)
+        args = parser.parse_args(argv)
     device = torch.device(args.device)
     print_header(device, f"arm7: 7 DoF, {args.batch} configurations")
     pk = import_peer("pytorch_kinematics", "pytorch-kinematics")
@@ -126,22 +131,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     peer = TorchSpheres(pk, robot, device, torch.float32) if pk is not None else None
     default_threads = torch.get_num_threads()
+    figures: dict[str, float | None] = {}
     for threads in sorted({default_threads, 1}, reverse=True):
         torch.set_num_threads(threads)
         print(f"\ntorch threads: {threads}")
         rows = {
-            "spheres fwd+bwd": (spheres_step(robot.spheres, q, grad), peer and spheres_step(peer, q, grad)),
-            f"planner iteration {args.trajectories}x{args.steps}": (
+            ("spheres fwd+bwd", f"spheres_fwd_bwd_{size_key(b=args.batch)}"): (
+                spheres_step(robot.spheres, q, grad),
+                peer and spheres_step(peer, q, grad),
+            ),
+            (
+                f"planner iteration {args.trajectories}x{args.steps}",
+                f"planner_{size_key(b=args.trajectories, h=args.steps)}",
+            ): (
                 planner_step(robot.spheres, robot, world, plan),
                 peer and planner_step(peer, robot, world, plan),
             ),
         }
-        for name, (ours, theirs) in rows.items():
+        for (name, key), (ours, theirs) in rows.items():
             t_ours = device_time(ours, device, repeat=args.repeat, warmup=2)
             line = f"  {name:<28} warpgeo {t_ours * 1e3:8.3f} ms"
+            figures[f"robot_{key}_threads{threads}_ms"] = t_ours * 1e3
             if theirs is not None:
                 t_theirs = device_time(theirs, device, repeat=args.repeat, warmup=2)
                 line += f"   pytorch_kinematics {t_theirs * 1e3:8.3f} ms   ratio {t_theirs / t_ours:6.1f}x"
+                figures[f"pytorch_kinematics_{key}_threads{threads}_ms"] = t_theirs * 1e3
             print(line)
     torch.set_num_threads(default_threads)
     if device.type == "cuda":
@@ -149,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         big_grad = torch.randn(args.gpu_batch, robot.sphere_links.shape[0], 4, generator=gen).to(device)
         t = device_time(spheres_step(robot.spheres, big, big_grad), device, repeat=args.repeat, warmup=3)
         print(f"\n{args.gpu_batch} configurations spheres fwd+bwd on {device}: {t * 1e3:.3f} ms")
+        figures[f"robot_spheres_fwd_bwd_{size_key(b=args.gpu_batch)}_ms"] = t * 1e3
+    write_figures(args.json, figures)
     return 0
 
 
