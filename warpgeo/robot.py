@@ -14,6 +14,7 @@ gradient op ``warpgeo::forward_kinematics_backward`` and the autograd pair that 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -486,16 +487,11 @@ def _grad_fake(grad_poses, grad_spheres, q, poses, spheres, *tables):
     return q.new_empty(q.shape, dtype=_warp.compute_dtype(q.dtype))
 
 
-_EMPTY_GRADS: dict[tuple[torch.dtype, torch.device, int], torch.Tensor] = {}
-
-
+@functools.cache
 def _empty_grad(dtype: torch.dtype, device: torch.device, width: int) -> torch.Tensor:
-    """A gradient not given: ``(0, 0, width)`` (the kernel reads nothing of it), a launcher constant."""
-    key = (dtype, device, width)
-    found = _EMPTY_GRADS.get(key)
-    if found is None:
-        found = _EMPTY_GRADS[key] = _launch.constant(torch.empty(0, 0, width, dtype=dtype, device=device))
-    return found
+    """A gradient not given: ``(0, 0, width)`` (the kernel reads nothing of it), a launcher constant, one per
+    dtype, device and width for the process."""
+    return _launch.constant(torch.empty(0, 0, width, dtype=dtype, device=device))
 
 
 _grad_op = Op("warpgeo::forward_kinematics_backward", check=_check_grad, impl=_grad_impl, fake=_grad_fake)
