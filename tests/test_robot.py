@@ -490,6 +490,8 @@ def test_urdf_more_errors(tmp_path):
         Robot.from_urdf(URDFS["serial3"], base_link="nope")
     with pytest.raises(ValueError, match="joint_names misses"):
         Robot.from_urdf(URDFS["serial3"], joint_names=["j1", "j2"])
+    with pytest.raises(ValueError, match="no links"):
+        Robot.from_urdf('<robot name="empty"></robot>')
     with pytest.raises(TypeError, match="urdf must be"):
         Robot.from_urdf(42)
 

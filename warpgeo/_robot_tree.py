@@ -183,6 +183,8 @@ def build(
             )
         by_child[j.child] = j
         children[j.parent].append(j)
+    if not links:
+        raise ValueError("the URDF has no links")
     explicit_base = base_link is not None
     if base_link is None:
         roots = [name for name in links if name not in by_child]
