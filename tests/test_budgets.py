@@ -40,6 +40,7 @@ BUDGETS = {
     "swept cost fwd+bwd": 9,
     "signed distance fwd+bwd": 6,
     "self collision fwd+bwd": 7,
+    "robot spheres fwd+bwd": 8,
 }
 
 
@@ -238,3 +239,28 @@ COVERS = {
 
 def test_every_op_is_covered():
     assert_covers_every_op(COVERS, "test_budgets")
+
+
+def test_robot_spheres(device, monkeypatch):
+    """Robot.spheres fwd+bwd: the outputs, one launch, the gradient's row and scratch, one launch back."""
+    urdf = (
+        '<robot name="r"><link name="a"/><link name="b"/><link name="c"/>'
+        '<joint name="j1" type="revolute"><parent link="a"/><child link="b"/><origin xyz="0 0 0.3"/>'
+        '<axis xyz="0 0 1"/><limit lower="-3" upper="3" effort="1" velocity="1"/></joint>'
+        '<joint name="j2" type="revolute"><parent link="b"/><child link="c"/><origin xyz="0.3 0 0"/>'
+        '<axis xyz="0 1 0"/><limit lower="-3" upper="3" effort="1" velocity="1"/></joint></robot>'
+    )
+    robot = warpgeo.Robot.from_urdf(
+        urdf, spheres={"b": [[0.1, 0, 0, 0.05]] * 4, "c": [[0, 0, 0.1, 0.04]] * 4}, device=device
+    )
+    leaf = torch.rand(8, 16, robot.dof, device=device).requires_grad_()
+    with _cuda_algorithms(device), warpgeo.value_checks(False):
+        _check("robot spheres fwd+bwd", _fwd_bwd(lambda: robot.spheres(leaf), leaf), monkeypatch)
+
+
+COVERS.update(
+    {
+        "warpgeo::forward_kinematics": test_robot_spheres,
+        "warpgeo::forward_kinematics_backward": test_robot_spheres,
+    }
+)

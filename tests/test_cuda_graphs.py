@@ -175,6 +175,57 @@ def test_self_collision_with_the_world_cost_replays(checks):
     assert min(hits) > 0, f"no self-collision or no world collision in any replay: {hits}"
 
 
+def _arm_step(robot: warpgeo.Robot, q: torch.Tensor, world: warpgeo.MeshWorld):
+    """A planner's step from joint angles: spheres, swept world cost, self-collision, d / d q."""
+    spheres = robot.spheres(q)
+    world_cost = warpgeo.swept_sphere_mesh_cost(spheres, world, sweep_steps=_SWEEP, activation_distance=_ETA)
+    self_cost = warpgeo.self_collision_cost(spheres, robot.pairs, margin=robot.self_margin)
+    (grad,) = torch.autograd.grad(world_cost.sum() + self_cost.sum(), q)
+    return spheres, world_cost, self_cost, grad
+
+
+@pytest.mark.parametrize("checks", ["auto", "off"])
+def test_robot_spheres_replay(checks):
+    """(issue 45) Robot.spheres (one forward launch, one backward) with the world and self costs in one
+    graph; new joint angles copied into the static input, and a sphere attached in place between replays;
+    every replay equals eager."""
+    import json
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "examples" / "data"
+    model = json.loads((data / "arm7_spheres.json").read_text())
+    from warpgeo import _robot_tree
+
+    tree = _robot_tree.build(
+        *_robot_tree.read_urdf(str(data / "arm7.urdf")),
+        spheres=model["spheres"],
+        slots={"arm_hand": 2},
+        lock_joints={"arm_finger_joint1": 0.04},
+        self_collision_ignore=model["self_collision_ignore"],
+    )
+    robot = warpgeo.Robot(tree, device="cuda")
+    world = _world()
+    retract = torch.tensor(model["retract"][:7])
+    gen = torch.Generator().manual_seed(0)
+    static = (retract + 0.5 * torch.randn(8, 16, 7, generator=gen)).cuda().requires_grad_(True)
+    with _checks(checks):
+        _warm_up(lambda: _arm_step(robot, static, world))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = _arm_step(robot, static, world)
+        for step in range(1, 4):
+            new = (retract + 0.5 * torch.randn(8, 16, 7, generator=gen)).cuda()
+            with torch.no_grad():
+                static.copy_(new)
+            if step == 2:
+                robot.attach("arm_hand", [[0.0, 0.0, 0.1, 0.05]])
+            graph.replay()
+            torch.cuda.synchronize()
+            expected = _arm_step(robot, new.clone().requires_grad_(True), world)
+            for got, want in zip(out, expected, strict=True):
+                torch.testing.assert_close(got, want)
+
+
 class _Net(torch.nn.Module):
     """FPS -> gather of point features -> a small MLP on the sampled features."""
 
@@ -352,6 +403,8 @@ COVERS = {
     "warpgeo::chamfer_distance": "test_op_replays[chamfer]",
     "warpgeo::chamfer_distance_backward": "test_op_replays[chamfer]",
     "warpgeo::signed_distance": "test_op_replays[signed_distance]",
+    "warpgeo::forward_kinematics": test_robot_spheres_replay,
+    "warpgeo::forward_kinematics_backward": test_robot_spheres_replay,
 }
 
 

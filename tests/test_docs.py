@@ -27,6 +27,7 @@ MODULES = [
     "warpgeo.sdf",
     "warpgeo.primitives",
     "warpgeo.compat.curobo",
+    "warpgeo.robot",
 ]
 
 

@@ -75,6 +75,16 @@ def test_self_collision(tmp_path):
     assert len(re.findall(r"^step\s+\d+\s+self", out, flags=re.M)) >= 3  # prints the costs as it goes
 
 
+def test_arm_trajectory(tmp_path):
+    out = run_example("arm_trajectory.py", tmp_path)
+    assert out.startswith("Moving ")  # says what it does before its table
+    initial, final = number(r"initial world cost ([\d.eE+-]+)\s+final ([\d.eE+-]+)", out)
+    assert initial > 0.1 and final < 0.01 * initial
+    free, batch, free_before = number(r"collision-free trajectories: (\d+)/(\d+) \(at the start: (\d+)/", out)
+    assert free == batch == 4 and free_before < batch  # through the torus at the start, all free at the end
+    assert len(re.findall(r"^step\s+\d+\s+world", out, flags=re.M)) >= 3  # prints the costs as it goes
+
+
 def test_collision_avoidance_with_the_torus_of_the_docstring(tmp_path):
     """The line its docstring shows: the torus stands on edge (not a hole the path is caught in), and the
     picture counts four obstacles."""
@@ -112,6 +122,7 @@ EXAMPLE_SCRIPTS = [
     "pointnet2_set_abstraction.py",
     "ddp_training.py",
     "self_collision.py",
+    "arm_trajectory.py",
 ]
 
 
@@ -146,6 +157,7 @@ def test_examples_say_what_every_flag_does():
         "pointnet2_set_abstraction.py",
         "ddp_training.py",
         "self_collision.py",
+        "arm_trajectory.py",
     ):
         help_text = subprocess.run(
             [sys.executable, str(EXAMPLES / script), "--help"], capture_output=True, text=True, timeout=60
@@ -262,6 +274,7 @@ def test_readme_tour_computes_what_its_comments_say():
         "pointnet2_set_abstraction.py",
         "ddp_training.py",
         "self_collision.py",
+        "arm_trajectory.py",
     ],
 )
 def test_example_names_the_demo_extra_without_matplotlib(tmp_path, script):

@@ -518,6 +518,22 @@ def test_ball_query(device):
     _assert_sync_free(lambda: warpgeo.ball_query(queries, points, 0.2, 8, query_lengths=lengths))
 
 
+def test_robot_spheres_and_link_poses(device):
+    """Robot.spheres / link_poses (warpgeo::forward_kinematics and its backward), checks off: no host read."""
+    urdf = (
+        '<robot name="r"><link name="a"/><link name="b"/><link name="c"/>'
+        '<joint name="j1" type="revolute"><parent link="a"/><child link="b"/><origin xyz="0 0 0.3"/>'
+        '<axis xyz="0 0 1"/><limit lower="-3" upper="3" effort="1" velocity="1"/></joint>'
+        '<joint name="j2" type="prismatic"><parent link="b"/><child link="c"/><origin xyz="0.2 0 0"/>'
+        '<axis xyz="1 0 0"/><limit lower="0" upper="1" effort="1" velocity="1"/></joint></robot>'
+    )
+    robot = warpgeo.Robot.from_urdf(
+        urdf, spheres={"b": [[0.1, 0, 0, 0.05]], "c": [[0, 0, 0.1, 0.04]]}, device=device
+    )
+    q = torch.rand(4, 3, robot.dof, device=device, requires_grad=True)
+    _assert_sync_free(lambda: (robot.spheres(q), robot.link_poses(q)), leaves=[q])
+
+
 @pytest.mark.parametrize("reduction", ["mean", None])
 def test_chamfer(device, reduction):
     x = torch.rand(2, 30, 3, device=device, requires_grad=True)
@@ -554,6 +570,8 @@ COVERS = {
     "warpgeo::chamfer_distance_backward": test_chamfer,
     "warpgeo::self_collision_cost": test_self_collision,
     "warpgeo::self_collision_cost_backward": test_self_collision,
+    "warpgeo::forward_kinematics": test_robot_spheres_and_link_poses,
+    "warpgeo::forward_kinematics_backward": test_robot_spheres_and_link_poses,
 }
 
 

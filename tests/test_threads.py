@@ -56,6 +56,12 @@ _CASES = {
         "s = torch.cat([torch.rand(1, 48, 3), torch.full((1, 48, 1), 0.1)], -1)\n"
         "call = lambda: g.sphere_mesh_cost(s, w)"
     ),
+    "robot": (
+        "r = g.Robot.from_urdf('examples/data/arm7.urdf', spheres={'arm_link3': [[0, 0, 0, 0.1]], "
+        "'arm_hand': [[0, 0, 0.05, 0.05]]})\n"
+        "q = torch.rand(64, r.dof, requires_grad=True)\n"
+        "call = lambda: torch.autograd.grad(r.spheres(q).sum(), q)[0]"
+    ),
     "self_collision": (
         "s = torch.cat([torch.rand(4, 12, 3), torch.full((4, 12, 1), 0.2)], -1).requires_grad_()\n"
         "pairs = g.collision_pairs([k // 3 for k in range(12)])\n"
@@ -79,6 +85,8 @@ COVERS = {
     "warpgeo::swept_sphere_mesh_cost": "swept_cost",
     "warpgeo::self_collision_cost": "self_collision",
     "warpgeo::self_collision_cost_backward": "self_collision",
+    "warpgeo::forward_kinematics": "robot",
+    "warpgeo::forward_kinematics_backward": "robot",
 }
 
 

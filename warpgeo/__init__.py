@@ -22,6 +22,7 @@ __all__ = [
     "FarthestPointSampling",
     "GatherPoints",
     "MeshWorld",
+    "Robot",
     "SdfMesh",
     "Sphere",
     "SweptSdfMesh",
@@ -63,6 +64,7 @@ _HOME = {
     "signed_distance": "sdf",
     "sphere_mesh_cost": "sdf",
     "swept_sphere_mesh_cost": "sdf",
+    "Robot": "robot",
     "collision_pairs": "self_collision",
     "self_collision_cost": "self_collision",
     "value_checks": "checks",
@@ -76,6 +78,7 @@ if TYPE_CHECKING:
     from .gather import GatherPoints, gather_points
     from .neighbors import KNN, ball_query, knn
     from .primitives import Capsule, Cuboid, Cylinder, Sphere
+    from .robot import Robot
     from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
     from .self_collision import collision_pairs, self_collision_cost
     from .world import MeshWorld
