@@ -1,0 +1,518 @@
+"""Distance grids: the trilinear lookup, the exact Euclidean distance transform, depth-frame fusion.
+
+Layout: a grid's values are ``(X, Y, Z)`` (x-major, z contiguous), voxel ``(i, j, k)`` centred at ``origin +
+voxel_size * (i, j, k)``. Squared distances of the transform are integers in voxel units (int32 where the
+grid's largest one fits, else int64: the table key), ``-1`` where a line (or the whole grid) holds no seed.
+
+* :func:`grid_distance` (``@wp.func``): trilinear value and its exact gradient at a point, the distance to
+  the grid's box outside it (what a world kernel calls per entry).
+* The transform (Felzenszwalb & Huttenlocher's lower envelope of parabolas, separable, linear in voxels):
+  ``edt_first`` (1-d distances along z, from an occupancy: two sweeps per line), ``edt_pass`` (one axis: the
+  envelope of the previous pass's parabolas per line), ``edt_last`` (the last axis, writing the signed
+  distances). A pass reads its arrays as ``(C, A, B, n)`` views whose last dimension is the pass's axis (the
+  host hands it permuted views: zero-copy), so one body serves every axis. Channel ``c`` of ``C``: channel 0
+  takes the occupied voxels as seeds (the distance of free voxels), channel 1 (a signed transform) the free
+  ones (the distance of occupied voxels). Intersections of parabolas are compared as exact fractions in
+  int64 (``MAX_AXIS`` bounds the products), so the result is the exact squared distance.
+* ``mark_points`` (voxels holding points), ``fuse_depth`` (TSDF integration of a batch of pinhole depth
+  frames, a thread per ``(x, y)`` column of voxels) and ``tsdf_occupancy`` (observed voxels behind the surface).
+
+Every size a kernel loops over comes from its own arrays' shapes; user values (a point's voxel, a pixel) are
+bounds-checked before a read or write.
+"""
+
+from typing import Any
+
+import warp as wp
+
+from warpgeo._kernels._table import KernelTable
+
+#: warpgeo writes every gradient itself.
+OPTIONS = {"enable_backward": False}
+
+#: The longest axis a transform takes: the envelope's fraction products stay below 2**63 (3 * 2**61).
+MAX_AXIS = 2**20
+#: "No seed on this line (in this grid)" in a squared-distance array.
+NO_SEED = wp.constant(-1)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the lookup
+# --------------------------------------------------------------------------------------------------------
+
+
+@wp.func
+def _flat(i: int, j: int, k: int, dims: wp.vec3i) -> int:
+    return (i * dims[1] + j) * dims[2] + k
+
+
+@wp.func
+def _cell(u: Any, n: int):
+    """Lower corner index of the cell holding grid coordinate ``u`` (clamped to ``[0, n - 1]``, as ``n - 2``
+    at the top so that the cell has two corners where ``n > 1``) and the upper one (``= lower`` when
+    ``n == 1``)."""
+    i0 = int(0)
+    if u > type(u)(0.0):  # NaN: 0
+        i0 = int(wp.min(wp.floor(u), type(u)(n - 1)))
+    i0 = wp.max(wp.min(i0, n - 2), 0)
+    i1 = wp.min(i0 + 1, n - 1)
+    return i0, i1
+
+
+@wp.func
+def grid_distance(values: wp.array(dtype=Any), dims: wp.vec3i, voxel_size: Any, origin: Any, p: Any):
+    """Signed distance of a grid at ``p`` and its gradient: ``(d, gradient)``.
+
+    ``values``: the grid's ``(X, Y, Z)`` values flattened (x-major), ``dims = (X, Y, Z)``, ``origin`` the
+    centre of voxel ``(0, 0, 0)``, ``p`` in the grid's frame. Inside the box of the voxel centres
+    (``origin .. origin + voxel_size * (dims - 1)``): the trilinear interpolation of the 8 voxels around ``p``
+    and the exact gradient of that interpolant (in the cell with the lower index on a cell boundary; an axis
+    of one voxel contributes nothing). Outside: ``|p - q|`` for ``q`` the box's closest point, with gradient
+    ``(p - q) / |p - q|`` -- the distance to the box, a lower bound of the distance to anything the grid
+    holds (the grid says nothing about space outside it). Sizes are never trusted: ``dims`` that do not fit
+    ``values`` (a size below 1, or more voxels than values) read no value (the box distance, 0 inside).
+    """
+    h = voxel_size
+    one = type(h)(1.0)
+    zero = type(h)(0.0)
+    u = (p - origin) / h
+    hi = type(p)(type(h)(dims[0] - 1), type(h)(dims[1] - 1), type(h)(dims[2] - 1))
+    c = type(p)(wp.clamp(u[0], zero, hi[0]), wp.clamp(u[1], zero, hi[1]), wp.clamp(u[2], zero, hi[2]))
+    away = (u - c) * h
+    out = wp.length(away)
+    if out > zero:
+        return out, away / out
+    fits = bool(False)
+    if dims[0] >= 1 and dims[1] >= 1 and dims[2] >= 1:  # noqa: SIM102
+        if wp.int64(dims[0]) * wp.int64(dims[1]) * wp.int64(dims[2]) <= wp.int64(values.shape[0]):
+            fits = True
+    if not fits:
+        return zero, type(p)(zero, zero, zero)
+    i0, i1 = _cell(c[0], dims[0])
+    j0, j1 = _cell(c[1], dims[1])
+    k0, k1 = _cell(c[2], dims[2])
+    tx = wp.clamp(c[0] - type(h)(i0), zero, one)
+    ty = wp.clamp(c[1] - type(h)(j0), zero, one)
+    tz = wp.clamp(c[2] - type(h)(k0), zero, one)
+    v000 = values[_flat(i0, j0, k0, dims)]
+    v001 = values[_flat(i0, j0, k1, dims)]
+    v010 = values[_flat(i0, j1, k0, dims)]
+    v011 = values[_flat(i0, j1, k1, dims)]
+    v100 = values[_flat(i1, j0, k0, dims)]
+    v101 = values[_flat(i1, j0, k1, dims)]
+    v110 = values[_flat(i1, j1, k0, dims)]
+    v111 = values[_flat(i1, j1, k1, dims)]
+    # along z, then y, then x
+    a00 = v000 + tz * (v001 - v000)
+    a01 = v010 + tz * (v011 - v010)
+    a10 = v100 + tz * (v101 - v100)
+    a11 = v110 + tz * (v111 - v110)
+    b0 = a00 + ty * (a01 - a00)
+    b1 = a10 + ty * (a11 - a10)
+    d = b0 + tx * (b1 - b0)
+    gx = (b1 - b0) / h
+    gy = ((one - tx) * (a01 - a00) + tx * (a11 - a10)) / h
+    dz0 = (one - ty) * (v001 - v000) + ty * (v011 - v010)
+    dz1 = (one - ty) * (v101 - v100) + ty * (v111 - v110)
+    gz = ((one - tx) * dz0 + tx * dz1) / h
+    return d, type(p)(gx, gy, gz)
+
+
+def grid_query(
+    points: wp.array(dtype=Any),
+    values: wp.array(dtype=Any),
+    dims: wp.vec3i,
+    voxel_size: Any,
+    origin: Any,
+    distance: wp.array(dtype=Any),
+    gradient: wp.array(dtype=Any),
+    row_start: int,
+):
+    """``distance[n], gradient[n] = grid_distance(..., points[n])`` (the standalone query)."""
+    n = wp.tid() + row_start
+    d, g = grid_distance(values, dims, voxel_size, origin, points[n])
+    distance[n] = d
+    gradient[n] = g
+
+
+def _query_types(s, v3) -> dict:
+    return {
+        "points": wp.array(dtype=v3),
+        "values": wp.array(dtype=s),
+        "voxel_size": s,
+        "origin": v3,
+        "distance": wp.array(dtype=s),
+        "gradient": wp.array(dtype=v3),
+    }
+
+
+#: ``QUERY[KEY[dtype]].grid_query``.
+QUERY = KernelTable(
+    f"{__name__}.query",
+    (grid_query,),
+    {"float32": _query_types(wp.float32, wp.vec3f), "float64": _query_types(wp.float64, wp.vec3d)},
+    options=OPTIONS,
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the exact Euclidean distance transform
+# --------------------------------------------------------------------------------------------------------
+
+# Loops are ``while`` loops: Warp's dynamic ``for ... in range(n)`` compiles to a slower loop on the CPU.
+
+
+@wp.func
+def _line(row: int, lines_a: int, lines_b: int):
+    """Row ``row`` of ``C * A * B`` lines -> ``(c, a, b)``."""
+    per_c = lines_a * lines_b
+    c = row // per_c
+    rest = row - c * per_c
+    a = rest // lines_b
+    return c, a, rest - a * lines_b
+
+
+@wp.func
+def _is_seed(occupied: wp.uint8, c: int) -> bool:
+    """Channel 0's seeds are the occupied voxels, channel 1's the free ones."""
+    return (occupied != wp.uint8(0)) == (c == 0)
+
+
+def edt_first(occupied: wp.array3d(dtype=wp.uint8), f: wp.array4d(dtype=Any), row_start: int):
+    """Squared 1-d distance along the last axis to the nearest seed of the line (``NO_SEED`` if none):
+    ``occupied`` ``(A, B, n)``, ``f`` ``(C, A, B, n)``, a thread per line ``(c, a, b)``."""
+    c, a, b = _line(wp.tid() + row_start, f.shape[1], f.shape[2])
+    n = f.shape[3]
+    last = int(-1)
+    q = int(0)
+    while q < n:
+        if _is_seed(occupied[a, b, q], c):
+            last = q
+        f[c, a, b, q] = f.dtype(wp.where(last >= 0, q - last, -1))
+        q += 1
+    following = int(-1)
+    q = n - 1
+    while q >= 0:
+        if _is_seed(occupied[a, b, q], c):
+            following = q
+        d = int(f[c, a, b, q])
+        if following >= 0 and (d < 0 or following - q < d):
+            d = following - q
+        f[c, a, b, q] = f.dtype(wp.where(d >= 0, d * d, -1))
+        q -= 1
+
+
+@wp.func
+def _hides(fq: wp.int64, q: wp.int64, fp: wp.int64, p: wp.int64, fr: wp.int64, r: wp.int64) -> bool:
+    """With ``r < p < q``: is parabola ``p`` nowhere below both others, i.e. does ``q`` meet ``p`` at or
+    before ``p`` meets ``r``? The intersections as exact fractions: ``s(q, p) <= s(p, r)``."""
+    n1 = (fq + q * q) - (fp + p * p)
+    d1 = wp.int64(2) * (q - p)
+    n2 = (fp + p * p) - (fr + r * r)
+    d2 = wp.int64(2) * (p - r)
+    return n1 * d2 <= n2 * d1
+
+
+@wp.func
+def _envelope(src: wp.array4d(dtype=Any), c: int, a: int, b: int, v: wp.array2d(dtype=wp.int32), row: int):
+    """The lower envelope of the line's parabolas ``src[q] + (x - q)**2`` (lines without a seed skipped):
+    their positions in ``v[row, 0 .. count - 1]``, ascending; returns ``count`` (0: no seed)."""
+    n = src.shape[3]
+    k = int(-1)
+    q = int(0)
+    while q < n:
+        fq = wp.int64(src[c, a, b, q])
+        if fq >= wp.int64(0):
+            while k > 0:
+                p = int(v[row, k])
+                r = int(v[row, k - 1])
+                fp = wp.int64(src[c, a, b, p])
+                fr = wp.int64(src[c, a, b, r])
+                if _hides(fq, wp.int64(q), fp, wp.int64(p), fr, wp.int64(r)):
+                    k -= 1
+                else:
+                    break
+            k += 1
+            v[row, k] = wp.int32(q)
+        q += 1
+    return k + 1
+
+
+@wp.func
+def _advance(
+    src: wp.array4d(dtype=Any),
+    c: int,
+    a: int,
+    b: int,
+    v: wp.array2d(dtype=wp.int32),
+    row: int,
+    k: int,
+    count: int,
+    q: int,
+) -> int:
+    """The envelope's parabola at ``q``, starting from ``k`` (``q`` ascending): while the next one meets
+    the current one before ``q``, move on (``s(p, r) < q``, exactly: ``n < q * d``)."""
+    while k + 1 < count:
+        p = int(v[row, k + 1])
+        r = int(v[row, k])
+        num = (wp.int64(src[c, a, b, p]) + wp.int64(p) * wp.int64(p)) - (
+            wp.int64(src[c, a, b, r]) + wp.int64(r) * wp.int64(r)
+        )
+        if num < wp.int64(q) * wp.int64(2 * (p - r)):
+            k += 1
+        else:
+            break
+    return k
+
+
+def edt_pass(
+    src: wp.array4d(dtype=Any),
+    dst: wp.array4d(dtype=Any),
+    v: wp.array2d(dtype=wp.int32),
+    row_start: int,
+):
+    """One axis: ``dst[q] = min over p of src[p] + (q - p)**2`` along each line (the last axis of the
+    ``(C, A, B, n)`` views), ``NO_SEED`` for a line without one; ``v`` ``(C * A * B, n)`` scratch."""
+    row = wp.tid() + row_start
+    c, a, b = _line(row, src.shape[1], src.shape[2])
+    n = src.shape[3]
+    count = _envelope(src, c, a, b, v, row)
+    k = int(0)
+    q = int(0)
+    while q < n:
+        if count == 0:
+            dst[c, a, b, q] = dst.dtype(NO_SEED)
+        else:
+            k = _advance(src, c, a, b, v, row, k, count, q)
+            p = int(v[row, k])
+            dst[c, a, b, q] = dst.dtype(wp.int64(src[c, a, b, p]) + wp.int64((q - p) * (q - p)))
+        q += 1
+
+
+@wp.func
+def _box_steps(q: int, n: int, a: int, na: int, b: int, nb: int) -> int:
+    """Voxel steps from ``(a, b, q)`` to the nearest position just outside the grid (a grid with no seed)."""
+    return wp.min(wp.min(wp.min(q + 1, n - q), wp.min(a + 1, na - a)), wp.min(b + 1, nb - b))
+
+
+def edt_last(
+    src: wp.array4d(dtype=Any),
+    occupied: wp.array3d(dtype=wp.uint8),
+    tsdf: wp.array3d(dtype=wp.float32),
+    values: wp.array3d(dtype=Any),
+    v: wp.array2d(dtype=wp.int32),
+    voxel_size: Any,
+    offset: Any,
+    truncation: Any,
+    row_start: int,
+):
+    """The last axis, writing ``values`` (``(A, B, n)`` views like ``occupied``) from channel 0 for free
+    voxels (``+voxel_size * (sqrt(d2) - offset)``) and channel 1 for occupied ones (the negative), a channel
+    only where it applies (``C == 1``, unsigned: channel 0 everywhere). A voxel whose channel found no seed
+    in the whole grid gets the steps to just outside the grid instead of ``sqrt(d2)``. ``tsdf`` (``(0, 0, 0)``
+    or the views' shape: a fused grid) refines voxels next to the other side (``d2 == 1``): their TSDF
+    distance ``tsdf * truncation`` clamped to ``[0, voxel_size]`` (or ``[-voxel_size, 0]``)."""
+    row = wp.tid() + row_start
+    c, a, b = _line(row, src.shape[1], src.shape[2])
+    n = src.shape[3]
+    signed = src.shape[0] == 2
+    fused = tsdf.shape[0] == values.shape[0] and tsdf.shape[1] == values.shape[1]
+    if fused:
+        fused = tsdf.shape[2] == values.shape[2]
+    count = _envelope(src, c, a, b, v, row)
+    h = voxel_size
+    zero = type(h)(0.0)
+    k = int(0)
+    q = int(0)
+    while q < n:
+        applies = bool(True)
+        if signed:
+            applies = (occupied[a, b, q] != wp.uint8(0)) == (c == 1)
+        if applies:
+            d2 = wp.int64(-1)
+            if count > 0:
+                k = _advance(src, c, a, b, v, row, k, count, q)
+                p = int(v[row, k])
+                d2 = wp.int64(src[c, a, b, p]) + wp.int64((q - p) * (q - p))
+            steps = zero
+            if d2 < wp.int64(0):
+                steps = type(h)(_box_steps(q, n, a, src.shape[1], b, src.shape[2]))
+            else:
+                steps = wp.sqrt(type(h)(d2))
+            d = h * wp.max(steps - offset, zero)
+            if fused and d2 == wp.int64(1):
+                if c == 1:
+                    d = -wp.clamp(-type(h)(tsdf[a, b, q]) * truncation, zero, h)
+                else:
+                    d = wp.clamp(type(h)(tsdf[a, b, q]) * truncation, zero, h)
+            elif c == 1:
+                d = -d
+            values[a, b, q] = d
+        q += 1
+
+
+def _edt_types(i, s) -> dict:
+    return {
+        "f": wp.array4d(dtype=i),
+        "src": wp.array4d(dtype=i),
+        "dst": wp.array4d(dtype=i),
+        "values": wp.array3d(dtype=s),
+        "voxel_size": s,
+        "offset": s,
+        "truncation": s,
+    }
+
+
+#: ``EDT[(distance int, value float)]``: ``edt_first``, ``edt_pass``, ``edt_last``; the int is ``"int32"``
+#: where the grid's largest squared distance fits, else ``"int64"``.
+EDT = KernelTable(
+    f"{__name__}.edt",
+    (edt_first, edt_pass, edt_last),
+    {
+        (i, s): _edt_types(ti, ts)
+        for i, ti in (("int32", wp.int32), ("int64", wp.int64))
+        for s, ts in (("float32", wp.float32), ("float64", wp.float64))
+    },
+    options=OPTIONS,
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# seeds from points and from a TSDF
+# --------------------------------------------------------------------------------------------------------
+
+
+@wp.func
+def _voxel_of(u: Any, n: int) -> int:
+    """The voxel whose centre is nearest grid coordinate ``u`` (``floor(u + 1/2)``), -1 outside ``[0, n)``
+    (NaN included)."""
+    half = type(u)(0.5)
+    i = int(-1)
+    if u >= -half and u < type(u)(n) - half:
+        i = wp.min(int(wp.floor(u + half)), n - 1)
+    return i
+
+
+def mark_points(
+    points: wp.array(dtype=Any),
+    origin: Any,
+    voxel_size: Any,
+    occupied: wp.array3d(dtype=wp.uint8),
+    row_start: int,
+):
+    """``occupied[voxel of points[n]] = 1`` (points outside the grid mark nothing). Threads that mark one
+    voxel write the same byte: no atomics needed."""
+    n = wp.tid() + row_start
+    u = (points[n] - origin) / voxel_size
+    i = _voxel_of(u[0], occupied.shape[0])
+    j = _voxel_of(u[1], occupied.shape[1])
+    k = _voxel_of(u[2], occupied.shape[2])
+    if i >= 0 and j >= 0 and k >= 0:
+        occupied[i, j, k] = wp.uint8(1)
+
+
+#: ``MARK[KEY[dtype]].mark_points``.
+MARK = KernelTable(
+    f"{__name__}.mark",
+    (mark_points,),
+    {
+        "float32": {"points": wp.array(dtype=wp.vec3f), "origin": wp.vec3f, "voxel_size": wp.float32},
+        "float64": {"points": wp.array(dtype=wp.vec3d), "origin": wp.vec3d, "voxel_size": wp.float64},
+    },
+    options=OPTIONS,
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# depth fusion
+# --------------------------------------------------------------------------------------------------------
+
+
+@wp.func
+def _camera_from_world(pose: wp.array2d(dtype=wp.float32), f: int, p: wp.vec3f) -> wp.vec3f:
+    """``p`` (world) in camera ``f``'s frame; ``pose[f]`` = world-from-camera ``[x, y, z, qw, qx, qy, qz]``
+    (the quaternion normalised here: the host checks it is a unit one)."""
+    q = wp.quatf(pose[f, 4], pose[f, 5], pose[f, 6], pose[f, 3])
+    norm = wp.length(q)
+    if norm > wp.float32(0.0):
+        q = q / norm
+    t = wp.vec3f(pose[f, 0], pose[f, 1], pose[f, 2])
+    return wp.quat_rotate_inv(q, p - t)
+
+
+def fuse_depth(
+    tsdf: wp.array3d(dtype=wp.float32),
+    weight: wp.array3d(dtype=wp.float32),
+    depth: wp.array3d(dtype=wp.float32),
+    intrinsics: wp.array(dtype=wp.mat33f),
+    pose: wp.array2d(dtype=wp.float32),
+    origin: wp.vec3f,
+    voxel_size: wp.float32,
+    truncation: wp.float32,
+    max_range: wp.float32,
+    row_start: int,
+):
+    """A thread per ``(x, y)`` column of voxels, frames in order: each voxel centre is projected into each
+    frame (pinhole, pixel centres at integer coordinates, nearest pixel); a reading ``D`` (finite, ``0 < D
+    <= max_range``) gives the projective distance ``sdf = D - z`` (``z`` the voxel's depth); where ``sdf >=
+    -truncation`` the voxel's TSDF becomes the running mean of ``min(sdf / truncation, 1)``, its weight + 1."""
+    row = wp.tid() + row_start
+    ny = tsdf.shape[1]
+    x = row // ny
+    y = row - x * ny
+    nz = tsdf.shape[2]
+    frames = wp.min(wp.min(depth.shape[0], intrinsics.shape[0]), pose.shape[0])
+    height = depth.shape[1]
+    width = depth.shape[2]
+    zero = wp.float32(0.0)
+    one = wp.float32(1.0)
+    half = wp.float32(0.5)
+    base = origin + wp.vec3f(wp.float32(x) * voxel_size, wp.float32(y) * voxel_size, zero)
+    f = int(0)
+    while f < frames:
+        m = intrinsics[f]
+        start = _camera_from_world(pose, f, base)
+        step = _camera_from_world(pose, f, base + wp.vec3f(zero, zero, voxel_size)) - start
+        z = int(0)
+        while z < nz:
+            pc = start + wp.float32(z) * step
+            if pc[2] > zero:
+                u = (m[0, 0] * pc[0] + m[0, 1] * pc[1]) / pc[2] + m[0, 2]
+                w = m[1, 1] * pc[1] / pc[2] + m[1, 2]
+                if (
+                    u >= -half
+                    and w >= -half
+                    and u < wp.float32(width) - half
+                    and w < wp.float32(height) - half
+                ):
+                    col = wp.min(int(wp.floor(u + half)), width - 1)
+                    line = wp.min(int(wp.floor(w + half)), height - 1)
+                    reading = depth[f, line, col]
+                    if reading > zero and reading <= max_range:  # NaN: neither
+                        sdf = reading - pc[2]
+                        if sdf >= -truncation:
+                            value = wp.min(sdf / truncation, one)
+                            old = weight[x, y, z]
+                            total = old + one
+                            tsdf[x, y, z] = (tsdf[x, y, z] * old + value) / total
+                            weight[x, y, z] = total
+            z += 1
+        f += 1
+
+
+def tsdf_occupancy(
+    tsdf: wp.array3d(dtype=wp.float32),
+    weight: wp.array3d(dtype=wp.float32),
+    occupied: wp.array3d(dtype=wp.uint8),
+):
+    """Observed voxels behind the surface (``weight > 0`` and ``tsdf < 0``) are occupied; the rest (in front
+    of it, or never observed) free."""
+    i, j, k = wp.tid()
+    inside = wp.uint8(0)
+    if weight[i, j, k] > wp.float32(0.0) and tsdf[i, j, k] < wp.float32(0.0):
+        inside = wp.uint8(1)
+    occupied[i, j, k] = inside
+
+
+#: ``FUSION["float32"]``: ``fuse_depth``, ``tsdf_occupancy`` (the TSDF is float32).
+FUSION = KernelTable(f"{__name__}.fusion", (fuse_depth, tsdf_occupancy), {"float32": {}}, options=OPTIONS)
