@@ -606,9 +606,14 @@ _query_op = Op(
 )
 
 
+#: Lines of a transform pass per CPU thread: consecutive lines share cache lines, and the envelope's scratch
+#: is per thread (a few MB, where a thread per line -- CUDA's choice -- needs one row per line).
+_CPU_LINES_PER_THREAD = 64
+
+
 def _edt(
     occupied: torch.Tensor,
-    channels: int,
+    signed: bool,
     voxel_size: float,
     offset: float,
     tsdf: torch.Tensor | None,
@@ -616,53 +621,63 @@ def _edt(
     dtype: torch.dtype,
 ) -> torch.Tensor:
     """The distance transform of ``occupied`` ``(X, Y, Z)`` uint8 (1 = occupied) into new ``(X, Y, Z)``
-    values of ``dtype``: ``channels`` 2 = signed, 1 = unsigned (distance to the occupied voxels); see
-    ``kernels.edt_last`` for ``offset`` and ``tsdf``. Three launches (z, y, x), each a thread per line."""
+    values of ``dtype``: signed, or unsigned (the distance to the occupied voxels); ``offset`` and ``tsdf``
+    as ``kernels.edt_last`` takes them. Per channel three launches (z, y, x) over one squared-distance grid
+    rewritten in place, each a thread per line (CUDA) or per ``_CPU_LINES_PER_THREAD`` lines (CPU)."""
     x, y, z = occupied.shape
     device = occupied.device
     fits32 = (x - 1) ** 2 + (y - 1) ** 2 + (z - 1) ** 2 < 2**31 - 1
     table = kernels.EDT["int32" if fits32 else "int64", _warp.KEY[dtype]]
-    ints = torch.int32 if fits32 else torch.int64
-    first = torch.empty(channels, x, y, z, dtype=ints, device=device)
-    second = torch.empty(channels, x, y, z, dtype=ints, device=device)
-    scratch = torch.empty(channels * x * y * z, dtype=torch.int32, device=device)
+    f = torch.empty(x, y, z, dtype=torch.int32 if fits32 else torch.int64, device=device)
     values = torch.empty(x, y, z, dtype=dtype, device=device)
-    stream = _warp.warp_stream(device)
-    _launch.launch_rows(
-        table.edt_first,
-        channels * x * y,
-        device=device,
-        work_per_row=z,
-        occupied=occupied,
-        f=first,
-        stream=stream,
-    )
-    _launch.launch_rows(  # along y: (C, X, Z, Y) views
-        table.edt_pass,
-        channels * x * z,
-        device=device,
-        work_per_row=y,
-        src=first.permute(0, 1, 3, 2),
-        dst=second.permute(0, 1, 3, 2),
-        v=scratch.view(channels * x * z, y),
-        stream=stream,
-    )
+    per = 1 if _warp.cuda_algorithms(device) else _CPU_LINES_PER_THREAD
+    threads_y = -(-(x * z) // per)
+    threads_x = -(-(y * z) // per)
+    v = torch.empty(max(threads_y, threads_x), max(x, y), dtype=torch.int32, device=device)
+    g = torch.empty(v.shape, dtype=torch.int64, device=device)
     no_tsdf = torch.empty(0, 0, 0, dtype=torch.float32, device=device)
-    _launch.launch_rows(  # along x: (C, Y, Z, X) views
-        table.edt_last,
-        channels * y * z,
-        device=device,
-        work_per_row=x,
-        src=second.permute(0, 2, 3, 1),
-        occupied=occupied.permute(1, 2, 0),
-        tsdf=no_tsdf if tsdf is None else tsdf.permute(1, 2, 0),
-        values=values.permute(1, 2, 0),
-        v=scratch.view(channels * y * z, x),
-        voxel_size=voxel_size,
-        offset=offset,
-        truncation=truncation,
-        stream=stream,
-    )
+    stream = _warp.warp_stream(device)
+    for channel in (0, 1) if signed else (0,):
+        _launch.launch_rows(
+            table.edt_first,
+            x * y,
+            device=device,
+            work_per_row=z,
+            occupied=occupied,
+            f=f,
+            channel=channel,
+            stream=stream,
+        )
+        _launch.launch_rows(  # along y: the (X, Z, Y) view
+            table.edt_pass,
+            threads_y,
+            device=device,
+            work_per_row=y * per,
+            f=f.permute(0, 2, 1),
+            v=v[:threads_y, :y],
+            g=g[:threads_y, :y],
+            lines_per_thread=per,
+            stream=stream,
+        )
+        _launch.launch_rows(  # along x: the (Y, Z, X) views
+            table.edt_last,
+            threads_x,
+            device=device,
+            work_per_row=x * per,
+            f=f.permute(1, 2, 0),
+            occupied=occupied.permute(1, 2, 0),
+            tsdf=no_tsdf if tsdf is None else tsdf.permute(1, 2, 0),
+            values=values.permute(1, 2, 0),
+            v=v[:threads_x, :x],
+            g=g[:threads_x, :x],
+            channel=channel,
+            is_signed=int(signed),
+            lines_per_thread=per,
+            voxel_size=voxel_size,
+            offset=offset,
+            truncation=truncation,
+            stream=stream,
+        )
     return values
 
 
@@ -680,7 +695,7 @@ def _check_occupancy(occupied: torch.Tensor, voxel_size: float, dtype: torch.dty
 
 def _occupancy_impl(occupied: torch.Tensor, voxel_size: float, dtype: torch.dtype) -> torch.Tensor:
     """occupied (X, Y, Z) bool -> the signed distance transform (X, Y, Z) of ``dtype``."""
-    return _edt(occupied.contiguous().view(torch.uint8), 2, voxel_size, 0.0, None, 0.0, dtype)
+    return _edt(occupied.contiguous().view(torch.uint8), True, voxel_size, 0.0, None, 0.0, dtype)
 
 
 def _occupancy_fake(occupied, voxel_size, dtype):
@@ -728,7 +743,7 @@ def _points_impl(
         voxel_size=voxel_size,
         occupied=occupied,
     )
-    return _edt(occupied, 1, voxel_size, 0.0, None, 0.0, dtype)
+    return _edt(occupied, False, voxel_size, 0.0, None, 0.0, dtype)
 
 
 def _points_fake(points, dims, origin, voxel_size, dtype):
@@ -875,7 +890,7 @@ def _fused_impl(
         weight=weight,
         occupied=occupied,
     )
-    return _edt(occupied, 2, voxel_size, 0.5, tsdf, truncation, dtype)
+    return _edt(occupied, True, voxel_size, 0.5, tsdf, truncation, dtype)
 
 
 def _fused_fake(tsdf, weight, voxel_size, truncation, dtype):

@@ -6,14 +6,14 @@ grid's largest one fits, else int64: the table key), ``-1`` where a line (or the
 
 * :func:`grid_distance` (``@wp.func``): trilinear value and its exact gradient at a point, the distance to
   the grid's box outside it (what a world kernel calls per entry).
-* The transform (Felzenszwalb & Huttenlocher's lower envelope of parabolas, separable, linear in voxels):
-  ``edt_first`` (1-d distances along z, from an occupancy: two sweeps per line), ``edt_pass`` (one axis: the
-  envelope of the previous pass's parabolas per line), ``edt_last`` (the last axis, writing the signed
-  distances). A pass reads its arrays as ``(C, A, B, n)`` views whose last dimension is the pass's axis (the
-  host hands it permuted views: zero-copy), so one body serves every axis. Channel ``c`` of ``C``: channel 0
-  takes the occupied voxels as seeds (the distance of free voxels), channel 1 (a signed transform) the free
-  ones (the distance of occupied voxels). Intersections of parabolas are compared as exact fractions in
-  int64 (``MAX_AXIS`` bounds the products), so the result is the exact squared distance.
+* The transform (Felzenszwalb & Huttenlocher's lower envelope of parabolas, separable, linear in voxels), per
+  channel: ``edt_first`` (1-d distances along z, from an occupancy: two sweeps per line), ``edt_pass`` (y: the
+  envelope of the previous pass's parabolas per line, rewritten in place) and ``edt_last`` (x, writing the
+  distances where the channel applies). A pass reads ``(A, B, n)`` views whose last dimension is its axis
+  (the host hands it permuted views: zero-copy), so one body serves every axis. Channel 0 takes the occupied
+  voxels as seeds (the distance of free voxels), channel 1 (signed transforms) the free ones (the distance of
+  occupied voxels). Intersections of parabolas are compared as exact fractions in int64 (``MAX_AXIS`` bounds
+  the products), so the result is the exact squared distance.
 * ``mark_points`` (voxels holding points), ``fuse_depth`` (TSDF integration of a batch of pinhole depth
   frames, a thread per ``(x, y)`` column of voxels) and ``tsdf_occupancy`` (observed voxels behind the surface).
 
@@ -163,130 +163,118 @@ QUERY = KernelTable(
 
 
 @wp.func
-def _line(row: int, lines_a: int, lines_b: int):
-    """Row ``row`` of ``C * A * B`` lines -> ``(c, a, b)``."""
-    per_c = lines_a * lines_b
-    c = row // per_c
-    rest = row - c * per_c
-    a = rest // lines_b
-    return c, a, rest - a * lines_b
-
-
-@wp.func
-def _is_seed(occupied: wp.uint8, c: int) -> bool:
+def _is_seed(occupied: wp.uint8, channel: int) -> bool:
     """Channel 0's seeds are the occupied voxels, channel 1's the free ones."""
-    return (occupied != wp.uint8(0)) == (c == 0)
+    return (occupied != wp.uint8(0)) == (channel == 0)
 
 
-def edt_first(occupied: wp.array3d(dtype=wp.uint8), f: wp.array4d(dtype=Any), row_start: int):
-    """Squared 1-d distance along the last axis to the nearest seed of the line (``NO_SEED`` if none):
-    ``occupied`` ``(A, B, n)``, ``f`` ``(C, A, B, n)``, a thread per line ``(c, a, b)``."""
-    c, a, b = _line(wp.tid() + row_start, f.shape[1], f.shape[2])
-    n = f.shape[3]
+def edt_first(occupied: wp.array3d(dtype=wp.uint8), f: wp.array3d(dtype=Any), channel: int, row_start: int):
+    """Squared 1-d distance along the last axis to the nearest seed of ``channel`` on the line (``NO_SEED``
+    if none): ``occupied`` and ``f`` ``(A, B, n)``, a thread per line ``(a, b)``."""
+    row = wp.tid() + row_start
+    a = row // f.shape[1]
+    b = row - a * f.shape[1]
+    n = f.shape[2]
     last = int(-1)
     q = int(0)
     while q < n:
-        if _is_seed(occupied[a, b, q], c):
+        if _is_seed(occupied[a, b, q], channel):
             last = q
-        f[c, a, b, q] = f.dtype(wp.where(last >= 0, q - last, -1))
+        f[a, b, q] = f.dtype(wp.where(last >= 0, q - last, -1))
         q += 1
     following = int(-1)
     q = n - 1
     while q >= 0:
-        if _is_seed(occupied[a, b, q], c):
+        if _is_seed(occupied[a, b, q], channel):
             following = q
-        d = int(f[c, a, b, q])
+        d = int(f[a, b, q])
         if following >= 0 and (d < 0 or following - q < d):
             d = following - q
-        f[c, a, b, q] = f.dtype(wp.where(d >= 0, d * d, -1))
+        f[a, b, q] = f.dtype(wp.where(d >= 0, d * d, -1))
         q -= 1
 
 
 @wp.func
-def _hides(fq: wp.int64, q: wp.int64, fp: wp.int64, p: wp.int64, fr: wp.int64, r: wp.int64) -> bool:
-    """With ``r < p < q``: is parabola ``p`` nowhere below both others, i.e. does ``q`` meet ``p`` at or
-    before ``p`` meets ``r``? The intersections as exact fractions: ``s(q, p) <= s(p, r)``."""
-    n1 = (fq + q * q) - (fp + p * p)
-    d1 = wp.int64(2) * (q - p)
-    n2 = (fp + p * p) - (fr + r * r)
-    d2 = wp.int64(2) * (p - r)
-    return n1 * d2 <= n2 * d1
-
-
-@wp.func
-def _envelope(src: wp.array4d(dtype=Any), c: int, a: int, b: int, v: wp.array2d(dtype=wp.int32), row: int):
-    """The lower envelope of the line's parabolas ``src[q] + (x - q)**2`` (lines without a seed skipped):
-    their positions in ``v[row, 0 .. count - 1]``, ascending; returns ``count`` (0: no seed)."""
-    n = src.shape[3]
+def _envelope(
+    f: wp.array3d(dtype=Any),
+    a: int,
+    b: int,
+    v: wp.array2d(dtype=wp.int32),
+    g: wp.array2d(dtype=wp.int64),
+    slot: int,
+) -> int:
+    """The lower envelope of the line's parabolas ``f[q] + (x - q)**2`` (entries without a seed skipped):
+    their positions ``v[slot, k]`` ascending and heights ``g[slot, k] = f[v] + v**2``; returns their count
+    (0: no seed). A new parabola ``q`` drops the last one ``p`` (before it ``r``) while ``q`` meets ``p`` at
+    or before ``p`` meets ``r``: ``s(q, p) <= s(p, r)`` with ``s(x, y) = (g_x - g_y) / (2 (x - y))``,
+    compared as exact fractions (int64; ``MAX_AXIS`` keeps the products in range)."""
+    n = f.shape[2]
     k = int(-1)
     q = int(0)
     while q < n:
-        fq = wp.int64(src[c, a, b, q])
+        fq = wp.int64(f[a, b, q])
         if fq >= wp.int64(0):
+            gq = fq + wp.int64(q) * wp.int64(q)
             while k > 0:
-                p = int(v[row, k])
-                r = int(v[row, k - 1])
-                fp = wp.int64(src[c, a, b, p])
-                fr = wp.int64(src[c, a, b, r])
-                if _hides(fq, wp.int64(q), fp, wp.int64(p), fr, wp.int64(r)):
+                p = wp.int64(v[slot, k])
+                r = wp.int64(v[slot, k - 1])
+                gp = g[slot, k]
+                if (gq - gp) * (p - r) <= (gp - g[slot, k - 1]) * (wp.int64(q) - p):
                     k -= 1
                 else:
                     break
             k += 1
-            v[row, k] = wp.int32(q)
+            v[slot, k] = wp.int32(q)
+            g[slot, k] = gq
         q += 1
     return k + 1
 
 
 @wp.func
-def _advance(
-    src: wp.array4d(dtype=Any),
-    c: int,
-    a: int,
-    b: int,
-    v: wp.array2d(dtype=wp.int32),
-    row: int,
-    k: int,
-    count: int,
-    q: int,
-) -> int:
-    """The envelope's parabola at ``q``, starting from ``k`` (``q`` ascending): while the next one meets
-    the current one before ``q``, move on (``s(p, r) < q``, exactly: ``n < q * d``)."""
+def _lowest(
+    v: wp.array2d(dtype=wp.int32), g: wp.array2d(dtype=wp.int64), slot: int, k: int, count: int, q: int
+):
+    """The envelope's parabola at ``q`` (``q`` ascending, from ``k``): move on while the next one meets the
+    current one before ``q`` (``s(next, k) < q``, exactly); returns ``(k, squared distance at q)``."""
+    wq = wp.int64(q)
     while k + 1 < count:
-        p = int(v[row, k + 1])
-        r = int(v[row, k])
-        num = (wp.int64(src[c, a, b, p]) + wp.int64(p) * wp.int64(p)) - (
-            wp.int64(src[c, a, b, r]) + wp.int64(r) * wp.int64(r)
-        )
-        if num < wp.int64(q) * wp.int64(2 * (p - r)):
+        if g[slot, k + 1] - g[slot, k] < wq * wp.int64(2) * wp.int64(v[slot, k + 1] - v[slot, k]):
             k += 1
         else:
             break
-    return k
+    p = wp.int64(v[slot, k])
+    return k, g[slot, k] - wp.int64(2) * wq * p + wq * wq
 
 
 def edt_pass(
-    src: wp.array4d(dtype=Any),
-    dst: wp.array4d(dtype=Any),
+    f: wp.array3d(dtype=Any),
     v: wp.array2d(dtype=wp.int32),
+    g: wp.array2d(dtype=wp.int64),
+    lines_per_thread: int,
     row_start: int,
 ):
-    """One axis: ``dst[q] = min over p of src[p] + (q - p)**2`` along each line (the last axis of the
-    ``(C, A, B, n)`` views), ``NO_SEED`` for a line without one; ``v`` ``(C * A * B, n)`` scratch."""
-    row = wp.tid() + row_start
-    c, a, b = _line(row, src.shape[1], src.shape[2])
-    n = src.shape[3]
-    count = _envelope(src, c, a, b, v, row)
-    k = int(0)
-    q = int(0)
-    while q < n:
-        if count == 0:
-            dst[c, a, b, q] = dst.dtype(NO_SEED)
-        else:
-            k = _advance(src, c, a, b, v, row, k, count, q)
-            p = int(v[row, k])
-            dst[c, a, b, q] = dst.dtype(wp.int64(src[c, a, b, p]) + wp.int64((q - p) * (q - p)))
-        q += 1
+    """One axis, in place: ``f[q] <- min over p of f[p] + (q - p)**2`` along each line (the last axis of the
+    ``(A, B, n)`` view), ``NO_SEED`` on a line without one. Thread ``t`` takes lines ``t * L .. t * L + L -
+    1`` (``L = lines_per_thread``, consecutive ``b``: the CPU's cache lines serve several) with scratch row
+    ``t`` of ``v`` / ``g`` (``(threads, n)``): the envelope is read out of the line before it is rewritten."""
+    slot = wp.tid() + row_start
+    lines = f.shape[0] * f.shape[1]
+    n = f.shape[2]
+    line = slot * lines_per_thread
+    stop = wp.min(line + lines_per_thread, lines)
+    while line < stop:
+        a = line // f.shape[1]
+        b = line - a * f.shape[1]
+        count = _envelope(f, a, b, v, g, slot)
+        k = int(0)
+        q = int(0)
+        while q < n:
+            d2 = wp.int64(NO_SEED)
+            if count > 0:
+                k, d2 = _lowest(v, g, slot, k, count, q)
+            f[a, b, q] = f.dtype(d2)
+            q += 1
+        line += 1
 
 
 @wp.func
@@ -296,66 +284,69 @@ def _box_steps(q: int, n: int, a: int, na: int, b: int, nb: int) -> int:
 
 
 def edt_last(
-    src: wp.array4d(dtype=Any),
+    f: wp.array3d(dtype=Any),
     occupied: wp.array3d(dtype=wp.uint8),
     tsdf: wp.array3d(dtype=wp.float32),
     values: wp.array3d(dtype=Any),
     v: wp.array2d(dtype=wp.int32),
+    g: wp.array2d(dtype=wp.int64),
+    channel: int,
+    is_signed: int,
+    lines_per_thread: int,
     voxel_size: Any,
     offset: Any,
     truncation: Any,
     row_start: int,
 ):
-    """The last axis, writing ``values`` (``(A, B, n)`` views like ``occupied``) from channel 0 for free
-    voxels (``+voxel_size * (sqrt(d2) - offset)``) and channel 1 for occupied ones (the negative), a channel
-    only where it applies (``C == 1``, unsigned: channel 0 everywhere). A voxel whose channel found no seed
-    in the whole grid gets the steps to just outside the grid instead of ``sqrt(d2)``. ``tsdf`` (``(0, 0, 0)``
-    or the views' shape: a fused grid) refines voxels next to the other side (``d2 == 1``): their TSDF
-    distance ``tsdf * truncation`` clamped to ``[0, voxel_size]`` (or ``[-voxel_size, 0]``)."""
-    row = wp.tid() + row_start
-    c, a, b = _line(row, src.shape[1], src.shape[2])
-    n = src.shape[3]
-    signed = src.shape[0] == 2
-    fused = tsdf.shape[0] == values.shape[0] and tsdf.shape[1] == values.shape[1]
-    if fused:
-        fused = tsdf.shape[2] == values.shape[2]
-    count = _envelope(src, c, a, b, v, row)
+    """The last axis (lines as ``edt_pass``), writing ``values`` (``(A, B, n)`` views like ``f`` and
+    ``occupied``) where ``channel`` applies: channel 0 at free voxels, ``+voxel_size * (sqrt(d2) - offset)``,
+    channel 1 at occupied ones, the negative (``is_signed == 0``: channel 0 everywhere, unsigned). A voxel whose
+    channel has no seed in the whole grid gets the voxel steps to just outside the grid for ``sqrt(d2)``.
+    ``tsdf`` (``(0, 0, 0)``, or the views' shape: a fused grid) refines voxels next to the other side
+    (``d2 == 1``): their TSDF distance ``tsdf * truncation`` clamped to ``[0, voxel_size]`` (channel 0) or
+    ``[-voxel_size, 0]`` (channel 1)."""
+    slot = wp.tid() + row_start
+    lines = f.shape[0] * f.shape[1]
+    n = f.shape[2]
+    fused = tsdf.shape[0] == values.shape[0] and tsdf.shape[1] == values.shape[1] and tsdf.shape[2] == n
     h = voxel_size
     zero = type(h)(0.0)
-    k = int(0)
-    q = int(0)
-    while q < n:
-        applies = bool(True)
-        if signed:
-            applies = (occupied[a, b, q] != wp.uint8(0)) == (c == 1)
-        if applies:
-            d2 = wp.int64(-1)
-            if count > 0:
-                k = _advance(src, c, a, b, v, row, k, count, q)
-                p = int(v[row, k])
-                d2 = wp.int64(src[c, a, b, p]) + wp.int64((q - p) * (q - p))
-            steps = zero
-            if d2 < wp.int64(0):
-                steps = type(h)(_box_steps(q, n, a, src.shape[1], b, src.shape[2]))
-            else:
-                steps = wp.sqrt(type(h)(d2))
-            d = h * wp.max(steps - offset, zero)
-            if fused and d2 == wp.int64(1):
-                if c == 1:
-                    d = -wp.clamp(-type(h)(tsdf[a, b, q]) * truncation, zero, h)
+    line = slot * lines_per_thread
+    stop = wp.min(line + lines_per_thread, lines)
+    while line < stop:
+        a = line // f.shape[1]
+        b = line - a * f.shape[1]
+        count = _envelope(f, a, b, v, g, slot)
+        k = int(0)
+        q = int(0)
+        while q < n:
+            applies = bool(True)
+            if is_signed != 0:
+                applies = (occupied[a, b, q] != wp.uint8(0)) == (channel == 1)
+            if applies:
+                d2 = wp.int64(NO_SEED)
+                if count > 0:
+                    k, d2 = _lowest(v, g, slot, k, count, q)
+                steps = zero
+                if d2 < wp.int64(0):
+                    steps = type(h)(_box_steps(q, n, a, f.shape[0], b, f.shape[1]))
                 else:
+                    steps = wp.sqrt(type(h)(d2))
+                d = h * wp.max(steps - offset, zero)
+                if fused and d2 == wp.int64(1):
                     d = wp.clamp(type(h)(tsdf[a, b, q]) * truncation, zero, h)
-            elif c == 1:
-                d = -d
-            values[a, b, q] = d
-        q += 1
+                    if channel == 1:
+                        d = -wp.clamp(-type(h)(tsdf[a, b, q]) * truncation, zero, h)
+                elif channel == 1:
+                    d = -d
+                values[a, b, q] = d
+            q += 1
+        line += 1
 
 
 def _edt_types(i, s) -> dict:
     return {
-        "f": wp.array4d(dtype=i),
-        "src": wp.array4d(dtype=i),
-        "dst": wp.array4d(dtype=i),
+        "f": wp.array3d(dtype=i),
         "values": wp.array3d(dtype=s),
         "voxel_size": s,
         "offset": s,
