@@ -14,8 +14,10 @@ grid's largest one fits, else int64: the table key), ``-1`` where a line (or the
   voxels as seeds (the distance of free voxels), channel 1 (signed transforms) the free ones (the distance of
   occupied voxels). Intersections of parabolas are compared as exact fractions in int64 (``MAX_AXIS`` bounds
   the products), so the result is the exact squared distance.
-* ``mark_points`` (voxels holding points), ``fuse_depth`` (TSDF integration of a batch of pinhole depth
-  frames, a thread per ``(x, y)`` column of voxels) and ``tsdf_occupancy`` (observed voxels behind the surface).
+* ``mark_points`` (voxels holding points); depth fusion: ``mark_blocks`` (a thread per tile of pixels marks the
+  blocks of ``BLOCK**3`` voxels its readings' truncation band reaches, per frame), ``fuse_blocks`` (a thread
+  per block integrates the frames that marked it into the TSDF) and ``tsdf_occupancy`` (observed voxels
+  behind the surface).
 
 Every size a kernel loops over comes from its own arrays' shapes; user values (a point's voxel, a pixel) are
 bounds-checked before a read or write.
@@ -418,76 +420,263 @@ MARK = KernelTable(
 # depth fusion
 # --------------------------------------------------------------------------------------------------------
 
+#: Voxels per side of a block: the unit the integration skips (a block no reading's band reaches).
+BLOCK = wp.constant(4)
+
 
 @wp.func
-def _camera_from_world(pose: wp.array2d(dtype=wp.float32), f: int, p: wp.vec3f) -> wp.vec3f:
-    """``p`` (world) in camera ``f``'s frame; ``pose[f]`` = world-from-camera ``[x, y, z, qw, qx, qy, qz]``
-    (the quaternion normalised here: the host checks it is a unit one)."""
+def _rotation(pose: wp.array2d(dtype=wp.float32), f: int) -> wp.quatf:
+    """Frame ``f``'s world-from-camera rotation (``pose[f] = [x, y, z, qw, qx, qy, qz]``), normalised (the
+    host checks it is a unit quaternion)."""
     q = wp.quatf(pose[f, 4], pose[f, 5], pose[f, 6], pose[f, 3])
     norm = wp.length(q)
     if norm > wp.float32(0.0):
         q = q / norm
+    return q
+
+
+@wp.func
+def _valid(reading: wp.float32, max_range: wp.float32) -> bool:
+    return reading > wp.float32(0.0) and reading <= max_range  # NaN: neither
+
+
+@wp.func
+def _corner(m: wp.mat33f, u: wp.float32, v: wp.float32, z: wp.float32) -> wp.vec3f:
+    """The camera-frame point at z-depth ``z`` that projects to pixel coordinates ``(u, v)``."""
+    y = (v - m[1, 2]) * z / m[1, 1]
+    return wp.vec3f(((u - m[0, 2]) * z - m[0, 1] * y) / m[0, 0], y, z)
+
+
+@wp.func
+def _block_of(x: wp.float32, origin: wp.float32, h: wp.float32, n: int) -> int:
+    """The block (along one axis) of the voxel centre nearest ``x``, clamped to ``[0, ceil(n / BLOCK))``
+    (NaN: 0)."""
+    i = wp.clamp((x - origin) / h, wp.float32(-1.0), wp.float32(n))
+    k = int(0)
+    if i > wp.float32(0.0):
+        k = wp.min(int(i), n - 1)
+    return k // BLOCK
+
+
+@wp.func
+def _mark_piece(
+    m: wp.mat33f,
+    q: wp.quatf,
+    t: wp.vec3f,
+    u0: wp.float32,
+    u1: wp.float32,
+    v0: wp.float32,
+    v1: wp.float32,
+    z0: wp.float32,
+    z1: wp.float32,
+    origin: wp.vec3f,
+    h: wp.float32,
+    dims: wp.vec3i,
+    active: wp.array4d(dtype=wp.uint8),
+    f: int,
+):
+    """Mark the blocks of the box around the piece of view frustum over pixel coordinates ``[u0, u1] x
+    [v0, v1]`` between z-depths ``z0`` and ``z1`` (its 8 corners, world frame), grown by half a voxel."""
+    half = wp.float32(0.5)
+    big = wp.float32(3.0e38)
+    lo = wp.vec3f(big, big, big)
+    hi = wp.vec3f(-big, -big, -big)
+    for corner in range(8):
+        u = wp.where(corner % 2 == 0, u0, u1)
+        v = wp.where((corner // 2) % 2 == 0, v0, v1)
+        z = wp.where(corner // 4 == 0, z0, z1)
+        p = wp.quat_rotate(q, _corner(m, u, v, z)) + t
+        lo = wp.min(lo, p)
+        hi = wp.max(hi, p)
+    grow = wp.vec3f(half * h, half * h, half * h)
+    lo = lo - grow
+    hi = hi + grow
+    top = origin + wp.vec3f(wp.float32(dims[0] - 1), wp.float32(dims[1] - 1), wp.float32(dims[2] - 1)) * h
+    if hi[0] < origin[0] or hi[1] < origin[1] or hi[2] < origin[2]:
+        return  # beside the grid (_block_of would clamp it to an edge block)
+    if lo[0] > top[0] or lo[1] > top[1] or lo[2] > top[2]:
+        return
+    bx1 = wp.min(_block_of(hi[0], origin[0], h, dims[0]), active.shape[1] - 1)
+    by1 = wp.min(_block_of(hi[1], origin[1], h, dims[1]), active.shape[2] - 1)
+    bz1 = wp.min(_block_of(hi[2], origin[2], h, dims[2]), active.shape[3] - 1)
+    bx = _block_of(lo[0], origin[0], h, dims[0])
+    while bx <= bx1:
+        by = _block_of(lo[1], origin[1], h, dims[1])
+        while by <= by1:
+            bz = _block_of(lo[2], origin[2], h, dims[2])
+            while bz <= bz1:
+                active[f, bx, by, bz] = wp.uint8(1)
+                bz += 1
+            by += 1
+        bx += 1
+
+
+def mark_blocks(
+    depth: wp.array3d(dtype=wp.float32),
+    intrinsics: wp.array(dtype=wp.mat33f),
+    pose: wp.array2d(dtype=wp.float32),
+    active: wp.array4d(dtype=wp.uint8),
+    origin: wp.vec3f,
+    voxel_size: wp.float32,
+    truncation: wp.float32,
+    max_range: wp.float32,
+    tile: int,
+    dims: wp.vec3i,
+    row_start: int,
+):
+    """A thread per ``tile x tile`` pixels of a frame: marks ``active[f, block] = 1`` for every block that
+    its readings' truncation bands reach. The readings are taken in clusters (from the nearest one left,
+    those within ``2 truncation`` of it: usually all of them); a cluster ``[r0, r1]`` marks the box around
+    the piece of the tile's view frustum between z-depths ``r0 - truncation`` and ``r1 + truncation``. A voxel whose
+    nearest pixel lies in the tile and whose depth is within the truncation of that pixel's reading lies in
+    one of these pieces, so its block is marked. Threads marking one block write the same byte."""
+    row = wp.tid() + row_start
+    height = depth.shape[1]
+    width = depth.shape[2]
+    tiles_x = (width + tile - 1) // tile
+    tiles_y = (height + tile - 1) // tile
+    f = row // (tiles_x * tiles_y)
+    rest = row - f * tiles_x * tiles_y
+    ty = rest // tiles_x
+    tx = rest - ty * tiles_x
+    c0 = tx * tile
+    r0 = ty * tile
+    c1 = wp.min(c0 + tile, width)
+    r1 = wp.min(r0 + tile, height)
+    m = intrinsics[f]
+    q = _rotation(pose, f)
     t = wp.vec3f(pose[f, 0], pose[f, 1], pose[f, 2])
-    return wp.quat_rotate_inv(q, p - t)
+    half = wp.float32(0.5)
+    u0 = wp.float32(c0) - half
+    u1 = wp.float32(c1) - half
+    v0 = wp.float32(r0) - half
+    v1 = wp.float32(r1) - half
+    width_band = wp.float32(2.0) * truncation  # a cluster's depth range
+    done = wp.float32(-1.0)  # readings up to here are covered
+    while True:
+        near = max_range
+        far = wp.float32(0.0)
+        found = bool(False)
+        r = r0
+        while r < r1:
+            c = c0
+            while c < c1:
+                reading = depth[f, r, c]
+                if _valid(reading, max_range) and reading > done:
+                    near = wp.min(near, reading)
+                    far = wp.max(far, reading)
+                    found = True
+                c += 1
+            r += 1
+        if not found:
+            return
+        top = wp.min(far, near + width_band)  # this cluster: the readings in [near, top]
+        _mark_piece(
+            m,
+            q,
+            t,
+            u0,
+            u1,
+            v0,
+            v1,
+            wp.max(near - truncation, wp.float32(0.0)),
+            top + truncation,
+            origin,
+            voxel_size,
+            dims,
+            active,
+            f,
+        )
+        if top >= far or not (top > done):  # all covered (or no progress: a huge reading)
+            return
+        done = top
 
 
-def fuse_depth(
+def fuse_blocks(
     tsdf: wp.array3d(dtype=wp.float32),
     weight: wp.array3d(dtype=wp.float32),
     depth: wp.array3d(dtype=wp.float32),
     intrinsics: wp.array(dtype=wp.mat33f),
     pose: wp.array2d(dtype=wp.float32),
+    active: wp.array4d(dtype=wp.uint8),
     origin: wp.vec3f,
     voxel_size: wp.float32,
     truncation: wp.float32,
     max_range: wp.float32,
     row_start: int,
 ):
-    """A thread per ``(x, y)`` column of voxels, frames in order: each voxel centre is projected into each
-    frame (pinhole, pixel centres at integer coordinates, nearest pixel); a reading ``D`` (finite, ``0 < D
-    <= max_range``) gives the projective distance ``sdf = D - z`` (``z`` the voxel's depth); where ``sdf >=
-    -truncation`` the voxel's TSDF becomes the running mean of ``min(sdf / truncation, 1)``, its weight + 1."""
+    """A thread per block of ``BLOCK**3`` voxels, frames in order, for the frames that marked it: each voxel
+    centre is projected into the frame (pinhole, pixel centres at integer coordinates, nearest pixel); a
+    reading ``D`` (finite, ``0 < D <= max_range``) within the truncation of the voxel's depth ``z`` (``|D -
+    z| <= truncation``) takes ``(D - z) / truncation`` into the voxel's running mean, its weight + 1."""
     row = wp.tid() + row_start
+    nbx = active.shape[1]
+    nby = active.shape[2]
+    nbz = active.shape[3]
+    bx = row // (nby * nbz)
+    rest = row - bx * nby * nbz
+    by = rest // nbz
+    bz = rest - by * nbz
+    nx = tsdf.shape[0]
     ny = tsdf.shape[1]
-    x = row // ny
-    y = row - x * ny
     nz = tsdf.shape[2]
-    frames = wp.min(wp.min(depth.shape[0], intrinsics.shape[0]), pose.shape[0])
+    if (
+        nbx != (nx + BLOCK - 1) // BLOCK
+        or nby != (ny + BLOCK - 1) // BLOCK
+        or nbz != (nz + BLOCK - 1) // BLOCK
+    ):
+        return
+    frames = wp.min(wp.min(depth.shape[0], intrinsics.shape[0]), wp.min(pose.shape[0], active.shape[0]))
     height = depth.shape[1]
     width = depth.shape[2]
     zero = wp.float32(0.0)
     one = wp.float32(1.0)
     half = wp.float32(0.5)
-    base = origin + wp.vec3f(wp.float32(x) * voxel_size, wp.float32(y) * voxel_size, zero)
+    h = voxel_size
+    x0 = bx * BLOCK
+    y0 = by * BLOCK
+    z0 = bz * BLOCK
+    corner = origin + wp.vec3f(wp.float32(x0) * h, wp.float32(y0) * h, wp.float32(z0) * h)
     f = int(0)
     while f < frames:
-        m = intrinsics[f]
-        start = _camera_from_world(pose, f, base)
-        step = _camera_from_world(pose, f, base + wp.vec3f(zero, zero, voxel_size)) - start
-        z = int(0)
-        while z < nz:
-            pc = start + wp.float32(z) * step
-            if pc[2] > zero:
-                u = (m[0, 0] * pc[0] + m[0, 1] * pc[1]) / pc[2] + m[0, 2]
-                w = m[1, 1] * pc[1] / pc[2] + m[1, 2]
-                if (
-                    u >= -half
-                    and w >= -half
-                    and u < wp.float32(width) - half
-                    and w < wp.float32(height) - half
-                ):
-                    col = wp.min(int(wp.floor(u + half)), width - 1)
-                    line = wp.min(int(wp.floor(w + half)), height - 1)
-                    reading = depth[f, line, col]
-                    if reading > zero and reading <= max_range:  # NaN: neither
-                        sdf = reading - pc[2]
-                        if sdf >= -truncation:
-                            value = wp.min(sdf / truncation, one)
-                            old = weight[x, y, z]
-                            total = old + one
-                            tsdf[x, y, z] = (tsdf[x, y, z] * old + value) / total
-                            weight[x, y, z] = total
-            z += 1
+        if active[f, bx, by, bz] != wp.uint8(0):
+            m = intrinsics[f]
+            q = _rotation(pose, f)
+            start = wp.quat_rotate_inv(q, corner - wp.vec3f(pose[f, 0], pose[f, 1], pose[f, 2]))
+            sx = wp.quat_rotate_inv(q, wp.vec3f(h, zero, zero))
+            sy = wp.quat_rotate_inv(q, wp.vec3f(zero, h, zero))
+            sz = wp.quat_rotate_inv(q, wp.vec3f(zero, zero, h))
+            x = x0
+            while x < wp.min(x0 + BLOCK, nx):
+                y = y0
+                while y < wp.min(y0 + BLOCK, ny):
+                    line = start + wp.float32(x - x0) * sx + wp.float32(y - y0) * sy
+                    z = z0
+                    while z < wp.min(z0 + BLOCK, nz):
+                        pc = line + wp.float32(z - z0) * sz
+                        if pc[2] > zero:
+                            inv = one / pc[2]
+                            u = (m[0, 0] * pc[0] + m[0, 1] * pc[1]) * inv + m[0, 2]
+                            w = m[1, 1] * pc[1] * inv + m[1, 2]
+                            if (
+                                u >= -half
+                                and w >= -half
+                                and u < wp.float32(width) - half
+                                and w < wp.float32(height) - half
+                            ):
+                                col = wp.min(int(wp.floor(u + half)), width - 1)
+                                r = wp.min(int(wp.floor(w + half)), height - 1)
+                                reading = depth[f, r, col]
+                                if _valid(reading, max_range):
+                                    sdf = reading - pc[2]
+                                    if sdf >= -truncation and sdf <= truncation:
+                                        old = weight[x, y, z]
+                                        total = old + one
+                                        tsdf[x, y, z] = (tsdf[x, y, z] * old + sdf / truncation) / total
+                                        weight[x, y, z] = total
+                        z += 1
+                    y += 1
+                x += 1
         f += 1
 
 
@@ -505,5 +694,7 @@ def tsdf_occupancy(
     occupied[i, j, k] = inside
 
 
-#: ``FUSION["float32"]``: ``fuse_depth``, ``tsdf_occupancy`` (the TSDF is float32).
-FUSION = KernelTable(f"{__name__}.fusion", (fuse_depth, tsdf_occupancy), {"float32": {}}, options=OPTIONS)
+#: ``FUSION["float32"]``: ``mark_blocks``, ``fuse_blocks``, ``tsdf_occupancy`` (the TSDF is float32).
+FUSION = KernelTable(
+    f"{__name__}.fusion", (mark_blocks, fuse_blocks, tsdf_occupancy), {"float32": {}}, options=OPTIONS
+)
