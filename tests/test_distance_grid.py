@@ -425,18 +425,18 @@ def test_invalid_pixels_are_ignored(device):
     broken = depths[0].copy()
     broken[10:50, 20:90] = np.nan
     broken[60:80, :] = 0.0
-    broken[90:, 100:] = 7.0  # beyond max_range
+    broken[90:, 100:] = 1.35  # beyond max_range, inside the volume
     broken[:5, :] = -1.0
-    fusion = DepthFusion(BOUNDS, 0.04, device=device)
-    fusion.integrate(np.stack((broken, depths[1])), K, np.stack(poses), max_range=5.0)
+    fusion = DepthFusion(BOUNDS, 0.02, device=device)
+    fusion.integrate(np.stack((broken, depths[1])), K, np.stack(poses), max_range=1.3)
     tsdf, weight = _reference_fusion(
-        fusion.shape, fusion.origin, 0.04, fusion.truncation, [(broken, poses[0]), (depths[1], poses[1])], 5.0
+        fusion.shape, fusion.origin, 0.02, fusion.truncation, [(broken, poses[0]), (depths[1], poses[1])], 1.3
     )
     got_w = fusion.weight.cpu().numpy()
     # float32 kernel vs float64 reference: a voxel projecting onto a pixel border may pick the neighbour
-    same = got_w == weight
-    assert same.mean() > 0.999
-    np.testing.assert_allclose(fusion.tsdf.cpu().numpy()[same], tsdf[same], atol=2e-3)
+    same = (got_w == weight) & (np.abs(fusion.tsdf.cpu().numpy() - tsdf) <= 2e-3)
+    assert same.mean() > 0.998
+    assert (weight > 0).sum() > 5000 and ((got_w > 0) & (weight == 0)).sum() <= 0.002 * (weight > 0).sum()
     # a frame with no valid reading changes nothing
     before = (fusion.tsdf.clone(), fusion.weight.clone())
     junk = np.full((H, W), np.nan)
