@@ -459,35 +459,17 @@ def _block_of(x: wp.float32, origin: wp.float32, h: wp.float32, n: int) -> int:
 
 
 @wp.func
-def _mark_piece(
-    m: wp.mat33f,
-    q: wp.quatf,
-    t: wp.vec3f,
-    u0: wp.float32,
-    u1: wp.float32,
-    v0: wp.float32,
-    v1: wp.float32,
-    z0: wp.float32,
-    z1: wp.float32,
+def _mark_box(
+    lo: wp.vec3f,
+    hi: wp.vec3f,
     origin: wp.vec3f,
     h: wp.float32,
     dims: wp.vec3i,
     active: wp.array4d(dtype=wp.uint8),
     f: int,
 ):
-    """Mark the blocks of the box around the piece of view frustum over pixel coordinates ``[u0, u1] x
-    [v0, v1]`` between z-depths ``z0`` and ``z1`` (its 8 corners, world frame), grown by half a voxel."""
+    """Mark the blocks holding voxel centres in the box ``[lo, hi]`` grown by half a voxel."""
     half = wp.float32(0.5)
-    big = wp.float32(3.0e38)
-    lo = wp.vec3f(big, big, big)
-    hi = wp.vec3f(-big, -big, -big)
-    for corner in range(8):
-        u = wp.where(corner % 2 == 0, u0, u1)
-        v = wp.where((corner // 2) % 2 == 0, v0, v1)
-        z = wp.where(corner // 4 == 0, z0, z1)
-        p = wp.quat_rotate(q, _corner(m, u, v, z)) + t
-        lo = wp.min(lo, p)
-        hi = wp.max(hi, p)
     grow = wp.vec3f(half * h, half * h, half * h)
     lo = lo - grow
     hi = hi + grow
@@ -509,6 +491,50 @@ def _mark_piece(
                 bz += 1
             by += 1
         bx += 1
+
+
+@wp.func
+def _mark_piece(
+    m: wp.mat33f,
+    q: wp.quatf,
+    t: wp.vec3f,
+    u0: wp.float32,
+    u1: wp.float32,
+    v0: wp.float32,
+    v1: wp.float32,
+    z0: wp.float32,
+    z1: wp.float32,
+    origin: wp.vec3f,
+    h: wp.float32,
+    dims: wp.vec3i,
+    active: wp.array4d(dtype=wp.uint8),
+    f: int,
+):
+    """Mark the blocks of the piece of view frustum over pixel coordinates ``[u0, u1] x [v0, v1]`` between
+    z-depths ``z0`` and ``z1``: in slices of a block's depth, the box of each slice's 8 corners (world
+    frame; a corner at depth ``z`` is ``t + z * d`` for its ray ``d``), grown by half a voxel. Slices keep
+    the boxes of an oblique piece close to it."""
+    one = wp.float32(1.0)
+    d00 = wp.quat_rotate(q, _corner(m, u0, v0, one))
+    d01 = wp.quat_rotate(q, _corner(m, u0, v1, one))
+    d10 = wp.quat_rotate(q, _corner(m, u1, v0, one))
+    d11 = wp.quat_rotate(q, _corner(m, u1, v1, one))
+    step = wp.float32(BLOCK) * h
+    za = z0
+    while za < z1:
+        zb = wp.min(za + step, z1)
+        lo = wp.min(
+            wp.min(wp.min(d00 * za, d01 * za), wp.min(d10 * za, d11 * za)),
+            wp.min(wp.min(d00 * zb, d01 * zb), wp.min(d10 * zb, d11 * zb)),
+        )
+        hi = wp.max(
+            wp.max(wp.max(d00 * za, d01 * za), wp.max(d10 * za, d11 * za)),
+            wp.max(wp.max(d00 * zb, d01 * zb), wp.max(d10 * zb, d11 * zb)),
+        )
+        _mark_box(lo + t, hi + t, origin, h, dims, active, f)
+        if not (zb > za):  # no progress (huge depths): stop
+            break
+        za = zb
 
 
 def mark_blocks(
