@@ -229,6 +229,16 @@ def test_query_opcheck_and_compile():
     torch.testing.assert_close(p.grad, p2.grad)
 
 
+def test_builders_compile():
+    occupied = torch.rand(6, 5, 4) < 0.3
+
+    @torch.compile(fullgraph=True)
+    def build(occ):
+        return DistanceGrid.from_occupancy(occ, 0.1).values * 2
+
+    torch.testing.assert_close(build(occupied), DistanceGrid.from_occupancy(occupied, 0.1).values * 2)
+
+
 def test_builder_ops_opcheck():
     occupied = torch.rand(5, 4, 3) < 0.3
     torch.library.opcheck(torch.ops.warpgeo.distance_grid_from_occupancy, (occupied, 0.1, torch.float32))
@@ -236,6 +246,14 @@ def test_builder_ops_opcheck():
     torch.library.opcheck(
         torch.ops.warpgeo.distance_grid_from_points, (pts, [4, 4, 4], [0.0, 0.0, 0.0], 0.3, torch.float64)
     )
+    tsdf = torch.rand(6, 5, 4) * 2 - 1
+    weight = (torch.rand(6, 5, 4) < 0.5).float()
+    torch.library.opcheck(torch.ops.warpgeo.depth_fusion_distance, (tsdf, weight, 0.1, 0.3, torch.float32))
+    depth = torch.rand(2, 12, 16) + 0.5
+    k = torch.tensor([[10.0, 0.0, 7.5], [0.0, 10.0, 5.5], [0.0, 0.0, 1.0]]).expand(2, 3, 3).contiguous()
+    pose = torch.tensor([[0.0, 0.0, -0.5, 1.0, 0.0, 0.0, 0.0]] * 2)
+    args = (tsdf.clone(), weight.clone(), depth, k, pose, [-0.3, -0.2, 0.0], 0.1, 0.3, 5.0)
+    torch.library.opcheck(torch.ops.warpgeo.depth_fusion_integrate, args)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -91,6 +91,16 @@ class DistanceGrid:
             raise ValueError("values must be finite (signed distances in metres); found NaN or inf")
         self.values = values.contiguous()
 
+    @classmethod
+    def _made(cls, values: torch.Tensor, voxel_size: float, origin: Any) -> DistanceGrid:
+        """A grid of values a builder just made (finite by construction): no value check (no device read,
+        nothing for ``torch.compile`` to break on)."""
+        grid = cls.__new__(cls)
+        grid.values = values
+        grid.voxel_size = voxel_size
+        grid.origin = tuple(float(o) for o in origin)
+        return grid
+
     @property
     def shape(self) -> tuple[int, int, int]:
         return tuple(self.values.shape)  # type: ignore[return-value]
@@ -189,7 +199,7 @@ class DistanceGrid:
         h = positive(voxel_size, "voxel_size")
         where = point3(origin, "origin")
         values = _occupancy_op.call(occupied=occupied, voxel_size=h, dtype=dtype)
-        return cls(values, h, origin=where)
+        return cls._made(values, h, where)
 
     @classmethod
     def from_points(
@@ -239,7 +249,7 @@ class DistanceGrid:
         values = _points_op.call(
             points=_warp.to_compute(points), dims=list(dims), origin=list(lo), voxel_size=h, dtype=out
         )
-        return cls(values, h, origin=lo)
+        return cls._made(values, h, lo)
 
     @classmethod
     def from_mesh(
@@ -271,8 +281,7 @@ class DistanceGrid:
             TypeError / ValueError: a bad mesh, ``voxel_size``, ``padding`` or ``dtype``; a grid beyond the
             size limits.
         """
-        from .sdf import signed_distance  # public API only (the world's home may move)
-        from .world import MeshWorld
+        from warpgeo import MeshWorld, signed_distance  # the public names (their modules may move)
 
         h = positive(voxel_size, "voxel_size")
         pad = MESH_PADDING_VOXELS * h if padding is None else non_negative(padding, "padding")
@@ -419,7 +428,7 @@ class DepthFusion:
             truncation=self.truncation,
             dtype=dtype,
         )
-        return DistanceGrid(values, self.voxel_size, origin=self.origin)
+        return DistanceGrid._made(values, self.voxel_size, self.origin)
 
 
 # --------------------------------------------------------------------------------------------------------

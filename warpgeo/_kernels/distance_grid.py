@@ -569,6 +569,8 @@ def mark_blocks(
     r0 = ty * tile
     c1 = wp.min(c0 + tile, width)
     r1 = wp.min(r0 + tile, height)
+    if f >= wp.min(wp.min(intrinsics.shape[0], pose.shape[0]), active.shape[0]):
+        return
     m = intrinsics[f]
     q = _rotation(pose, f)
     t = wp.vec3f(pose[f, 0], pose[f, 1], pose[f, 2])
