@@ -87,6 +87,16 @@ def test_occupancy_equals_brute_force_exactly(shape, density, device):
     np.testing.assert_allclose(values, h * steps, rtol=1e-15, atol=0)
 
 
+def test_occupancy_cuda_path_on_cpu_tensors(monkeypatch):
+    # CUDA's choice (a thread per line, scratch per line) run on the CPU against the brute force
+    from warpgeo import _warp
+
+    occupied = torch.rand(9, 7, 11) < 0.2
+    monkeypatch.setattr(_warp.PATHS, "cuda_on_cpu", True)
+    grid = DistanceGrid.from_occupancy(occupied, 1.0, dtype=torch.float64)
+    np.testing.assert_array_equal(grid.values.numpy(), brute_signed_steps(occupied.numpy()))
+
+
 def test_occupancy_float32_matches_scipy(device):
     occupied = torch.rand(23, 17, 20) < 0.1
     grid = DistanceGrid.from_occupancy(occupied.to(device), 0.1)
