@@ -171,12 +171,13 @@ class DistanceGrid:
         ``-voxel_size * sqrt(d2)`` with ``d2`` to the nearest free voxel's centre. No half-voxel offset: a
         free voxel next to an occupied one holds ``+voxel_size`` and the occupied one ``-voxel_size``, so
         the interpolated zero level lies on the face between them (the surface of the occupied voxels'
-        cubes), and a value is the centre-to-centre distance (it exceeds the distance to those cubes' surface
-        by between ``voxel_size / 2`` and ``sqrt(3) / 2 * voxel_size``... along an axis exactly by half a
-        voxel). Degenerate grids (values stay finite): with no occupied voxel, a voxel holds ``+voxel_size *
-        s``, with every voxel occupied ``-voxel_size * s``, ``s`` the voxel steps from it to the nearest
-        position just outside the grid (``min(i + 1, X - i, j + 1, Y - j, k + 1, Z - k)``): as if the grid
-        were surrounded by occupied (free) space.
+        cubes). A value is the centre-to-centre distance ``d``; the distance from the voxel's centre to
+        the other side's cubes lies in ``[d - sqrt(3) / 2 * voxel_size, d - voxel_size / 2]``.
+
+        Degenerate grids (values stay finite): with no occupied voxel, a voxel holds ``+voxel_size * s``,
+        with every voxel occupied ``-voxel_size * s``, ``s`` the voxel steps from it to the nearest position
+        just outside the grid (``min(i + 1, X - i, j + 1, Y - j, k + 1, Z - k)``): as if the grid were
+        surrounded by occupied (free) space.
 
         Separable passes (1-d distances along z, then Felzenszwalb & Huttenlocher's lower envelope of
         parabolas along y and x, with exact integer comparisons): linear in voxels.
