@@ -359,7 +359,8 @@ class DepthFusion:
     def integrate(
         self, depth: Any, intrinsics: Any, camera_pose: Any, *, max_range: float | None = None
     ) -> None:
-        """Fuse one frame or a batch (one launch: each voxel is projected into each frame, in order).
+        """Fuse one frame or a batch: two launches for the batch (the blocks each frame reaches are marked,
+        then each voxel of a marked block is projected into the frames that marked it, in order).
 
         Args:
             depth: ``(H, W)`` or ``(B, H, W)`` z-depth in metres (along the optical axis). 0, negative, NaN,
