@@ -197,6 +197,16 @@ def test_query_is_trilinear_inside_and_box_distance_outside(device):
     np.testing.assert_allclose(res.gradient.cpu().numpy(), (outside - closest) / dist[:, None], rtol=1e-12)
 
 
+def test_query_far_out_is_finite(device):
+    grid = DistanceGrid(torch.zeros(3, 3, 3, device=device), 0.5)
+    far = torch.tensor([[3.0e38, 0.0, 0.5], [-2.0e38, 1.0e38, 0.0]], device=device)
+    res = grid.query(far)
+    expected = torch.tensor([3.0e38 - 1.0, math.hypot(2.0e38, 1.0e38 - 1.0)])
+    torch.testing.assert_close(res.distance.cpu(), expected, rtol=1e-6, atol=0)
+    assert bool(torch.isfinite(res.gradient).all())
+    torch.testing.assert_close(res.gradient.norm(dim=1).cpu(), torch.ones(2))
+
+
 def test_query_shapes_dtypes_and_single_voxel_axes(device):
     grid = DistanceGrid(torch.tensor([[[1.0, 3.0]]], device=device), 0.5)  # (1, 1, 2)
     pts = torch.tensor([[[0.0, 0.0, 0.25]]], dtype=torch.float16, device=device)

@@ -80,10 +80,18 @@ def grid_distance(values: wp.array(dtype=Any), dims: wp.vec3i, voxel_size: Any, 
     u = (p - origin) / h
     hi = type(p)(type(h)(dims[0] - 1), type(h)(dims[1] - 1), type(h)(dims[2] - 1))
     c = type(p)(wp.clamp(u[0], zero, hi[0]), wp.clamp(u[1], zero, hi[1]), wp.clamp(u[2], zero, hi[2]))
-    away = (u - c) * h
-    out = wp.length(away)
-    if out > zero:
-        return out, away / out
+    # from the box's closest point, along the axes where p is out (not (u - c) * h: u overflows far out)
+    edge = origin + c * h
+    away = type(p)(
+        wp.where(u[0] != c[0], p[0] - edge[0], zero),
+        wp.where(u[1] != c[1], p[1] - edge[1], zero),
+        wp.where(u[2] != c[2], p[2] - edge[2], zero),
+    )
+    big = wp.max(wp.max(wp.abs(away[0]), wp.abs(away[1])), wp.abs(away[2]))
+    if big > zero:  # |away| scaled: no overflow of the squares for a point far out
+        unit = away / big
+        norm = wp.length(unit)
+        return big * norm, unit / norm
     fits = bool(False)
     if dims[0] >= 1 and dims[1] >= 1 and dims[2] >= 1:  # noqa: SIM102
         if wp.int64(dims[0]) * wp.int64(dims[1]) * wp.int64(dims[2]) <= wp.int64(values.shape[0]):
