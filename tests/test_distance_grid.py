@@ -87,6 +87,15 @@ def test_occupancy_equals_brute_force_exactly(shape, density, device):
     np.testing.assert_allclose(values, h * steps, rtol=1e-15, atol=0)
 
 
+def test_occupancy_of_a_skinny_grid_matches_scipy():
+    # a long x, one y: each pass's scratch is sized for that pass (not the longest axis times the most lines)
+    occupied = torch.rand(2**16, 1, 64) < 0.001
+    grid = DistanceGrid.from_occupancy(occupied, 1.0)
+    o = occupied.numpy()
+    ref = np.where(o, -ndimage.distance_transform_edt(o), ndimage.distance_transform_edt(~o))
+    np.testing.assert_allclose(grid.values.numpy(), ref, rtol=1e-6)
+
+
 def test_occupancy_cuda_path_on_cpu_tensors(monkeypatch):
     # CUDA's choice (a thread per line, scratch per line) run on the CPU against the brute force
     from warpgeo import _warp

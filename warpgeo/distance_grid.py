@@ -530,8 +530,9 @@ def _edt(
     per = 1 if _warp.cuda_algorithms(device) else _CPU_LINES_PER_THREAD
     threads_y = -(-(x * z) // per)
     threads_x = -(-(y * z) // per)
-    v = torch.empty(max(threads_y, threads_x), max(x, y), dtype=torch.int32, device=device)
-    g = torch.empty(v.shape, dtype=torch.int64, device=device)
+    scratch = max(threads_y * y, threads_x * x)  # one buffer, viewed (threads, n) by each pass
+    v = torch.empty(scratch, dtype=torch.int32, device=device)
+    g = torch.empty(scratch, dtype=torch.int64, device=device)
     no_tsdf = torch.empty(0, 0, 0, dtype=torch.float32, device=device)
     stream = _warp.warp_stream(device)
     for channel in (0, 1) if signed else (0,):
@@ -551,8 +552,8 @@ def _edt(
             device=device,
             work_per_row=y * per,
             f=f.permute(0, 2, 1),
-            v=v[:threads_y, :y],
-            g=g[:threads_y, :y],
+            v=v[: threads_y * y].view(threads_y, y),
+            g=g[: threads_y * y].view(threads_y, y),
             lines_per_thread=per,
             stream=stream,
         )
@@ -565,8 +566,8 @@ def _edt(
             occupied=occupied.permute(1, 2, 0),
             tsdf=no_tsdf if tsdf is None else tsdf.permute(1, 2, 0),
             values=values.permute(1, 2, 0),
-            v=v[:threads_x, :x],
-            g=g[:threads_x, :x],
+            v=v[: threads_x * x].view(threads_x, x),
+            g=g[: threads_x * x].view(threads_x, x),
             channel=channel,
             is_signed=int(signed),
             lines_per_thread=per,
