@@ -12,6 +12,12 @@
   ``t.geometry.VoxelBlockGrid`` on the CPU (``integrate`` alone, and with the ``compute_unique_block_coordinates``
   + hash-map activation it needs first). Goal: <= 1.0x. The ESDF update after it (``distance_grid()``) is
   reported too. Times: medians after warm-up; ratios are warpgeo / peer (< 1: warpgeo faster).
+* Query: ``DistanceGrid.query`` of 1M points in a 128^3 grid, forward and forward + backward, against SciPy's
+  ``ndimage.map_coordinates(order=1)`` (the same trilinear values, no gradient).
+
+``--json PATH`` writes ``{key: ms}``: ``edt_n256_ms``, ``scipy_edt_n256_ms``, ``fuse_640x480_ms``,
+``esdf_201_ms``, ``open3d_integrate_ms``, ``open3d_touch_integrate_ms``, ``query_1m_fwd_ms``,
+``query_1m_fwd_bwd_ms``, ``scipy_map_coordinates_1m_ms`` (sizes as run).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import argparse
 
 import numpy as np
 import torch
-from _common import add_size_arguments, fill_sizes, import_peer, print_header, timeit
+from _common import add_size_arguments, fill_sizes, import_peer, print_header, timeit, write_figures
 
 from warpgeo.distance_grid import DepthFusion, DistanceGrid
 
@@ -80,6 +86,9 @@ def depth_frame(height: int, width: int) -> tuple[np.ndarray, np.ndarray, np.nda
     return depth, k, np.concatenate((eye, quat))
 
 
+FIGURES: dict[str, float | None] = {}
+
+
 def bench_edt(n: int, device: str, repeat: int) -> None:
     import scipy
     from scipy import ndimage
@@ -103,6 +112,8 @@ def bench_edt(n: int, device: str, repeat: int) -> None:
     print(f"  warpgeo from_occupancy        {t_ours * 1e3:10.1f} ms")
     print(f"  scipy edt (outside + inside)  {t_scipy * 1e3:10.1f} ms")
     print(f"  ratio warpgeo / scipy         {t_ours / t_scipy:10.2f}   (goal <= 0.7)")
+    FIGURES[f"edt_n{n}_ms"] = t_ours * 1e3
+    FIGURES[f"scipy_edt_n{n}_ms"] = t_scipy * 1e3
 
 
 def bench_fusion(size: float, voxel: float, height: int, width: int, device: str, repeat: int) -> None:
@@ -127,6 +138,8 @@ def bench_fusion(size: float, voxel: float, height: int, width: int, device: str
     t_esdf = timeit(fusion.distance_grid, device, repeat=max(1, repeat // 2))
     print(f"  warpgeo integrate                    {t_ours * 1e3:10.1f} ms")
     print(f"  warpgeo distance_grid (ESDF update)  {t_esdf * 1e3:10.1f} ms")
+    FIGURES[f"fuse_{width}x{height}_ms"] = t_ours * 1e3
+    FIGURES[f"esdf_{fusion.shape[0]}_ms"] = t_esdf * 1e3
     o3d = import_peer("open3d", "open3d")
     if o3d is None:
         return
@@ -161,6 +174,39 @@ def bench_fusion(size: float, voxel: float, height: int, width: int, device: str
     print(f"  open3d block coordinates + integrate {t_o3d_all * 1e3:10.1f} ms")
     print(f"  ratio warpgeo / open3d integrate     {t_ours / t_o3d:10.2f}   (goal <= 1.0)")
     print(f"  ratio warpgeo / open3d both steps    {t_ours / t_o3d_all:10.2f}")
+    FIGURES["open3d_integrate_ms"] = t_o3d * 1e3
+    FIGURES["open3d_touch_integrate_ms"] = t_o3d_all * 1e3
+
+
+def bench_query(points: int, n: int, device: str, repeat: int) -> None:
+    from scipy import ndimage
+
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randn(n, n, n, generator=gen)
+    grid = DistanceGrid(values.to(device), 0.01)
+    pts = (torch.rand(points, 3, generator=gen) * (n - 1) * 0.01).to(device)
+    pts_grad = pts.clone().requires_grad_(True)
+    print(f"\nquery of {points} points in a {n}^3 grid (float32)")
+
+    def fwd():
+        grid.query(pts)
+
+    def fwd_bwd():
+        grid.query(pts_grad).distance.sum().backward()
+
+    coords = (pts.cpu().numpy() / 0.01).T
+    vals = values.numpy()
+    t_fwd = timeit(fwd, device, repeat=repeat)
+    t_bwd = timeit(fwd_bwd, device, repeat=repeat)
+    t_scipy = timeit(lambda: ndimage.map_coordinates(vals, coords, order=1), "cpu", repeat=repeat)
+    print(f"  warpgeo query                  {t_fwd * 1e3:10.1f} ms")
+    print(f"  warpgeo query + backward       {t_bwd * 1e3:10.1f} ms")
+    print(f"  scipy map_coordinates(order=1) {t_scipy * 1e3:10.1f} ms  (values only)")
+    print(f"  ratio warpgeo query / scipy    {t_fwd / t_scipy:10.2f}")
+    key = "1m" if points == 1_000_000 else str(points)
+    FIGURES[f"query_{key}_fwd_ms"] = t_fwd * 1e3
+    FIGURES[f"query_{key}_fwd_bwd_ms"] = t_bwd * 1e3
+    FIGURES[f"scipy_map_coordinates_{key}_ms"] = t_scipy * 1e3
 
 
 def _rotation(q: np.ndarray) -> list[list[float]]:
@@ -179,6 +225,7 @@ def main() -> None:
     add_size_arguments(parser)
     parser.add_argument("--n", type=int, default=None, help="EDT grid size per axis")
     parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--json", default=None, help="write the figures (ms) to this file")
     args = parser.parse_args()
     fill_sizes(args, n=(256, 96), repeat=(3, 2))
     print_header(args.device)
@@ -187,6 +234,8 @@ def main() -> None:
         bench_fusion(2.0, 0.02, 240, 320, args.device, args.repeat)
     else:
         bench_fusion(2.0, 0.01, 480, 640, args.device, args.repeat)
+    bench_query(100_000 if args.quick else 1_000_000, 128, args.device, args.repeat)
+    write_figures(args.json, FIGURES)
 
 
 if __name__ == "__main__":
