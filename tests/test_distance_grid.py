@@ -588,3 +588,35 @@ def test_hostile_values_with_checks_off_never_crash():
             np.ones((4, 5)), [[1e-30, 0, 1e30], [0, 1e30, 2], [0, 0, 1]], [1e30, 0, -1, 5, 0, 0, 0]
         )
         fusion.distance_grid()
+
+
+def test_every_op_entry_refuses_bad_shapes():
+    ops = torch.ops.warpgeo
+    z3 = [0.0, 0.0, 0.0]
+    with pytest.raises(TypeError, match="occupied"):
+        ops.distance_grid_from_occupancy(torch.zeros(2, 2, 2, dtype=torch.uint8), 0.1, torch.float32)
+    with pytest.raises(TypeError, match="dtype"):
+        ops.distance_grid_from_occupancy(torch.zeros(2, 2, 2, dtype=torch.bool), 0.1, torch.float16)
+    with pytest.raises(ValueError, match="occupied"):
+        ops.distance_grid_from_occupancy(torch.zeros(2**21, 1, 1, dtype=torch.bool), 0.1, torch.float32)
+    with pytest.raises(ValueError, match="dims"):
+        ops.distance_grid_from_points(torch.zeros(3, 3), [4, 0, 4], z3, 0.1, torch.float32)
+    with pytest.raises(ValueError, match="dims"):
+        ops.distance_grid_from_points(torch.zeros(3, 3), [2**20, 2**20, 2**20], z3, 0.1, torch.float32)
+    with pytest.raises(ValueError, match="origin"):
+        ops.distance_grid_from_points(torch.zeros(3, 3), [4, 4, 4], [0.0, 0.0], 0.1, torch.float32)
+    tsdf, weight = torch.zeros(4, 4, 4), torch.zeros(4, 4, 4)
+    depth, k, pose = torch.ones(2, 5, 6), torch.eye(3).expand(2, 3, 3), torch.zeros(2, 7)
+    with pytest.raises(ValueError, match="weight"):
+        ops.depth_fusion_distance(tsdf, torch.zeros(4, 4, 5), 0.1, 0.3, torch.float32)
+    with pytest.raises(TypeError, match="tsdf"):
+        ops.depth_fusion_distance(tsdf.double(), weight, 0.1, 0.3, torch.float32)
+    with pytest.raises(ValueError, match="intrinsics"):
+        ops.depth_fusion_integrate(tsdf, weight, depth, k[:1], pose, z3, 0.1, 0.3, 5.0)
+    with pytest.raises(ValueError, match="camera_pose"):
+        ops.depth_fusion_integrate(tsdf, weight, depth, k, pose[:, :6], z3, 0.1, 0.3, 5.0)
+    with pytest.raises(ValueError, match="truncation"):
+        ops.depth_fusion_integrate(tsdf, weight, depth, k, pose, z3, 0.1, -0.3, 5.0)
+    with warpgeo.value_checks(False):  # values unchecked: a garbage pose is read, never out of bounds
+        ops.depth_fusion_integrate(tsdf, weight, depth, k, pose, z3, 0.1, 0.3, 5.0)
+        ops.distance_grid_from_points(torch.full((3, 3), float("nan")), [4, 4, 4], z3, 0.1, torch.float32)
