@@ -620,3 +620,18 @@ def test_every_op_entry_refuses_bad_shapes():
     with warpgeo.value_checks(False):  # values unchecked: a garbage pose is read, never out of bounds
         ops.depth_fusion_integrate(tsdf, weight, depth, k, pose, z3, 0.1, 0.3, 5.0)
         ops.distance_grid_from_points(torch.full((3, 3), float("nan")), [4, 4, 4], z3, 0.1, torch.float32)
+
+
+def test_fusion_cuda_path_on_cpu_tensors(monkeypatch):
+    # CUDA's choice (a thread per block, unmarked ones returning) equals the CPU's (the marked blocks listed)
+    from warpgeo import _warp
+
+    poses = _poses()[:3]
+    depths = np.stack([render(p) for p in poses])
+    cpu = DepthFusion(BOUNDS, 0.03)
+    cpu.integrate(depths, K, np.stack(poses))
+    monkeypatch.setattr(_warp.PATHS, "cuda_on_cpu", True)
+    cuda = DepthFusion(BOUNDS, 0.03)
+    cuda.integrate(depths, K, np.stack(poses))
+    assert float(cpu.weight.sum()) > 1000
+    assert torch.equal(cpu.weight, cuda.weight) and torch.equal(cpu.tsdf, cuda.tsdf)

@@ -635,13 +635,16 @@ def fuse_blocks(
     intrinsics: wp.array(dtype=wp.mat33f),
     pose: wp.array2d(dtype=wp.float32),
     active: wp.array4d(dtype=wp.uint8),
+    blocks: wp.array(dtype=wp.int32),
     origin: wp.vec3f,
     voxel_size: wp.float32,
     truncation: wp.float32,
     max_range: wp.float32,
     row_start: int,
 ):
-    """A thread per block of ``BLOCK**3`` voxels, frames in order, for the frames that marked it: each voxel
+    """A thread per block of ``BLOCK**3`` voxels (row ``t`` takes block ``blocks[t]``, flat over ``active``'s
+    ``(nbx, nby, nbz)``, or block ``t`` where ``blocks`` is empty: every block), frames in order, for the
+    frames that marked it: each voxel
     centre is projected into the frame (pinhole, pixel centres at integer coordinates, nearest pixel); a
     reading ``D`` (finite, ``0 < D <= max_range``) within the truncation of the voxel's depth ``z`` (``|D -
     z| <= truncation``) takes ``(D - z) / truncation`` into the voxel's running mean, its weight + 1."""
@@ -649,6 +652,10 @@ def fuse_blocks(
     nbx = active.shape[1]
     nby = active.shape[2]
     nbz = active.shape[3]
+    if blocks.shape[0] > 0:
+        row = int(blocks[wp.min(row, blocks.shape[0] - 1)])
+        if row < 0 or row >= nbx * nby * nbz:
+            return
     bx = row // (nby * nbz)
     rest = row - bx * nby * nbz
     by = rest // nbz
