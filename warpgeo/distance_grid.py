@@ -765,26 +765,26 @@ def _integrate_fake(tsdf, weight, depth, intrinsics, camera_pose, origin, voxel_
 
 
 def _check_cameras(intrinsics: torch.Tensor, camera_pose: torch.Tensor) -> None:
-    """Value checks of the cameras (one device-to-host copy of the small arrays)."""
-    host = torch.cat((intrinsics.reshape(-1), camera_pose.reshape(-1))).double().cpu()
-    k = host[: intrinsics.numel()].view(-1, 3, 3)
-    pose = host[intrinsics.numel() :].view(-1, 7)
-    for b in range(k.shape[0]):
-        m = k[b]
-        if not bool(torch.isfinite(m).all()) or not (m[0, 0] > 0 and m[1, 1] > 0):
-            raise ValueError(
-                f"intrinsics[{b}] must be finite with focal lengths fx, fy > 0; got {m.tolist()}"
-            )
-        if m[1, 0] != 0 or m[2, 0] != 0 or m[2, 1] != 0 or m[2, 2] != 1:
-            raise ValueError(
-                f"intrinsics[{b}] must be a pinhole matrix [[fx, s, cx], [0, fy, cy], [0, 0, 1]]; got {m.tolist()}"
-            )
-    if not bool(torch.isfinite(pose).all()):
+    """Value checks of the cameras (one device-to-host copy of the small arrays, checked in numpy)."""
+    host = torch.cat((intrinsics.reshape(-1), camera_pose.reshape(-1))).double().cpu().numpy()
+    k = host[: intrinsics.numel()].reshape(-1, 3, 3)
+    pose = host[intrinsics.numel() :].reshape(-1, 7)
+    finite = np.isfinite(k).all(axis=(1, 2)) & (k[:, 0, 0] > 0) & (k[:, 1, 1] > 0)
+    pinhole = (k[:, 1, 0] == 0) & (k[:, 2, 0] == 0) & (k[:, 2, 1] == 0) & (k[:, 2, 2] == 1)
+    if not finite.all():
+        b = int(np.flatnonzero(~finite)[0])
+        raise ValueError(f"intrinsics[{b}] must be finite with focal lengths fx, fy > 0; got {k[b].tolist()}")
+    if not pinhole.all():
+        b = int(np.flatnonzero(~pinhole)[0])
+        raise ValueError(
+            f"intrinsics[{b}] must be a pinhole matrix [[fx, s, cx], [0, fy, cy], [0, 0, 1]]; got {k[b].tolist()}"
+        )
+    if not np.isfinite(pose).all():
         raise ValueError("camera_pose must be finite; found NaN or inf")
-    norm = pose[:, 3:].norm(dim=1)
-    bad = ((norm - 1.0).abs() > QUAT_NORM_TOL).nonzero()
+    norm = np.linalg.norm(pose[:, 3:], axis=1)
+    bad = np.flatnonzero(np.abs(norm - 1.0) > QUAT_NORM_TOL)
     if len(bad):
-        b = int(bad[0, 0])
+        b = int(bad[0])
         raise ValueError(
             f"camera_pose[{b}] must hold a unit quaternion [qw, qx, qy, qz] (norm within {QUAT_NORM_TOL} of 1); "
             f"got norm {float(norm[b]):.6g}"
