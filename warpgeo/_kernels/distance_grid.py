@@ -270,6 +270,8 @@ def edt_pass(
     slot = wp.tid() + row_start
     lines = f.shape[0] * f.shape[1]
     n = f.shape[2]
+    if slot >= wp.min(v.shape[0], g.shape[0]) or wp.min(v.shape[1], g.shape[1]) < n:
+        return  # scratch too small (the host sizes it: never)
     line = slot * lines_per_thread
     stop = wp.min(line + lines_per_thread, lines)
     while line < stop:
@@ -318,6 +320,8 @@ def edt_last(
     slot = wp.tid() + row_start
     lines = f.shape[0] * f.shape[1]
     n = f.shape[2]
+    if slot >= wp.min(v.shape[0], g.shape[0]) or wp.min(v.shape[1], g.shape[1]) < n:
+        return  # scratch too small (the host sizes it: never)
     fused = tsdf.shape[0] == values.shape[0] and tsdf.shape[1] == values.shape[1] and tsdf.shape[2] == n
     h = voxel_size
     zero = type(h)(0.0)
