@@ -1,0 +1,103 @@
+"""The host threads warpgeo runs work on: one pool factory, and the chunking of NumPy passes over threads.
+
+A pool is made once per process id (a forked child, such as a DataLoader worker, inherits the parent's pool
+objects but not their threads, so it gets pools of its own), optionally at the lowest scheduling priority
+(the background table builds, which must not slow the caller's ops). Pure Python: no Warp, no torch ops."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@functools.cache
+def _mesh_pool(pid: int) -> ThreadPoolExecutor:
+    # by process id: a forked child inherits the pool object but not its threads
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="warpgeo-bvh")
+
+
+def _helper_pool(background: bool) -> ThreadPoolExecutor | None:
+    """A second thread for a table build (None on one core): at the lowest priority for the background
+    build's."""
+    if torch.get_num_threads() < 2:
+        return None
+    return _low_pool(os.getpid()) if background else _mesh_pool(os.getpid())
+
+
+@functools.cache
+def _low_pool(pid: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="warpgeo-tables", initializer=_yield_cores)
+
+
+#: The NumPy steps of a table build run in chunks of at least this many faces, one a thread (below it the
+#: per-call overheads of the vectorised passes outweigh a second thread).
+_CHUNK_FACES = 1 << 15
+
+
+def _thread_count() -> int:
+    """Threads a table build uses at most: one a core, as many as torch's ops do."""
+    return max(1, min(os.cpu_count() or 1, torch.get_num_threads()))
+
+
+def _chunk_count(weights: list[int]) -> int:
+    """How many chunks :func:`_in_chunks` makes of items weighing ``weights`` (faces)."""
+    return max(1, min(_thread_count(), len(weights), sum(weights) // _CHUNK_FACES))
+
+
+def _in_chunks(fn: Any, items: list, weights: list[int], *, background: bool) -> list:
+    """``fn(items)`` (a list with one result per item, each item's result independent of the others in the
+    list) computed in up to :func:`_chunk_count` runs of consecutive items of about equal weight, side by side
+    on threads (NumPy releases the GIL in its passes): the same results as one call. ``background``: the
+    threads run at the lowest priority (a :class:`Later` build)."""
+    chunks = _chunk_count(weights)
+    if chunks == 1:
+        return fn(items)
+    ends = np.searchsorted(np.cumsum(weights), np.arange(1, chunks) * (sum(weights) / chunks), side="left")
+    bounds = [0, *sorted({int(e) + 1 for e in ends} - {0, len(items)}), len(items)]
+    pool = _chunk_pool(os.getpid(), chunks, background)
+    futures = [pool.submit(fn, items[a:b]) for a, b in itertools.pairwise(bounds)]
+    out = []
+    for future in futures:
+        out.extend(future.result())
+    return out
+
+
+@functools.cache
+def _closed_pool(pid: int, background: bool) -> ThreadPoolExecutor:
+    # by process id: a forked child inherits the pool object but not its thread
+    return ThreadPoolExecutor(
+        max_workers=1,
+        thread_name_prefix="warpgeo-tables-closed",
+        initializer=_yield_cores if background else None,
+    )
+
+
+@functools.cache
+def _chunk_pool(pid: int, workers: int, background: bool) -> ThreadPoolExecutor:
+    # by process id: a forked child inherits the pool object but not its threads
+    return ThreadPoolExecutor(
+        max_workers=workers,
+        thread_name_prefix="warpgeo-tables-chunk",
+        initializer=_yield_cores if background else None,
+    )
+
+
+@functools.cache
+def _side_pool(pid: int) -> ThreadPoolExecutor:
+    # by process id: a forked child inherits the pool object but not its thread
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="warpgeo-mesh-prep", initializer=_yield_cores)
+
+
+def _yield_cores() -> None:
+    """Run the background builds at the lowest CPU priority (Linux: a thread's own nice value), so that they
+    take the cores the caller's queries leave idle rather than slowing those queries down."""
+    with contextlib.suppress(AttributeError, OSError):  # not Linux, or not allowed: the default priority
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
