@@ -2,7 +2,7 @@
 
 Two ways give one answer per mesh: every face's box against its mesh's BVH (``split_fans=False``, the old
 way), and, for a mesh with a fan (a vertex of many faces), groups of faces around hubs and the boxes of their
-pieces (``sdf_build.fan_intersections_rows``). Both are compared with an exact reference of this file (every
+pieces (``build_meet.fan_intersections_rows``). Both are compared with an exact reference of this file (every
 pair of faces whose boxes meet, orientation signs in rational arithmetic) on small meshes, with the
 thresholds lowered so that small fans take the new way; and with each other on meshes of 2,000 sections.
 """

@@ -1,4 +1,4 @@
-"""Worlds of cuboids run kernels of their own (``warpgeo._kernels.sdf.slot_distance`` of a closed-forms world struct): the same kernels with the
+"""Worlds of cuboids run kernels of their own (``warpgeo._kernels.mesh_distance.slot_distance`` of a closed-forms world struct): the same kernels with the
 cuboid's closed form in the place of the general mesh distance. They must agree bit for bit with the general
 kernels (whose cuboid branch is the same code) and with an analytic box distance."""
 

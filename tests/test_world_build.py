@@ -96,9 +96,7 @@ def test_tables_go_in_at_the_next_op_call_as_new_tensors(background):
     world = MeshWorld.from_envs([[_sphere(), warpgeo.Cuboid([0.2, 0.2, 0.2])], [_sphere()]])
     args = world.kernel_args(torch.float64).world
     fields = list(WORLD_FIELDS)
-    old = {
-        name: args[fields.index(name)].clone() for name in (*_builder.SLOT_FIELDS, *_builder.FLAT_FIELDS)
-    }
+    old = {name: args[fields.index(name)].clone() for name in (*_builder.SLOT_FIELDS, *_builder.FLAT_FIELDS)}
     held = {name: args[fields.index(name)] for name in old}
     background.set()
     world._later.future.result(60)
@@ -355,12 +353,12 @@ def test_open_mesh_answers_do_not_change_when_its_tables_come(background):
 
 def test_background_launches_cover_every_row_and_stop_between_chunks(monkeypatch):
     from warpgeo import _launch
-    from warpgeo._kernels import sdf_build as build_kernels
+    from warpgeo._kernels import build_checks
 
     mesh = trimesh.creation.icosphere(subdivisions=2)
     vertices = torch.from_numpy(np.asarray(mesh.vertices, dtype=np.float32))
     indices = torch.from_numpy(np.asarray(mesh.faces, dtype=np.int32).reshape(-1))
-    kernel = build_kernels.BUILD["float32"].face_checks_rows
+    kernel = build_checks.FACE_CHECKS["float32"].face_checks_rows
     cpu = torch.device("cpu")
 
     def run(check):

@@ -23,6 +23,7 @@ import torch
 
 from . import _launch, _warp, checks
 from ._kernels import sdf as kernels
+from ._kernels import world as world_kernels
 from ._kernels._table import KernelTable
 from ._mesh_ids import check_mesh_ids, refuse_changed_mesh_ids
 from ._op import Op
@@ -503,7 +504,7 @@ def _launch_query(
 
 
 def _world_struct(key: tuple[str, str], world: list[torch.Tensor]) -> Any:
-    """The kernels' world struct of table key ``key`` (``kernels.WORLD[key]``) over the world's tensors, by
+    """The kernels' world struct of table key ``key`` (``world_kernels.WORLD[key]``) over the world's tensors, by
     field name (built once per checked world list, see ``_VERIFIED``)."""
     last = getattr(_CHECKED, "last", None)
     _CHECKED.last = None
@@ -517,7 +518,7 @@ def _world_struct(key: tuple[str, str], world: list[torch.Tensor]) -> Any:
 
 
 def _world_struct_of(key: tuple[str, str], world: list[torch.Tensor]) -> Any:
-    return _launch.struct(kernels.WORLD[key], **dict(zip(kernels.WORLD_FIELDS, world, strict=True)))
+    return _launch.struct(world_kernels.WORLD[key], **dict(zip(world_kernels.WORLD_FIELDS, world, strict=True)))
 
 
 #: Per device, the empty int64 tensor the kernels read as "environment 0 everywhere" (never written).

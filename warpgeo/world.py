@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from . import _warp, checks
-from ._kernels import sdf as kernels
+from ._kernels import world as world_kernels
 from ._mesh_ids import register_mesh_ids
 from ._world import builder as _builder
 from ._world import loading as _loading
@@ -41,7 +41,7 @@ __all__ = ["WORLD_FIELDS", "MeshWorld", "MeshWorldArgs"]
 
 def _torch_layout(element: Any, dims: tuple) -> tuple[torch.dtype | None, tuple[int | str | None, ...]]:
     """The torch dtype and shape of a world field declared as ``(element, dims)`` (see
-    ``warpgeo._kernels.sdf.WORLD_FIELDS``): a vector element adds its length as the last dimension; None (the
+    ``warpgeo._kernels.world.WORLD_FIELDS``): a vector element adds its length as the last dimension; None (the
     query's transform) is the compute dtype's 7 numbers. Reads Warp's types only: initialises nothing."""
     import warp as wp
 
@@ -57,13 +57,13 @@ def _torch_layout(element: Any, dims: tuple) -> tuple[torch.dtype | None, tuple[
 
 
 #: The world as the SDF ops take it (``world: list[Tensor]``, in this order), derived from its one declaration,
-#: ``warpgeo._kernels.sdf.WORLD_FIELDS`` (whose struct the kernels read): ``name: (dtype, shape)``, with ``E`` /
+#: ``warpgeo._kernels.world.WORLD_FIELDS`` (whose struct the kernels read): ``name: (dtype, shape)``, with ``E`` /
 #: ``M`` the numbers of environments and mesh slots, None a free size and dtype None the query's compute dtype
 #: (float32, or float64 for float64 queries). ``set_poses`` / ``set_enabled`` update ``inv_poses``,
 #: ``world_bounds`` and ``enabled`` in place; a large mesh's tables come in as new tensors (``wait_tables``);
 #: the others never change.
 WORLD_FIELDS: dict[str, tuple[torch.dtype | None, tuple[int | str | None, ...]]] = {
-    name: _torch_layout(element, dims) for name, (element, dims) in kernels.WORLD_FIELDS.items()
+    name: _torch_layout(element, dims) for name, (element, dims) in world_kernels.WORLD_FIELDS.items()
 }
 
 

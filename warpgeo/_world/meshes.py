@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .. import _constants, _launch, _threads, _warp
-from .._kernels import sdf_build as build_kernels
+from .._kernels import build_checks, build_meet, build_pairs
 
 
 def open_when_welded(vertices: np.ndarray, faces: np.ndarray) -> bool:
@@ -175,7 +175,7 @@ def _face_checks(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(slivers (K,) int64, pairs_up (K,) bool)`` of K meshes whose vertices and faces are concatenated in
     ``points`` / ``indices`` (mesh ``k``: vertex rows ``vertex_rows[k:k + 2]``, face rows ``face_rows[k:k +
-    2]``, its faces indexing its own vertices), in one launch of ``sdf_build.face_checks_rows`` over all their
+    2]``, its faces indexing its own vertices), in one launch of ``build_checks.face_checks_rows`` over all their
     faces: how many faces Warp's queries skip as slivers, and whether the directed edges may pair up with
     reversed ones (False for an open mesh: a boundary edge has no reverse), from one O(F) hash sum per mesh:
     equal multisets of directed and reversed edges have equal sums of a hash ``h(a) g(b)`` of each edge ``a ->
@@ -185,7 +185,7 @@ def _face_checks(
     slivers = torch.empty(num_faces, dtype=torch.int32, device=device)
     edge_hash = torch.empty(num_faces, dtype=torch.int64, device=device)
     _launch.launch_rows(
-        build_kernels.BUILD["float32"].face_checks_rows,
+        build_checks.FACE_CHECKS["float32"].face_checks_rows,
         num_faces,
         device=device,
         points=points,
@@ -333,9 +333,9 @@ def edge_pairs(meshes: list[tuple[np.ndarray, int]]) -> list[np.ndarray | None]:
     (:func:`faces_meet`). Inside is then well defined, and the ray vote, the winding number and the
     pseudo-normal all compute it.
 
-    All meshes at once, on the host's cores: each vertex's list of faces (``sdf_build.incident_faces_rows``),
+    All meshes at once, on the host's cores: each vertex's list of faces (``build_pairs.incident_faces_rows``),
     then for each directed edge ``a -> b`` the one face that runs ``b -> a``, looked for in the shorter of the
-    two vertices' lists (``sdf_build.edge_partners_rows``: O(F) for any mesh, fans included). The pairs
+    two vertices' lists (``build_pairs.edge_partners_rows``: O(F) for any mesh, fans included). The pairs
     depend on the faces alone, not on the lists' order."""
     out: list[np.ndarray | None] = [None] * len(meshes)
     even = [k for k, (faces, _) in enumerate(meshes) if len(faces) and (3 * len(faces)) % 2 == 0]
@@ -356,7 +356,7 @@ def edge_pairs(meshes: list[tuple[np.ndarray, int]]) -> list[np.ndarray | None]:
     faces += np.repeat(vertex_rows[:-1], counts)[:, None]
     degree = np.bincount(faces.reshape(-1), minlength=int(vertex_rows[-1]))
     first = np.concatenate([[0], np.cumsum(degree)]).astype(np.int32)
-    kernels = build_kernels.BUILD["float32"]
+    kernels = build_pairs.EDGE_PAIRS["float32"]
     _launch._load(kernels.edge_partners_rows, _HOST)  # on this thread, never by two at once
     face_rows_t = _dense(faces.astype(np.int32), _HOST)
     first_t = torch.from_numpy(first)
@@ -405,13 +405,13 @@ def faces_meet(
     specs: list[_MeshSpec], device: torch.device, check: Any = None, *, split_fans: bool = True
 ) -> list[bool]:
     """Whether, in each mesh, two faces that share no vertex intersect (or touch, or come too near to tell):
-    one launch of ``sdf_build.mesh_intersections_rows`` over every face of every mesh; ``check``: see
+    one launch of ``build_meet.mesh_intersections_rows`` over every face of every mesh; ``check``: see
     :func:`_launch_rows`.
 
     A mesh with a fan of :data:`_FAN_SPLIT_DEGREE` faces or more around one vertex (a cone's apex and base
     centre, a cylinder's cap centres: every box of a fan holds its hub, so the box query of each face returns
     every other face of the fan, and a cone's side and base fans every pair of each other's) is checked by
-    ``sdf_build.fan_intersections_rows`` instead (``split_fans``; False: every mesh the old way, for the
+    ``build_meet.fan_intersections_rows`` instead (``split_fans``; False: every mesh the old way, for the
     benchmark): the faces of a fan share its hub, so no pair of them is even looked at, and the pairs of two
     fans are found through the boxes of the faces' pieces, which shrink towards the rims (see
     :func:`_fan_plan`). Both test every pair they find with the same ``triangles_meet``."""
@@ -441,7 +441,7 @@ def _faces_meet_plain(specs: list[_MeshSpec], device: torch.device, check: Any) 
     ids = np.array([spec.mesh.id for spec in specs], dtype=np.uint64).view(np.int64)
     faces = max(len(spec.faces) for spec in specs)
     _launch_rows(
-        build_kernels.BUILD["float32"].mesh_intersections_rows,
+        build_meet.FACES_MEET["float32"].mesh_intersections_rows,
         int(first[-1]),
         device=device,
         check=check,
@@ -518,12 +518,12 @@ def _faces_meet_fans(specs: list[_MeshSpec], device: torch.device, check: Any) -
     """:func:`faces_meet` by fans: the stored pieces of every group's faces (``fan_pieces_rows``), one grouped
     BVH of them (a group a subtree), then ``fan_intersections_rows`` over every face."""
     wp = _warp.warp()
-    kernels = build_kernels.BUILD["float32"]
+    kernels = build_meet.FANS_MEET["float32"]
     first = np.concatenate([[0], np.cumsum([len(spec.faces) for spec in specs])]).astype(np.int64)
     face_group, group_first, stored = _fan_plan(specs)
     if not len(stored):  # no hub (cannot happen: each mesh has a vertex of _FAN_SPLIT_DEGREE faces)
         return _faces_meet_plain(specs, device, check)
-    pieces = int(build_kernels.STORED_PIECES)
+    pieces = int(build_meet.STORED_PIECES)
     items = pieces * len(stored)
     ids = np.array([spec.mesh.id for spec in specs], dtype=np.uint64).view(np.int64)
     ids = torch.from_numpy(ids).to(device)

@@ -1,4 +1,4 @@
-"""Mesh preprocessing for :class:`~warpgeo.world.MeshWorld` (NumPy, trimesh and the ``sdf_build`` kernels).
+"""Mesh preprocessing for :class:`~warpgeo.world.MeshWorld` (NumPy, trimesh and the ``warpgeo._kernels.build_*`` kernels).
 
 Everything here runs once per mesh when a world is built, never on a query's path: loading and validating a
 mesh, building its Warp mesh (a BVH), and the tables of the SDF kernels' exact shortcuts (see

@@ -1,4 +1,4 @@
-"""The tables of the SDF kernels' exact shortcuts (see ``warpgeo._kernels.sdf`` and ``docs/sdf.md``), every new
+"""The tables of the SDF kernels' exact shortcuts (see ``warpgeo._kernels.mesh_distance`` and ``docs/sdf.md``), every new
 mesh of a world in one batch a step (:func:`build_tables`): the closed-mesh check's verdict, coarse distance
 grids (:func:`_grids`), angle-weighted pseudo-normals (:func:`_pseudo_normal_tables`) and the plane trees of
 convex closed meshes (:func:`_plane_trees`); and the once-per-process check that Warp's winding numbers
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .. import _constants, _launch, _threads, _warp
-from .._kernels import sdf_build as build_kernels
+from .._kernels import build_checks, build_closed, build_grids
 from . import meshes as _meshes
 
 
@@ -50,7 +50,7 @@ _GRID_MAX_AXIS = 64
 
 
 def build_tables(specs: list[_meshes._MeshSpec], device: torch.device, *, alive: Any = None) -> list[_Built]:
-    """The tables of many meshes, the exact shortcuts of the SDF kernels (see ``warpgeo._kernels.sdf``), each
+    """The tables of many meshes, the exact shortcuts of the SDF kernels (see ``warpgeo._kernels.mesh_distance``), each
     step one batch over all of them: one launch of the closed-mesh check over every face, one of the grids
     over every cell, NumPy over the concatenated faces for the edge pairs, pseudo-normals and convexity.
 
@@ -112,7 +112,7 @@ def build_tables(specs: list[_meshes._MeshSpec], device: torch.device, *, alive:
     if paired and sum(weights) >= _threads._CHUNK_FACES:
         check()
         # the host's build module loaded here, never by two threads at once (a CUDA world's first host launch)
-        _launch._load(build_kernels.BUILD["float32"].closed_faces_rows, _meshes._HOST)
+        _launch._load(build_closed.CLOSED_FACES["float32"].closed_faces_rows, _meshes._HOST)
         side = _threads._closed_pool(os.getpid(), background).submit(closed_tables, list(range(len(paired))))
     try:
         if paired:
@@ -156,7 +156,7 @@ def build_tables(specs: list[_meshes._MeshSpec], device: torch.device, *, alive:
 def _closed_tables(jobs: list[tuple], check: Any) -> list[tuple]:
     """Per closed mesh ``(vertices, faces, box, edge pairs)``: ``(topology, plane tree or None)`` (see
     :func:`build_tables`), all of ``jobs`` at once: what they read of each face in one launch of
-    ``sdf_build.closed_faces_rows`` on the host, NumPy over their concatenated faces for the rest, the plane
+    ``build_closed.closed_faces_rows`` on the host, NumPy over their concatenated faces for the rest, the plane
     trees' nodes in launches of their own; ``check``: see :func:`_launch_rows`."""
     faces = _Faces([(vertices, faces, pairs) for vertices, faces, _, pairs in jobs], check)
     topology = _pseudo_normal_tables(faces)
@@ -174,7 +174,7 @@ def _closed_tables(jobs: list[tuple], check: Any) -> list[tuple]:
 def _grids(
     specs: list[_meshes._MeshSpec], signed: np.ndarray, device: torch.device, check: Any
 ) -> list[tuple]:
-    """``(dims (3,), cell values)`` of each mesh's distance grid, in one launch of ``sdf_build.grid_cells_rows``
+    """``(dims (3,), cell values)`` of each mesh's distance grid, in one launch of ``build_grids.grid_cells_rows``
     over every cell (values: views of one tensor)."""
     if not specs:
         return []
@@ -201,7 +201,7 @@ def _grids(
     ids = np.array([spec.mesh.id for spec in specs], dtype=np.uint64).view(np.int64)
     faces = max(len(spec.faces) for spec in specs)
     _meshes._launch_rows(
-        build_kernels.BUILD["float32"].grid_cells_rows,
+        build_grids.GRIDS["float32"].grid_cells_rows,
         values.shape[0],
         device=device,
         check=check,
@@ -224,7 +224,7 @@ class _Faces:
     """What the tables of closed meshes ``(vertices, faces, edge pairs)`` (see :func:`edge_pairs`) read of their
     faces, computed once, many meshes' rows side by side (each row as for its mesh alone): ``neighbors`` (F, 3)
     the row of the face across each edge of each face (ab, bc, ca); and in float64 (one launch of
-    ``sdf_build.closed_faces_rows`` on the host) each face's unit ``normal`` (F, 3), its plane's offset from
+    ``build_closed.closed_faces_rows`` on the host) each face's unit ``normal`` (F, 3), its plane's offset from
     the origin (``support`` (F,)), its normal times its angle at each corner (``corner_normals`` (3, F, 3)),
     and ``convexity`` (F,): how far the far corner of a neighbour lies above its plane at most."""
 
@@ -250,7 +250,7 @@ class _Faces:
         corner_normals = torch.empty((3, count, 3), dtype=torch.float64, device=_meshes._HOST)
         convexity = torch.empty(count, dtype=torch.float64, device=_meshes._HOST)
         _meshes._launch_rows(
-            build_kernels.BUILD["float32"].closed_faces_rows,
+            build_closed.CLOSED_FACES["float32"].closed_faces_rows,
             count,
             device=_meshes._HOST,
             check=check,
@@ -331,7 +331,7 @@ def _is_convex(faces: _Faces, boxes: list[np.ndarray]) -> np.ndarray:
     vertices counted where a face uses them). Each part of a closed mesh that does not intersect itself and is
     convex at every edge is the surface of a convex solid, a sphere's topology (characteristic 2), so ``k``
     parts make ``2k``. Only decides whether a mesh gets a plane tree: the kernels' use of the tree is exact on
-    any mesh (see ``warpgeo._kernels.sdf``). All meshes at once."""
+    any mesh (see ``warpgeo._kernels.mesh_distance``). All meshes at once."""
     face_rows, vertex_rows = faces.face_rows, faces.vertex_rows
     counts = np.diff(face_rows)
     tol = np.array([_CONVEX_TOL * float(np.linalg.norm(box[1] - box[0])) for box in boxes])
@@ -365,8 +365,8 @@ def _plane_trees(parts: list[_Part], check: Any = None) -> list[tuple]:
     it.
 
     The nodes' rows are laid out level by level (NumPy over the nodes of a level, every mesh at once); then
-    one launch of ``sdf_build.plane_tree_split_rows`` a level puts each node's faces in its children's rows
-    (every node of the level side by side, in place), and one of ``sdf_build.plane_tree_nodes_rows`` over
+    one launch of ``build_closed.plane_tree_split_rows`` a level puts each node's faces in its children's rows
+    (every node of the level side by side, in place), and one of ``build_closed.plane_tree_nodes_rows`` over
     every node computes the cones and least offsets, on the host's cores."""
     if (
         sum(len(part.faces) for part in parts) > _meshes._MAX_BATCH_ROWS and len(parts) > 1
@@ -425,7 +425,7 @@ def _plane_trees(parts: list[_Part], check: Any = None) -> list[tuple]:
     # the faces (their unit normals and rows) put in leaf order by the levels' splits, in place
     normals = torch.from_numpy(np.concatenate([part.normal for part in parts]))  # a copy: in place
     faces = torch.arange(int(row_first[-1]), dtype=torch.int32, device=_meshes._HOST)
-    split = build_kernels.BUILD["float32"].plane_tree_split_rows
+    split = build_closed.PLANE_TREES["float32"].plane_tree_split_rows
     for k in levels:
         if check is not None:
             check()
@@ -449,7 +449,7 @@ def _plane_trees(parts: list[_Part], check: Any = None) -> list[tuple]:
     lowest = torch.zeros(num_nodes, dtype=torch.float64, device=_meshes._HOST)
     depth = max(1, int(counts.max()).bit_length() - _PLANE_LEAF.bit_length() + 1)
     _meshes._launch_rows(
-        build_kernels.BUILD["float32"].plane_tree_nodes_rows,
+        build_closed.PLANE_TREES["float32"].plane_tree_nodes_rows,
         num_nodes,
         device=_meshes._HOST,
         check=check,
@@ -501,7 +501,7 @@ _PROBE_FACES = np.array(
 @functools.cache
 def _winding_probe_result(device: torch.device) -> float:
     wp = _warp.warp()
-    kernel = build_kernels.WINDING_PROBE["float32"].winding_probe
+    kernel = build_checks.WINDING_PROBE["float32"].winding_probe
     wdev = _warp.warp_device(device)
     probe = wp.Mesh(
         points=wp.array(_PROBE_VERTICES, dtype=wp.vec3, device=wdev),
