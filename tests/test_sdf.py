@@ -1151,8 +1151,14 @@ def test_a_first_query_creates_and_compiles_only_its_kernel():
     line = out.stdout.strip().splitlines()[-1]
     build = [  # the icosphere's build jobs, a module each (a cuboid's world loads none)
         f"warpgeo._kernels.build_{job}_float32"
-        for job in ("checks.face_checks", "closed.closed_faces", "closed.plane_trees", "grids.grids")
-        + ("meet.faces_meet", "pairs.edge_pairs")
+        for job in (
+            "checks.face_checks",
+            "closed.closed_faces",
+            "closed.plane_trees",
+            "grids.grids",
+            "meet.faces_meet",
+            "pairs.edge_pairs",
+        )
     ]
     # building a world does not even import the query kernels' file (no table of theirs exists yet)
     assert line == (
