@@ -387,9 +387,9 @@ def test_scene_sign_methods_and_errors():
     assert world.sign_method == ["normal", "winding"]  # as given
     assert world.kernel_args().world[list(warpgeo.world.WORLD_FIELDS).index("sign")].tolist() == [
         [
-            warpgeo.world._SIGN_METHODS["normal"],
-            warpgeo.world._SIGN_METHODS["normal"],
-            warpgeo.world._SIGN_METHODS["winding"],
+            warpgeo._world.prepare.SIGN_METHODS["normal"],
+            warpgeo._world.prepare.SIGN_METHODS["normal"],
+            warpgeo._world.prepare.SIGN_METHODS["winding"],
         ]
     ]
     with pytest.raises(ValueError, match="the scene holds no geometry"):
