@@ -20,7 +20,7 @@ import torch
 import trimesh
 
 import warpgeo
-from warpgeo import MeshWorld, _constants, _threads, signed_distance
+from warpgeo import MeshWorld, _constants, _launch, _threads, signed_distance
 from warpgeo._world import builder as _builder
 from warpgeo._world import meshes as _meshes
 from warpgeo._world import prepare as _prepare
@@ -364,14 +364,14 @@ def test_background_launches_cover_every_row_and_stop_between_chunks(monkeypatch
     def run(check):
         slivers = torch.zeros(len(mesh.faces), dtype=torch.int32)
         hashes = torch.zeros(len(mesh.faces), dtype=torch.int64)
-        _meshes._launch_rows(
-            kernel, len(mesh.faces), device=cpu, check=check, points=vertices, indices=indices,
+        _launch.launch_rows(
+            kernel, len(mesh.faces), device=cpu, between=check, points=vertices, indices=indices,
             vertex_first=torch.tensor([0, len(vertices)]), face_first=torch.tensor([0, len(mesh.faces)]),
             slivers=slivers, edge_hash=hashes,
         )  # fmt: skip
         return hashes
 
-    monkeypatch.setattr(_meshes, "_BACKGROUND_ROWS", 64)
+    monkeypatch.setattr(_launch, "BETWEEN_ROWS", 64)
     starts = []
     launch = _launch.launch
     monkeypatch.setattr(
@@ -711,8 +711,8 @@ def test_batches_too_large_for_one_launch_go_in_parts(monkeypatch):
     ]
     whole = MeshWorld(meshes)
     launches = []
-    run = _meshes._launch_rows
-    monkeypatch.setattr(_meshes, "_launch_rows", lambda *a, **kw: launches.append(a[1]) or run(*a, **kw))
+    run = _launch.launch_rows
+    monkeypatch.setattr(_launch, "launch_rows", lambda *a, **kw: launches.append(a[1]) or run(*a, **kw))
     monkeypatch.setattr(_meshes, "_MAX_BATCH_ROWS", 400)
     parts = MeshWorld(meshes)
     assert len(launches) >= 6 and max(launches) <= 2 * 576  # each mesh alone (the torus: 576 faces)

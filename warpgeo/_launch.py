@@ -21,13 +21,12 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
-from warpgeo import _fast_launch
+from warpgeo import _fast_launch, _threads
 from warpgeo._constants import INT32_LIMIT, MAX_LAUNCH_ROWS
 from warpgeo._warp import cuda_algorithms, dense_below, warp, warp_device, warp_stream
 
@@ -331,19 +330,13 @@ _RANGES_PER_WORKER = 4
 ROW_START = "row_start"
 
 
-@functools.cache
-def _cpu_pool(pid: int) -> ThreadPoolExecutor:
-    # Keyed by process id: a forked child (a DataLoader worker, say) inherits the pool object but not its
-    # threads, and would wait on it forever.
-    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="warpgeo")
-
-
 def launch_rows(
     kernel: Any,
     rows: int,
     *,
     device: torch.device,
     work_per_row: int = 1,
+    between: Callable[[], None] | None = None,
     **args: Any,
 ) -> None:
     """Launch ``kernel`` over ``rows`` independent rows; thread ``t`` handles row ``row_start + t``.
@@ -355,12 +348,19 @@ def launch_rows(
     below ``_MIN_SPLIT_WORK``) stay on the calling thread. Not for tile kernels: Warp's CPU tile storage is
     not safe for concurrent launches (they crash). ``rows`` must stay below 2**31 (one int32 thread index
     per row); callers split larger work (:func:`launch_blocks`).
+
+    ``between``: a work that may have to stop midway (a world's background table build, which stops once its
+    world is gone): launches of at most :data:`BETWEEN_ROWS` rows, ``between()`` before each (it raises to
+    stop), handed out in turn to the calling thread and one more at the lowest priority.
     """
     if rows >= INT32_LIMIT:
         raise ValueError(f"internal error: {rows} rows in one launch of {kernel.key} (limit 2**31 - 1)")
     if ROW_START in args:
         raise TypeError(f"internal error: launch_rows of {kernel.key} fills {ROW_START} itself")
     if rows <= 0:
+        return
+    if between is not None:
+        _launch_between(kernel, rows, device, between, args)
         return
     work = rows * work_per_row
     workers = 1
@@ -387,10 +387,43 @@ def launch_rows(
                 return
             launch(kernel, span[1] - span[0], device=device, row_start=span[0], **args)
 
-    pool = _cpu_pool(os.getpid())
+    pool = _threads.pool("warpgeo", os.cpu_count() or 1)
     jobs = [pool.submit(work_through) for _ in range(workers)]
     for job in jobs:
         job.result()
+
+
+#: Rows per launch of a :func:`launch_rows` with ``between`` (a background build checks between them that its
+#: world still lives).
+BETWEEN_ROWS = 1 << 16
+
+
+def _launch_between(
+    kernel: Any, rows: int, device: torch.device, between: Callable[[], None], args: dict
+) -> None:
+    """:func:`launch_rows`' ``between`` path: chunks of at most :data:`BETWEEN_ROWS` rows (fewer on two
+    threads: about an eighth of the rows, at least 256), ``between()`` before each, on this thread and, where
+    torch runs two threads or more, one of the lowest priority."""
+    helper = _threads.pool("warpgeo-tables", 1, low_priority=True) if torch.get_num_threads() >= 2 else None
+    chunk = BETWEEN_ROWS if helper is None else min(BETWEEN_ROWS, max(256, -(-rows // 8)))
+    chunks = iter(range(0, rows, chunk))
+    lock = threading.Lock()
+
+    def work_through() -> None:
+        while True:
+            with lock:
+                start = next(chunks, None)
+            if start is None:
+                return
+            between()
+            launch(kernel, min(chunk, rows - start), device=device, row_start=start, **args)
+
+    job = None if helper is None or rows <= chunk else helper.submit(work_through)
+    try:
+        work_through()
+    finally:
+        if job is not None:
+            job.result()
 
 
 def _load(kernel: Any, device: torch.device, block_dim: int | None = None) -> None:

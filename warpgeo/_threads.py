@@ -18,23 +18,19 @@ import numpy as np
 import torch
 
 
-@functools.cache
-def _mesh_pool(pid: int) -> ThreadPoolExecutor:
-    # by process id: a forked child inherits the pool object but not its threads
-    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="warpgeo-bvh")
-
-
-def _helper_pool(background: bool) -> ThreadPoolExecutor | None:
-    """A second thread for a table build (None on one core): at the lowest priority for the background
-    build's."""
-    if torch.get_num_threads() < 2:
-        return None
-    return _low_pool(os.getpid()) if background else _mesh_pool(os.getpid())
+def pool(name: str, workers: int, *, low_priority: bool = False) -> ThreadPoolExecutor:
+    """This process's pool ``name`` of ``workers`` threads (named ``name_0``, ...), made on first use and kept:
+    one per process id, since a forked child (a DataLoader worker) inherits the parent's pool objects but not
+    their threads, and would wait on them forever. ``low_priority``: its threads run at the lowest CPU
+    priority (:func:`_yield_cores`), taking only the cores the caller's ops leave idle (background builds)."""
+    return _pool(os.getpid(), name, workers, low_priority)
 
 
 @functools.cache
-def _low_pool(pid: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="warpgeo-tables", initializer=_yield_cores)
+def _pool(pid: int, name: str, workers: int, low_priority: bool) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(
+        max_workers=workers, thread_name_prefix=name, initializer=_yield_cores if low_priority else None
+    )
 
 
 #: The NumPy steps of a table build run in chunks of at least this many faces, one a thread (below it the
@@ -62,38 +58,12 @@ def _in_chunks(fn: Any, items: list, weights: list[int], *, background: bool) ->
         return fn(items)
     ends = np.searchsorted(np.cumsum(weights), np.arange(1, chunks) * (sum(weights) / chunks), side="left")
     bounds = [0, *sorted({int(e) + 1 for e in ends} - {0, len(items)}), len(items)]
-    pool = _chunk_pool(os.getpid(), chunks, background)
-    futures = [pool.submit(fn, items[a:b]) for a, b in itertools.pairwise(bounds)]
+    threads = pool("warpgeo-tables-chunk", chunks, low_priority=background)
+    futures = [threads.submit(fn, items[a:b]) for a, b in itertools.pairwise(bounds)]
     out = []
     for future in futures:
         out.extend(future.result())
     return out
-
-
-@functools.cache
-def _closed_pool(pid: int, background: bool) -> ThreadPoolExecutor:
-    # by process id: a forked child inherits the pool object but not its thread
-    return ThreadPoolExecutor(
-        max_workers=1,
-        thread_name_prefix="warpgeo-tables-closed",
-        initializer=_yield_cores if background else None,
-    )
-
-
-@functools.cache
-def _chunk_pool(pid: int, workers: int, background: bool) -> ThreadPoolExecutor:
-    # by process id: a forked child inherits the pool object but not its threads
-    return ThreadPoolExecutor(
-        max_workers=workers,
-        thread_name_prefix="warpgeo-tables-chunk",
-        initializer=_yield_cores if background else None,
-    )
-
-
-@functools.cache
-def _side_pool(pid: int) -> ThreadPoolExecutor:
-    # by process id: a forked child inherits the pool object but not its thread
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="warpgeo-mesh-prep", initializer=_yield_cores)
 
 
 def _yield_cores() -> None:

@@ -116,7 +116,7 @@ class Later:
             except BaseException as exc:  # handed to the world by take()
                 future.set_exception(exc)
 
-        _threads._side_pool(self._pid).submit(run)
+        _threads.pool("warpgeo-tables-later", 1, low_priority=True).submit(run)
 
     def _forked(self) -> None:
         # a forked child (a DataLoader worker) has the parent's world but not its building thread: build again

@@ -2,13 +2,12 @@
 per-face checks (slivers, whether its edges may pair up: :func:`face_checks`), the cuboid test, and the
 exact closed-mesh check: edge pairs (:func:`edge_pairs`) and whether two faces that share no vertex meet
 (:func:`faces_meet`, with hub vertices' fans split, :func:`_faces_meet_fans`). :class:`_MeshSpec` is what a
-table build (:mod:`warpgeo._world.tables`) reads of one mesh; :func:`_launch_rows` the launches of a build
+table build (:mod:`warpgeo._world.tables`) reads of one mesh; ``warpgeo._launch.launch_rows``' ``between`` the launches of a build
 that may run on the background thread (stopping between chunks once its world is gone)."""
 
 from __future__ import annotations
 
 import os
-import threading
 from concurrent.futures import Future
 from typing import Any
 
@@ -104,7 +103,7 @@ def _build_meshes(
     pairing = None
     if spare and sum(weights) >= _threads._CHUNK_FACES:
         meshes = [(arrays[k][1], len(arrays[k][0])) for k in closable]
-        pairing = _threads._mesh_pool(os.getpid()).submit(edge_pairs, meshes)
+        pairing = _threads.pool("warpgeo-bvh", 2).submit(edge_pairs, meshes)
 
     def build(k: int) -> Any:
         v0, v1, f0, f1 = (
@@ -251,41 +250,6 @@ _MAX_BATCH_ROWS = 1 << 30
 _HOST = torch.device("cpu")
 
 
-#: Rows per launch of a kernel on the background thread, between which it checks that its world still lives.
-_BACKGROUND_ROWS = 1 << 16
-
-
-def _launch_rows(kernel: Any, rows: int, *, device: torch.device, check: Any, **args: Any) -> None:
-    """:func:`warpgeo._launch.launch_rows` (``check`` None), or on the background thread launches of at most
-    :data:`_BACKGROUND_ROWS` rows, ``check()`` before each, handed out in turn to that thread and a second
-    one at the lowest priority (:func:`_helper_pool`; its module was loaded by the world's build, on the
-    caller's thread)."""
-    if check is None:
-        _launch.launch_rows(kernel, rows, device=device, **args)
-        return
-    args.pop("work_per_row", None)
-    pool = _threads._helper_pool(True)
-    chunk = _BACKGROUND_ROWS if pool is None else min(_BACKGROUND_ROWS, max(256, -(-rows // 8)))
-    chunks = iter(range(0, rows, chunk))
-    lock = threading.Lock()
-
-    def work_through() -> None:
-        while True:
-            with lock:
-                start = next(chunks, None)
-            if start is None:
-                return
-            check()
-            _launch.launch(kernel, min(chunk, rows - start), device=device, row_start=start, **args)
-
-    helper = None if pool is None or rows <= chunk else pool.submit(work_through)
-    try:
-        work_through()
-    finally:
-        if helper is not None:
-            helper.result()
-
-
 #: The work (in launch_rows' units) of one BVH query per level of the tree: enough for a grid of a mesh of a
 #: few hundred faces to be split across the cores.
 _GRID_QUERY_WORK = 8
@@ -406,7 +370,7 @@ def faces_meet(
 ) -> list[bool]:
     """Whether, in each mesh, two faces that share no vertex intersect (or touch, or come too near to tell):
     one launch of ``build_meet.mesh_intersections_rows`` over every face of every mesh; ``check``: see
-    :func:`_launch_rows`.
+    ``warpgeo._launch.launch_rows``' ``between``.
 
     A mesh with a fan of :data:`_FAN_SPLIT_DEGREE` faces or more around one vertex (a cone's apex and base
     centre, a cylinder's cap centres: every box of a fan holds its hub, so the box query of each face returns
@@ -440,11 +404,11 @@ def _faces_meet_plain(specs: list[_MeshSpec], device: torch.device, check: Any) 
     found = torch.zeros(len(specs), dtype=torch.int32, device=device)
     ids = np.array([spec.mesh.id for spec in specs], dtype=np.uint64).view(np.int64)
     faces = max(len(spec.faces) for spec in specs)
-    _launch_rows(
+    _launch.launch_rows(
         build_meet.FACES_MEET["float32"].mesh_intersections_rows,
         int(first[-1]),
         device=device,
-        check=check,
+        between=check,
         # a face costs a box query of the BVH (a few dozen nodes and faces)
         work_per_row=_GRID_QUERY_WORK * max(1, faces.bit_length()),
         mesh_ids=torch.from_numpy(ids).to(device),
@@ -530,11 +494,11 @@ def _faces_meet_fans(specs: list[_MeshSpec], device: torch.device, check: Any) -
     first_t = torch.from_numpy(first).to(device)
     lowers = torch.zeros((items, 3), dtype=torch.float32, device=device)
     uppers = torch.zeros((items, 3), dtype=torch.float32, device=device)
-    _launch_rows(
+    _launch.launch_rows(
         kernels.fan_pieces_rows,
         len(stored),
         device=device,
-        check=check,
+        between=check,
         work_per_row=_GRID_QUERY_WORK,
         mesh_ids=ids,
         first=first_t,
@@ -555,11 +519,11 @@ def _faces_meet_fans(specs: list[_MeshSpec], device: torch.device, check: Any) -
     item_face = np.repeat(local, pieces).astype(np.int32)
     found = torch.zeros(len(specs), dtype=torch.int32, device=device)
     faces = max(len(spec.faces) for spec in specs)
-    _launch_rows(
+    _launch.launch_rows(
         kernels.fan_intersections_rows,
         int(first[-1]),
         device=device,
-        check=check,
+        between=check,
         work_per_row=_GRID_QUERY_WORK * max(1, faces.bit_length()) * 4,
         mesh_ids=ids,
         first=first_t,

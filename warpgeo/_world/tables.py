@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -113,7 +112,9 @@ def build_tables(specs: list[_meshes._MeshSpec], device: torch.device, *, alive:
         check()
         # the host's build module loaded here, never by two threads at once (a CUDA world's first host launch)
         _launch._load(build_closed.CLOSED_FACES["float32"].closed_faces_rows, _meshes._HOST)
-        side = _threads._closed_pool(os.getpid(), background).submit(closed_tables, list(range(len(paired))))
+        side = _threads.pool("warpgeo-tables-closed", 1, low_priority=background).submit(
+            closed_tables, list(range(len(paired)))
+        )
     try:
         if paired:
             check()
@@ -157,7 +158,7 @@ def _closed_tables(jobs: list[tuple], check: Any) -> list[tuple]:
     """Per closed mesh ``(vertices, faces, box, edge pairs)``: ``(topology, plane tree or None)`` (see
     :func:`build_tables`), all of ``jobs`` at once: what they read of each face in one launch of
     ``build_closed.closed_faces_rows`` on the host, NumPy over their concatenated faces for the rest, the plane
-    trees' nodes in launches of their own; ``check``: see :func:`_launch_rows`."""
+    trees' nodes in launches of their own; ``check``: see ``warpgeo._launch.launch_rows``' ``between``."""
     faces = _Faces([(vertices, faces, pairs) for vertices, faces, _, pairs in jobs], check)
     topology = _pseudo_normal_tables(faces)
     if check is not None:
@@ -200,11 +201,11 @@ def _grids(
     values = torch.empty(int(first[-1]), dtype=torch.float32, device=device)
     ids = np.array([spec.mesh.id for spec in specs], dtype=np.uint64).view(np.int64)
     faces = max(len(spec.faces) for spec in specs)
-    _meshes._launch_rows(
+    _launch.launch_rows(
         build_grids.GRIDS["float32"].grid_cells_rows,
         values.shape[0],
         device=device,
-        check=check,
+        between=check,
         # a cell costs two BVH queries (closest point, then the ray vote): split it across the cores
         work_per_row=_meshes._GRID_QUERY_WORK * max(1, faces.bit_length()),
         mesh_ids=torch.from_numpy(ids).to(device),
@@ -249,11 +250,11 @@ class _Faces:
         support = torch.empty(count, dtype=torch.float64, device=_meshes._HOST)
         corner_normals = torch.empty((3, count, 3), dtype=torch.float64, device=_meshes._HOST)
         convexity = torch.empty(count, dtype=torch.float64, device=_meshes._HOST)
-        _meshes._launch_rows(
+        _launch.launch_rows(
             build_closed.CLOSED_FACES["float32"].closed_faces_rows,
             count,
             device=_meshes._HOST,
-            check=check,
+            between=check,
             work_per_row=8,
             points=_meshes._dense(
                 np.concatenate([v for v, _, _ in meshes]).astype(np.float32), _meshes._HOST
@@ -350,7 +351,7 @@ def _plane_tree(geometry: _Part) -> tuple:
 
 def _plane_trees(parts: list[_Part], check: Any = None) -> list[tuple]:
     """The plane trees of convex closed meshes (:func:`_is_convex`), each ``(nodes (1 + 2K, 4) float32, links
-    (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``; ``check``: see :func:`_launch_rows`.
+    (K, 3) int32, planes (F, 4) float32, faces (F,) int32)``; ``check``: see ``warpgeo._launch.launch_rows``' ``between``.
 
     Each face's plane ``(n, b)`` (unit normal, ``b = n . (a - o)`` for a corner ``a`` and the origin ``o``, the
     box centre) in leaf order, with the face's index. The K nodes in depth-first order split the faces by
@@ -429,11 +430,11 @@ def _plane_trees(parts: list[_Part], check: Any = None) -> list[tuple]:
     for k in levels:
         if check is not None:
             check()
-        _meshes._launch_rows(
+        _launch.launch_rows(
             split,
             len(k),
             device=_meshes._HOST,
-            check=check,
+            between=check,
             work_per_row=max(1, int(row_first[-1]) // len(k)),
             normals=normals,
             faces=faces,
@@ -448,11 +449,11 @@ def _plane_trees(parts: list[_Part], check: Any = None) -> list[tuple]:
     least = torch.ones(num_nodes, dtype=torch.float64, device=_meshes._HOST)
     lowest = torch.zeros(num_nodes, dtype=torch.float64, device=_meshes._HOST)
     depth = max(1, int(counts.max()).bit_length() - _PLANE_LEAF.bit_length() + 1)
-    _meshes._launch_rows(
+    _launch.launch_rows(
         build_closed.PLANE_TREES["float32"].plane_tree_nodes_rows,
         num_nodes,
         device=_meshes._HOST,
-        check=check,
+        between=check,
         # a node reads its faces twice; the average node (of ~F / 4) holds ~4 faces per level below it
         work_per_row=8 * depth,
         normals=normals,
