@@ -29,6 +29,7 @@ from ._world.query import (
     params_tensor,
     prepare_launch,
     prepare_query,
+    world_args,
 )
 from .world import MeshWorld
 
@@ -103,7 +104,7 @@ def sphere_mesh_cost(
     flat, compute_grad = prepare_query(spheres, world, 4, "spheres")
     params = params_tensor(activation_distance, weight, flat)
     max_distance = 0.0 if max_distance is None else _check_max_distance(max_distance)
-    args = world.kernel_args(flat.dtype)
+    args = world_args(world, flat.dtype)
     cost, _ = _cost.call(
         spheres=flat,
         env_index=env_index,
@@ -165,7 +166,7 @@ def swept_sphere_mesh_cost(
         raise ValueError(f"spheres must have shape (B, H, N, 4); got {tuple(spheres.shape)}")
     traj, compute_grad = prepare_query(spheres, world, 4, "spheres", reshape=False)
     params = params_tensor(activation_distance, weight, traj)
-    args = world.kernel_args(traj.dtype)
+    args = world_args(world, traj.dtype)
     cost, _ = _swept.call(
         spheres=traj,
         env_index=env_index,
@@ -206,7 +207,7 @@ def signed_distance(
         tensor([-1.,  1.])
     """
     flat, compute_grad = prepare_query(points, world, 3, "points")
-    args = world.kernel_args(flat.dtype)
+    args = world_args(world, flat.dtype)
     dist, _ = _distance.call(
         points=flat,
         env_index=env_index,

@@ -507,18 +507,29 @@ class MeshWorld:
     def kernel_args(self, dtype: torch.dtype = torch.float32) -> MeshWorldArgs:
         """What the SDF ops take of this world, for queries computed in ``dtype`` (float32 or float64: the
         precision of ``inv_poses``): ``(world, all_cuboids)``, see :class:`MeshWorldArgs`. The live storage,
-        not copies.
+        not copies. Reads only: tables built in the background come in by :meth:`take_tables` (which every
+        op of warpgeo calls first; call it before this between calls of your own) or :meth:`wait_tables`.
 
         Raises:
             TypeError: ``dtype`` is not one of the floating dtypes the ops take."""
-        if self._later is not None and not torch.compiler.is_compiling() and self._later.done():
-            self._take_tables()
         world = self._op_world.get(dtype)
         if world is None:
             if dtype not in _warp.FLOAT_DTYPES:
                 raise TypeError(f"dtype must be one of {_warp.FLOAT_DTYPES}; got {dtype!r}")
             world = self._op_world[torch.float32]
         return MeshWorldArgs(world, self._all_cuboids)
+
+    def take_tables(self) -> bool:
+        """Put the query tables built in the background in, if they are done (never waits): every op of
+        warpgeo calls it before it reads the world (:meth:`kernel_args`). Returns whether no tables are left
+        to come. Not while ``torch.compile`` traces (a traced op reads the tables it was traced with)."""
+        later = self._later
+        if later is None:
+            return True
+        if torch.compiler.is_compiling() or not later.done():
+            return False
+        self._take_tables()
+        return self._later is None
 
     def wait_tables(self, timeout: float | None = None) -> bool:
         """Wait until the query tables of the world's large meshes are built, and put them in.

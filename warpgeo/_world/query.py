@@ -279,6 +279,14 @@ def _env(env_index: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     return env_index.to(torch.int64)
 
 
+def world_args(world: MeshWorld, dtype: torch.dtype) -> Any:
+    """What a world op passes its op of ``world`` for a query computed in ``dtype``
+    (``MeshWorld.kernel_args``), the tables its background build has finished taken in first
+    (``MeshWorld.take_tables``)."""
+    world.take_tables()
+    return world.kernel_args(dtype)
+
+
 def prepare_query(x, world, width: int, name: str, *, reshape: bool = True) -> tuple[torch.Tensor, bool]:
     """``(x as (B, S, width) (as given unless reshape), compute_grad)``; the checks the op cannot make (the
     world's type, the trailing width before the reshape). The op checks the rest, once."""
