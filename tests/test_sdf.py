@@ -16,8 +16,8 @@ from reference import box_sdf_reference, collision_cost_reference, triangle_dist
 
 import warpgeo
 from warpgeo import MeshWorld, _launch, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
+from warpgeo import _world_query as world_query
 from warpgeo import sdf as sdf_module
-from warpgeo._world import query as world_query
 
 # --------------------------------------------------------------------------------------------------------
 # input builders (the benchmark uses them too)
@@ -603,7 +603,7 @@ def test_compile_fullgraph_matches_eager(device):
 def test_compile_inductor(box_world_cpu, monkeypatch):
     """Inductor, fullgraph, on a first use of these parameters whatever ran before (the parameter cache
     emptied, dynamo reset): the test once passed only after an eager call had cached them."""
-    from warpgeo._world import query
+    from warpgeo import _world_query as query
 
     monkeypatch.setattr(query, "_PARAMS", {})
     monkeypatch.setattr(query, "_TRUSTED_PARAMS", {})
@@ -1246,7 +1246,7 @@ def test_closed_mesh_sign_next_to_edges_and_vertices(device, method, shape):
 def test_parameter_cache_keeps_each_pair_apart(monkeypatch):
     """(activation_distance, weight) floats are turned into a device tensor once per pair and kept: each pair
     must keep its own values, beyond the cache's capacity too (later pairs get fresh tensors)."""
-    from warpgeo._world import query
+    from warpgeo import _world_query as query
 
     monkeypatch.setattr(query, "_PARAMS", {})
     monkeypatch.setattr(query, "_TRUSTED_PARAMS", {})

@@ -11,7 +11,7 @@ import trimesh
 from reference import box_sdf_reference
 
 from warpgeo import MeshWorld, _launch, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
-from warpgeo._world import query as world_query
+from warpgeo import _world_query as world_query
 
 POSES = [[0.3, -0.2, 0.1, 0.9238795, 0.0, 0.3826834, 0.0], [-0.4, 0.5, 0.0, 1.0, 0.0, 0.0, 0.0]]
 EXTENTS = [(0.6, 0.4, 0.2), (0.3, 0.3, 0.5)]

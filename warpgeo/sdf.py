@@ -10,7 +10,7 @@ of each op scales it by the incoming gradient. The public Function classes :clas
 :class:`SweptSdfMesh` are the same ops with the same setup / backward pair.
 
 The file reads: public functions, checks, the three declarations (check, impl, fake), backward, the ops; what
-every world op shares (the world's checks, the launch) is ``warpgeo._world.query``'s."""
+every world op shares (the world's checks, the launch) is ``warpgeo._world_query``'s."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import torch
 from . import _warp, checks
 from ._kernels import sdf as kernels
 from ._op import Op
-from ._world.query import (
+from ._world_query import (
     QUERY_WORK,
     as_float,
     check_query,

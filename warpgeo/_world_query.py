@@ -14,11 +14,11 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _launch, _warp, checks
-from .._kernels import world as world_kernels
-from .._kernels._table import KernelTable
-from .._mesh_ids import check_mesh_ids, refuse_changed_mesh_ids
-from ..world import WORLD_FIELDS, MeshWorld
+from . import _launch, _warp, checks
+from ._kernels import world as world_kernels
+from ._kernels._table import KernelTable
+from ._mesh_ids import check_mesh_ids, refuse_changed_mesh_ids
+from .world import WORLD_FIELDS, MeshWorld
 
 #: Below this distance from the surface (mesh units) the gradient direction is the face normal: the
 #: direction to the closest point is undefined at distance 0 and rounding noise just above it.
