@@ -429,10 +429,19 @@ def _launch_between(
 def _load(kernel: Any, device: torch.device, block_dim: int | None = None) -> None:
     """Load (compile on first use) ``kernel``'s Warp module for ``device`` as its launches run it."""
     wdev = warp_device(device)
-    if block_dim is None and wdev.is_cpu:
-        block_dim = 1
     with _FIRST_LAUNCH:
-        kernel.module.load(wdev, block_dim)
+        kernel.module.load(wdev, launch_block_dim(wdev, block_dim))
+
+
+def launch_block_dim(wdev: Any, block_dim: int | None) -> int | None:
+    """The block size Warp runs a launch asking for ``block_dim`` with on the Warp device ``wdev``, and so
+    the one its module is loaded (compiled, cached) for: on the CPU 1, unless Warp's CPU blocks are on
+    (``wp.config.enable_cpu_blocks``) and ``block_dim`` is more; on CUDA ``block_dim`` (None: the module's own,
+    or Warp's default). What ``warpgeo warmup`` loads, so that a first call finds its module in the cache."""
+    if wdev.is_cpu:
+        cpu_blocks = block_dim is not None and block_dim > 1 and warp().config.enable_cpu_blocks
+        return block_dim if cpu_blocks else 1
+    return block_dim
 
 
 #: An empty mapping of tensors (no per-batch tensors).
