@@ -266,7 +266,7 @@ STREAM = "stream"
 #: its module on that path) and running it once. Without it a thread could enter a module that another
 #: thread was still loading: several threads' first calls at once crashed (SIGSEGV at the kernel's entry).
 #: Taken once per kernel, device, block size and thread; later launches take no lock.
-_FIRST_LAUNCH = threading.RLock()
+_FIRST_LAUNCH = _threads.ForkSafeLock(reentrant=True)
 
 
 def run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args: dict) -> None:
@@ -604,7 +604,7 @@ def launch_blocks(
 _STRUCTS: collections.OrderedDict = collections.OrderedDict()
 #: Entries kept (oldest first out).
 _MAX_STRUCTS = 64
-_STRUCTS_LOCK = threading.Lock()
+_STRUCTS_LOCK = _threads.ForkSafeLock()
 
 
 def struct(struct_type: Any, **fields: Any) -> Any:

@@ -1,8 +1,10 @@
-"""The host threads warpgeo runs work on: one pool factory, and the chunking of NumPy passes over threads.
+"""The host threads warpgeo runs work on: one pool factory, the chunking of NumPy passes over threads, and
+the locks those threads share (:class:`ForkSafeLock`).
 
 A pool is made once per process id (a forked child, such as a DataLoader worker, inherits the parent's pool
 objects but not their threads, so it gets pools of its own), optionally at the lowest scheduling priority
-(the background table builds, which must not slow the caller's ops). Pure Python: no Warp, no torch ops."""
+(the background table builds, which must not slow the caller's ops). A forked child also gets fresh locks:
+one that a parent's thread held at the fork would never be released. Pure Python: no Warp, no torch ops."""
 
 from __future__ import annotations
 
@@ -11,11 +13,54 @@ import functools
 import itertools
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import torch
+
+
+class ForkSafeLock:
+    """A ``threading.Lock`` (an ``RLock`` if ``reentrant``) that a forked child gets afresh: a lock a parent's
+    thread held at the fork (a thread the child does not have: a background build loading a module) would
+    never be released there, and the child would wait on it forever. Used as a lock is (``with``,
+    :meth:`acquire`, :meth:`release`)."""
+
+    __slots__ = ("__weakref__", "_lock", "_reentrant")
+
+    def __init__(self, reentrant: bool = False) -> None:
+        self._reentrant = reentrant
+        self._lock = self._fresh()
+        _LOCKS.add(self)
+
+    def _fresh(self) -> Any:
+        return threading.RLock() if self._reentrant else threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.__exit__(*exc)
+
+
+#: Every :class:`ForkSafeLock` alive (a forked child replaces each one's lock, on its one thread).
+_LOCKS: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
+
+
+def _fresh_locks() -> None:
+    for lock in list(_LOCKS):
+        lock._lock = lock._fresh()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks)
 
 
 def pool(name: str, workers: int, *, low_priority: bool = False) -> ThreadPoolExecutor:

@@ -8,13 +8,12 @@ query's precision and the world's kind, over the query's rows, the world as one 
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 from typing import Any, NamedTuple
 
 import torch
 
-from . import _launch, _warp, checks
+from . import _launch, _threads, _warp, checks
 from ._kernels import world as world_kernels
 from ._kernels._table import KernelTable
 from ._mesh_ids import check_mesh_ids, refuse_changed_mesh_ids
@@ -71,7 +70,7 @@ _VERIFIED: dict[int, _Verified] = {}
 _MAX_VERIFIED = 64
 
 
-_VERIFIED_LOCK = threading.Lock()
+_VERIFIED_LOCK = _threads.ForkSafeLock()
 
 
 def _verified(world: Any) -> _Verified | None:

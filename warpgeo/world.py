@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from . import _warp, checks
+from . import _threads, _warp, checks
 from ._kernels import world as world_kernels
 from ._mesh_ids import register_mesh_ids
 from ._world import builder as _builder
@@ -305,7 +305,7 @@ class MeshWorld:
         _mark_static(self._op_world)
         #: the tables of large meshes, still being built on a background thread (None: all in; CPU only)
         self._later = prepared.later
-        self._take_lock = threading.Lock()
+        self._take_lock = _threads.ForkSafeLock()
         if scenes or any(isinstance(p, Mapping) for p in ([poses] if not single else poses or ())):
             # per-entry poses (or names) -> per-slot poses, each scene's node transforms composed in
             self.set_poses(_slot_poses(poses, layouts, single))

@@ -24,12 +24,13 @@ generation test compile every module of every table. Pure Warp: no torch here.
 from __future__ import annotations
 
 import inspect
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import warp as wp
+
+from warpgeo._threads import ForkSafeLock
 
 #: Options of every warpgeo module. ``cuda_output``: Warp's cache holds each CUDA module as a cubin, machine
 #: code for the device's architecture, not PTX that the driver compiles again in every new process where
@@ -81,7 +82,7 @@ class KernelTable:
         self.cuda_only = cuda_only
         self.host_too = host_too
         self._built: dict[Any, SimpleNamespace] = {}
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         TABLES.append(self)
 
     def keys(self) -> list[Any]:
