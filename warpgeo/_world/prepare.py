@@ -129,12 +129,17 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
                 job_meshes.append((index, method))
             slots.append((e, m, job))
     built_meshes = _meshes._build_meshes(arrays, device)
+    # the slots of open meshes whose own sign method reads them as closed (the mesh's data may be shared with
+    # slots of other methods: those are not to be blamed)
+    signed_as_closed = {job for job, (_, method) in enumerate(job_meshes) if method in ("ray", "normal")}
     open_arrays = {
         i
-        for i, method in job_meshes
-        if method in ("ray", "normal") and not built_meshes[i][2] and _meshes.open_when_welded(*arrays[i][:2])
+        for i in {job_meshes[job][0] for job in signed_as_closed}
+        if not built_meshes[i][2] and _meshes.open_when_welded(*arrays[i][:2])
     }
-    open_signed = tuple((e, m) for e, m, job in slots if job_meshes[job][0] in open_arrays)
+    open_signed = tuple(
+        (e, m) for e, m, job in slots if job in signed_as_closed and job_meshes[job][0] in open_arrays
+    )
     specs = [
         _meshes._MeshSpec(
             built_meshes[i][0], arrays[i][0], arrays[i][1], built_meshes[i][1], method, built_meshes[i][3]
