@@ -255,9 +255,11 @@ def launch_query(
 
 def world_struct(key: tuple[str, str], world: list[torch.Tensor]) -> Any:
     """The kernels' world struct of table key ``key`` (``world_kernels.WORLD[key]``) over the world's tensors, by
-    field name (built once per checked world list, see ``_VERIFIED``)."""
-    found = _verified(world)
-    if found is not None:
+    field name (built once per checked world list, see ``_VERIFIED``). Called by an op's implementation, whose
+    check (:func:`check_world`) has just vetted this very list, which the call holds (so no other list has
+    its id): its entry is looked up by id, not vetted again (its first tensor still the one checked)."""
+    found = _VERIFIED.get(id(world))
+    if found is not None and type(world) is list and world and found.items[0]() is world[0]:
         instance = found.structs.get(key)
         if instance is None:
             instance = found.structs[key] = _world_struct_of(key, world)
