@@ -18,7 +18,8 @@ only the one looked up is created.
 ``types[key]`` gives the Warp type of each generic parameter, by name; each body takes those it has.
 ``funcs`` may instead be a function of the key returning the bodies (variants of one source, e.g. with
 ``wp.static`` branches). Every table registers itself in :data:`TABLES`: ``warpgeo warmup`` and the code
-generation test compile every module of every table. Pure Warp: no torch here.
+generation test compile every module of every table. Pure Warp (no torch ops; its lock is fork-safe:
+``warpgeo._threads.ForkSafeLock``).
 """
 
 from __future__ import annotations
