@@ -509,9 +509,9 @@ def test_a_cuda_warmup_also_loads_what_a_cuda_world_builds_on_the_host():
     """A CUDA world builds its closed meshes' tables with the build module's kernels on the CPU: a CUDA warmup
     loads that module on the host as well as every module on the device; a CPU warmup loads each once."""
     from warpgeo import _warmup
-    from warpgeo._kernels import sdf_build
+    from warpgeo._kernels import build_closed
 
-    build = sdf_build.BUILD.module_name("float32")
+    build = build_closed.CLOSED_FACES.module_name("float32")
     cuda = _warmup.warmup_plan(True)
     assert {(name, host) for _, name, host in cuda if name == build} == {(build, False), (build, True)}
     assert sum(host for _, _, host in cuda) == sum(t.host_too for t, _, _ in _warmup.kernel_modules())

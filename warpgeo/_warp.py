@@ -16,13 +16,13 @@ import contextlib
 import gc
 import os
 import sys
-import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
+from warpgeo import _threads
 from warpgeo._constants import INT32_LIMIT
 
 #: Floating dtypes accepted for points, spheres and features.
@@ -36,7 +36,7 @@ def dtype_names(dtypes: Iterable[torch.dtype]) -> str:
 
 
 _WARP: Any = None
-_WARP_LOCK = threading.Lock()
+_WARP_LOCK = _threads.ForkSafeLock()
 
 
 def warp() -> Any:
