@@ -1,0 +1,268 @@
+"""Entries added to and removed from a built world in place (``MeshWorld(capacity=...)``, ``MeshWorld.add`` /
+``MeshWorld.remove``): the capacity as given (:func:`parse_capacity`), the kind of an entry, and the writes into
+the world's preallocated ``(E, M)`` tensors (:func:`add`, :func:`remove`).
+
+The world's slots are one pool of ``M`` per environment (each slot has its ``slot_kind``); ``capacity`` counts
+per kind: environment ``e`` may hold as many entries of kind ``k`` as it was built with plus ``capacity[k]``,
+and ``M`` is wide enough for every environment to reach all its limits at once. An edit writes one slot's row
+of each per-slot tensor (``slot_kind``, ``prim_size``, ``bounds``, ``world_bounds``, ``enabled``, ``inv_poses``
+in both precisions, ``mesh_ids``, ``sign``, the table offsets and flags): no tensor an op reads is reallocated,
+so a captured CUDA graph replays the edited world. An added mesh gets its BVH (built on ``add``) and none of
+the flat tables of the queries' shortcuts (``grid_cells``, ``face_neighbors``, ``cone_*``: appending rows would
+reallocate them): its slot carries the flags of a mesh whose tables are still being built (``FLAG_PENDING``),
+with which every query is exact (the same closest face and side), only slower for points deep inside it. A
+cuboid mesh (``FLAG_BOX``) is a closed form and needs none."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import _constants, _warp
+from .._mesh_ids import update_mesh_ids
+from ..primitives import PRIMITIVES
+from . import loading as _loading
+from . import meshes as _meshes
+from . import tables as _tables
+from .poses import QUAT_NORM_TOL, _inverse_warp_transform, _pose_row, _posed_boxes
+
+#: The kinds of entries a capacity counts, by name, and their ``slot_kind`` codes.
+KINDS = {
+    "mesh": _constants.KIND_MESH,
+    "cuboid": _constants.KIND_CUBOID,
+    "sphere": _constants.KIND_SPHERE,
+    "capsule": _constants.KIND_CAPSULE,
+    "cylinder": _constants.KIND_CYLINDER,
+}
+
+
+_KIND_NAMES = {code: name for name, code in KINDS.items()}
+
+
+def parse_capacity(capacity: Any) -> dict[str, int]:
+    """``capacity`` (None, or ``{kind: count}``) as a dict of the kinds given (counts >= 0)."""
+    if capacity is None:
+        return {}
+    kinds = ", ".join(repr(k) for k in KINDS)
+    if not isinstance(capacity, Mapping):
+        raise TypeError(
+            f"capacity must be a dict {{kind: count}} (kinds {kinds}); got {type(capacity).__name__}"
+        )
+    out = {}
+    for kind, count in capacity.items():
+        if kind not in KINDS:
+            raise ValueError(f"capacity: unknown kind {kind!r}; the kinds are {kinds}")
+        if isinstance(count, (bool, np.bool_)) or not isinstance(count, (int, np.integer)):
+            raise TypeError(f"capacity[{kind!r}] must be an int; got {count!r:.40}")
+        if count < 0:
+            raise ValueError(f"capacity[{kind!r}] must be >= 0; got {count}")
+        out[kind] = int(count)
+    return out
+
+
+def kind_of(item: Any) -> str:
+    """The kind (a key of :data:`KINDS`) of an entry as given: a primitive's, else ``"mesh"``."""
+    return _KIND_NAMES[item._kind] if isinstance(item, PRIMITIVES) else "mesh"
+
+
+def limits(envs: list[list], capacity: dict[str, int]) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+    """Per environment, the entries of each kind it holds (slots as built) and the most it may hold."""
+    counts = []
+    for env in envs:
+        count = dict.fromkeys(KINDS, 0)
+        for item in env:
+            count[kind_of(item)] += 1
+        counts.append(count)
+    return counts, [{k: n + capacity.get(k, 0) for k, n in count.items()} for count in counts]
+
+
+def _env(world: Any, env: Any) -> int:
+    if isinstance(env, (bool, np.bool_)) or not isinstance(env, (int, np.integer)):
+        raise TypeError(f"env must be an int; got {env!r:.40}")
+    if not 0 <= env < world.num_envs:
+        raise IndexError(f"env must lie in [0, num_envs={world.num_envs}); got {env}")
+    return int(env)
+
+
+def _pose(pose: Any) -> torch.Tensor:
+    """``pose`` (None: identity) as a ``(7,)`` float64 tensor on the host, its quaternion normalised."""
+    if pose is None:
+        return torch.tensor((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), dtype=torch.float64)
+    if isinstance(pose, torch.Tensor):
+        pose = pose.detach()
+    row = _pose_row(pose.cpu() if isinstance(pose, torch.Tensor) else pose, "pose").cpu()
+    if not bool(torch.isfinite(row).all()):
+        raise ValueError(f"pose must be finite; got {row.tolist()}")
+    norm = float(row[3:].norm())
+    if abs(norm - 1.0) > QUAT_NORM_TOL:
+        raise ValueError(
+            f"pose must hold a unit quaternion [qw, qx, qy, qz] (norm within {QUAT_NORM_TOL} of 1); "
+            f"got {row[3:].tolist()} with norm {norm:.6g}"
+        )
+    return torch.cat([row[:3], row[3:] / norm])
+
+
+def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any) -> int:
+    """``MeshWorld.add`` (see there): the entry written into the first free slot of ``env``; its index."""
+    from .entries import _as_scene
+    from .prepare import SIGN_METHODS
+
+    if not world._limits:
+        raise ValueError(
+            "this MeshWorld was built without capacity, so it keeps no room for entries added later; build it "
+            "with capacity={kind: count}, e.g. MeshWorld(entries, capacity={'cuboid': 16, 'mesh': 4})"
+        )
+    e = _env(world, env)
+    if name is not None:
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a string (or None); got {type(name).__name__}")
+        if not name:
+            raise ValueError("name must be a non-empty string (or None)")
+        if name in world._names[e]:
+            raise ValueError(f"name {name!r} names an entry of environment {e} already (names are unique)")
+    if _as_scene(entry) is not None:
+        raise ValueError("entry is a scene (several geometries): add its geometries one at a time")
+    kind = kind_of(entry)
+    held, limit = world._counts[e][kind], world._limits[e][kind]
+    if held >= limit:
+        raise ValueError(
+            f"environment {e} holds {held} {kind} entries, as many as its capacity allows ({limit}: those it was "
+            f"built with plus capacity[{kind!r}]={world._capacity.get(kind, 0)}); remove one first, or build "
+            f"the world with a larger capacity={{{kind!r}: ...}}"
+        )
+    row = _pose(pose)
+    free = np.flatnonzero(~world._present_host[e])
+    if len(free) == 0:  # never, by the width the capacity gave M
+        raise ValueError(f"environment {e} has no free slot (capacity {world._capacity})")
+    m = int(free[0])
+    device = world._device
+    mesh = None
+    if isinstance(entry, PRIMITIVES):
+        half = np.asarray(entry.half_extents(), dtype=np.float32)
+        size, box, flags, sign = half, np.stack([-half, half]), 0, 0
+    else:
+        method = sign_method
+        if method is None:
+            method = world._sign_method if isinstance(world._sign_method, str) else "ray"
+        if not isinstance(method, str) or method not in SIGN_METHODS:
+            raise ValueError(
+                f"sign_method must be one of {', '.join(map(repr, SIGN_METHODS))}; got {method!r}"
+            )
+        vertices, faces = _loading.load_mesh(entry, "entry")
+        if method == "winding":
+            _tables._check_winding_support(device)
+        mesh, may_close, _, _ = _meshes._build_meshes(
+            [(vertices, faces, method == "winding", "entry")], device
+        )[0]
+        if device.type == "cuda":
+            _warp.warp().synchronize_device(
+                _warp.warp_device(device)
+            )  # the BVH (Warp's stream) before any query
+        spec = _meshes._MeshSpec(mesh, vertices, faces, may_close, method, None)
+        box = spec.box.astype(np.float32)
+        size = np.zeros(3, dtype=np.float32)
+        flags = _constants.FLAG_CLOSED | _constants.FLAG_BOX if spec.cuboid else spec.pending_flags
+        sign = SIGN_METHODS[method]
+    _write(world, e, m, kind=KINDS[kind], size=size, box=box, flags=flags, sign=sign, pose=row, mesh=mesh)
+    world._counts[e][kind] += 1
+    names = world._names[e]
+    names.extend([None] * (m + 1 - len(names)))
+    names[m] = name
+    _refresh_counts(world)
+    return m
+
+
+def remove(world: Any, name_or_index: Any, env: Any) -> None:
+    """``MeshWorld.remove`` (see there): the slot emptied, as a padding slot is."""
+    e = _env(world, env)
+    names = world._names[e]
+    if isinstance(name_or_index, str):
+        if name_or_index not in names:
+            known = ", ".join(repr(n) for n in names if n is not None)
+            raise ValueError(
+                f"name_or_index: no entry named {name_or_index!r} in environment {e}; the names are [{known}]"
+            )
+        m = names.index(name_or_index)
+    elif isinstance(name_or_index, (int, np.integer)) and not isinstance(name_or_index, (bool, np.bool_)):
+        m = int(name_or_index)
+        if not 0 <= m < world.max_meshes or not world._present_host[e, m]:
+            raise IndexError(f"name_or_index: environment {e} has no entry in slot {m}")
+    else:
+        raise TypeError(
+            f"name_or_index must be an entry's name (str) or slot index (int); got {name_or_index!r:.40}"
+        )
+    kind = _KIND_NAMES[int(world._kinds_host[e, m])]
+    zero = np.zeros(3, dtype=np.float32)
+    if world._wp_meshes[e][m] is not None and world._device.type == "cuda":
+        torch.cuda.synchronize(world._device)  # no queued kernel still reads the BVH let go below
+    _write(world, e, m, kind=_constants.KIND_MESH, size=zero, box=np.zeros((2, 3), np.float32), flags=0, sign=0,
+           pose=None, mesh=None)  # fmt: skip
+    world._counts[e][kind] -= 1
+    names[m] = None
+    while names and names[-1] is None and not world._present_host[e, len(names) - 1]:
+        names.pop()
+    _refresh_counts(world)
+
+
+def _refresh_counts(world: Any) -> None:
+    present = world._present_host
+    world._num_meshes = tuple(
+        int(np.flatnonzero(row)[-1]) + 1 if row.any() else 0 for row in present
+    )  # the slots up to the last one in use
+    for e, names in enumerate(world._names):
+        names.extend([None] * (world._num_meshes[e] - len(names)))
+
+
+def _write(world: Any, e: int, m: int, *, kind, size, box, flags, sign, pose, mesh) -> None:
+    """Slot ``(e, m)`` of every per-slot tensor, in place; ``pose`` None: an empty slot (padding)."""
+    device = world._device
+    present = pose is not None
+    if pose is None:
+        pose = world._identity_pose.cpu()
+    tables = world._tables
+    box_t = torch.from_numpy(np.ascontiguousarray(box, dtype=np.float32))
+    pose_t = pose.reshape(1, 7)
+    host = {
+        "bounds": box_t,
+        "world_bounds": _posed_boxes(box_t.reshape(1, 2, 3), pose_t)[0],
+        "slot_kind": torch.tensor(kind, dtype=torch.int32),
+        "prim_size": torch.from_numpy(np.asarray(size, dtype=np.float32)),
+        "sign": torch.tensor(sign, dtype=torch.int32),
+        "enabled": torch.tensor(int(present), dtype=torch.int32),
+    }
+    inverse = _inverse_warp_transform(pose_t)[0]
+    later = world._later
+    with world._take_lock:
+        if later is not None:  # a slot whose tables were still to come holds another entry now
+            for _, slots in later._jobs:
+                if (e, m) in slots:
+                    slots.remove((e, m))
+            assembly = later.assembly
+            assembly.flags[e, m] = flags
+            assembly.grid_dims[e, m] = 0
+            assembly.topo_offsets[e, m] = -1
+            assembly.cone_offsets[e, m] = -1
+        tables["grid_flags"][e, m] = flags
+        tables["grid_dims"][e, m] = 0
+        tables["topo_offsets"][e, m] = -1
+        tables["cone_offsets"][e, m] = -1
+    for field, value in host.items():
+        tables[field][e, m] = value.to(device)
+    world._poses[e, m] = pose.to(device)
+    world._inv_poses[e, m] = inverse.to(device)
+    world._inv_poses32[e, m] = inverse.to(device=device, dtype=torch.float32)
+    world._present[e, m] = present
+    world._present_host[e, m] = present
+    world._kinds_host[e, m] = kind
+    # the mesh id last, re-registered (the ops vet the world's own ids by their registered values)
+    world._wp_meshes[e][m] = mesh
+    ids = tables["mesh_ids"]
+    host_ids = world._ids_host
+    host_ids[e, m] = _constants.NO_MESH if mesh is None else mesh.id
+    ids[e, m] = int(host_ids.view(np.int64)[e, m])
+    update_mesh_ids(
+        ids, host_ids.view(np.int64), [x for row in world._wp_meshes for x in row if x is not None]
+    )
