@@ -27,7 +27,7 @@ from ..primitives import PRIMITIVES
 from . import loading as _loading
 from . import meshes as _meshes
 from . import tables as _tables
-from .poses import QUAT_NORM_TOL, _inverse_warp_transform, _pose_row, _posed_boxes
+from .poses import QUAT_NORM_TOL, _inverse_warp_transform, _pose_row
 
 #: The kinds of entries a capacity counts, by name, and their ``slot_kind`` codes.
 KINDS = {
@@ -88,21 +88,20 @@ def _env(world: Any, env: Any) -> int:
 
 
 def _pose(pose: Any) -> torch.Tensor:
-    """``pose`` (None: identity) as a ``(7,)`` float64 tensor on the host, its quaternion normalised."""
+    """``pose`` (None: identity) as a ``(7,)`` float64 tensor on the host, checked (normalised by :func:`_write`,
+    as :meth:`MeshWorld.set_poses` normalises)."""
     if pose is None:
         return torch.tensor((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), dtype=torch.float64)
-    if isinstance(pose, torch.Tensor):
-        pose = pose.detach()
-    row = _pose_row(pose.cpu() if isinstance(pose, torch.Tensor) else pose, "pose").cpu()
-    if not bool(torch.isfinite(row).all()):
+    row = _pose_row(pose.detach().cpu() if isinstance(pose, torch.Tensor) else pose, "pose").cpu().numpy()
+    if not np.isfinite(row).all():
         raise ValueError(f"pose must be finite; got {row.tolist()}")
-    norm = float(row[3:].norm())
+    norm = float(np.sqrt(row[3:] @ row[3:]))
     if abs(norm - 1.0) > QUAT_NORM_TOL:
         raise ValueError(
             f"pose must hold a unit quaternion [qw, qx, qy, qz] (norm within {QUAT_NORM_TOL} of 1); "
             f"got {row[3:].tolist()} with norm {norm:.6g}"
         )
-    return torch.cat([row[:3], row[3:] / norm])
+    return torch.from_numpy(row)
 
 
 def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any) -> int:
@@ -171,7 +170,7 @@ def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any
     names = world._names[e]
     names.extend([None] * (m + 1 - len(names)))
     names[m] = name
-    _refresh_counts(world)
+    _refresh_counts(world, e)
     return m
 
 
@@ -202,38 +201,46 @@ def remove(world: Any, name_or_index: Any, env: Any) -> None:
            pose=None, mesh=None)  # fmt: skip
     world._counts[e][kind] -= 1
     names[m] = None
-    while names and names[-1] is None and not world._present_host[e, len(names) - 1]:
-        names.pop()
-    _refresh_counts(world)
+    _refresh_counts(world, e)
 
 
-def _refresh_counts(world: Any) -> None:
-    present = world._present_host
-    world._num_meshes = tuple(
-        int(np.flatnonzero(row)[-1]) + 1 if row.any() else 0 for row in present
-    )  # the slots up to the last one in use
-    for e, names in enumerate(world._names):
-        names.extend([None] * (world._num_meshes[e] - len(names)))
+def _refresh_counts(world: Any, e: int) -> None:
+    """Environment ``e``'s ``num_meshes``: its slots up to the last one in use; its names list as long."""
+    used = np.flatnonzero(world._present_host[e])
+    counts = list(world._num_meshes)
+    counts[e] = int(used[-1]) + 1 if len(used) else 0
+    world._num_meshes = tuple(counts)
+    names = world._names[e]
+    del names[counts[e] :]
+    names.extend([None] * (counts[e] - len(names)))
 
 
 def _write(world: Any, e: int, m: int, *, kind, size, box, flags, sign, pose, mesh) -> None:
-    """Slot ``(e, m)`` of every per-slot tensor, in place; ``pose`` None: an empty slot (padding)."""
+    """Slot ``(e, m)`` of every per-slot tensor, in place; ``pose`` None: an empty slot (padding).
+
+    On the CPU the rows are written through NumPy views of the tensors (a few microseconds each, no torch
+    dispatch); on CUDA by indexed copies on the current stream. ``inv_poses`` is computed by the same torch
+    function as :meth:`MeshWorld.set_poses` on the world's device (the same bits as a world built with the
+    entry), the posed box (the broad phase's, any box that holds the entry) on the host."""
     device = world._device
     present = pose is not None
-    if pose is None:
-        pose = world._identity_pose.cpu()
-    tables = world._tables
-    box_t = torch.from_numpy(np.ascontiguousarray(box, dtype=np.float32))
-    pose_t = pose.reshape(1, 7)
-    host = {
-        "bounds": box_t,
-        "world_bounds": _posed_boxes(box_t.reshape(1, 2, 3), pose_t)[0],
-        "slot_kind": torch.tensor(kind, dtype=torch.int32),
-        "prim_size": torch.from_numpy(np.asarray(size, dtype=np.float32)),
-        "sign": torch.tensor(sign, dtype=torch.int32),
-        "enabled": torch.tensor(int(present), dtype=torch.int32),
+    pose64 = (
+        np.array((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)) if pose is None else pose.numpy().astype(np.float64)
+    )
+    box = np.asarray(box, dtype=np.float32)
+    posed = torch.from_numpy(pose64).to(device).reshape(1, 1, 7)
+    norm = posed[..., 3:].norm(dim=-1)  # set_poses' normalisation, to the bit
+    posed = torch.cat([posed[..., :3], posed[..., 3:] / norm[..., None]], dim=-1)
+    inverse = _inverse_warp_transform(posed)[0, 0]
+    rows = {
+        "bounds": box,
+        "world_bounds": _posed_box(box, pose64),
+        "slot_kind": kind,
+        "prim_size": np.asarray(size, dtype=np.float32),
+        "sign": sign,
+        "enabled": int(present),
     }
-    inverse = _inverse_warp_transform(pose_t)[0]
+    tables = world._tables
     later = world._later
     with world._take_lock:
         if later is not None:  # a slot whose tables were still to come holds another entry now
@@ -245,24 +252,72 @@ def _write(world: Any, e: int, m: int, *, kind, size, box, flags, sign, pose, me
             assembly.grid_dims[e, m] = 0
             assembly.topo_offsets[e, m] = -1
             assembly.cone_offsets[e, m] = -1
-        tables["grid_flags"][e, m] = flags
-        tables["grid_dims"][e, m] = 0
-        tables["topo_offsets"][e, m] = -1
-        tables["cone_offsets"][e, m] = -1
-    for field, value in host.items():
-        tables[field][e, m] = value.to(device)
-    world._poses[e, m] = pose.to(device)
-    world._inv_poses[e, m] = inverse.to(device)
-    world._inv_poses32[e, m] = inverse.to(device=device, dtype=torch.float32)
-    world._present[e, m] = present
+        for field, value in (
+            ("grid_flags", flags),
+            ("grid_dims", 0),
+            ("topo_offsets", -1),
+            ("cone_offsets", -1),
+        ):
+            _put(tables[field], e, m, value)
+    for field, value in rows.items():
+        _put(tables[field], e, m, value)
+    if device.type == "cpu":
+        inverse_host = inverse.numpy()
+        _put(world._poses, e, m, posed.numpy()[0, 0])
+        _put(world._inv_poses, e, m, inverse_host)
+        _put(world._inv_poses32, e, m, inverse_host)  # rounded to float32 as torch's .to rounds
+    else:
+        world._poses[e, m] = posed[0, 0]
+        world._inv_poses[e, m] = inverse
+        world._inv_poses32[e, m] = inverse.to(torch.float32)
+    _put(world._present, e, m, present)
     world._present_host[e, m] = present
     world._kinds_host[e, m] = kind
-    # the mesh id last, re-registered (the ops vet the world's own ids by their registered values)
     world._wp_meshes[e][m] = mesh
-    ids = tables["mesh_ids"]
+    # the mesh id last, re-registered (the ops vet the world's own ids by their registered values)
     host_ids = world._ids_host
-    host_ids[e, m] = _constants.NO_MESH if mesh is None else mesh.id
-    ids[e, m] = int(host_ids.view(np.int64)[e, m])
-    update_mesh_ids(
-        ids, host_ids.view(np.int64), [x for row in world._wp_meshes for x in row if x is not None]
+    new_id = _constants.NO_MESH if mesh is None else mesh.id
+    if int(host_ids[e, m]) != new_id:
+        ids = tables["mesh_ids"]
+        host_ids[e, m] = new_id
+        ids[e, m] = int(host_ids.view(np.int64)[e, m])
+        live = [x for row in world._wp_meshes for x in row if x is not None]
+        update_mesh_ids(ids, host_ids.view(np.int64), live)
+
+
+def _put(tensor: torch.Tensor, e: int, m: int, value: Any) -> None:
+    """``tensor[e, m] = value`` in place (a NumPy view's write on the CPU)."""
+    if tensor.device.type == "cpu":
+        tensor.numpy()[e, m] = value
+    elif isinstance(value, np.ndarray):
+        tensor[e, m] = torch.from_numpy(value).to(tensor.device, tensor.dtype)
+    else:
+        tensor[e, m] = value
+
+
+def _posed_box(box: np.ndarray, pose: np.ndarray) -> np.ndarray:
+    """``(2, 3)`` float32: a world-frame box around the box ``box`` (its frame) posed by ``pose``, padded and
+    rounded outwards as ``warpgeo._world.poses._posed_boxes`` pads (there for all slots, on the device)."""
+    lo, hi = box.astype(np.float64)
+    centre, half = (lo + hi) / 2, (hi - lo) / 2
+    w, x, y, z = pose[3:]
+    rotation = np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
     )
+    extent = np.abs(rotation) @ half
+    middle = rotation @ centre + pose[:3]
+    pad = _PAD * float((np.abs(middle) + extent).max())
+    with np.errstate(over="ignore"):
+        lower, upper = (middle - extent - pad).astype(np.float32), (middle + extent + pad).astype(np.float32)
+    # two float32 steps outwards: beyond any rounding of the float64 box, or of the rotation above
+    for _ in range(2):
+        lower, upper = np.nextafter(lower, np.float32(-np.inf)), np.nextafter(upper, np.float32(np.inf))
+    return np.stack([lower, upper])
+
+
+#: Relative padding of a posed box: that of ``_posed_boxes`` (``_POSED_BOX_PAD``), doubled.
+_PAD = 2.0**-19
