@@ -310,6 +310,8 @@ def test_hostile_add_and_remove():
         (dict(entry=Sphere(0.1), pose=[np.nan, 0, 0, 1, 0, 0, 0]), ValueError, "pose must be finite"),
         (dict(entry=Sphere(0.1), pose=[0, 0, 0, 2, 0, 0, 0]), ValueError, "pose must hold a unit quaternion"),
         (dict(entry=Sphere(0.1), pose="up"), TypeError, "pose"),
+        (dict(entry=Sphere(0.1), pose=torch.zeros(7, device="meta")), ValueError, "meta"),
+        (dict(entry=Sphere(0.1), pose=torch.zeros(7, dtype=torch.complex64)), TypeError, "real"),
         (dict(entry=42), TypeError, "int"),
         (dict(entry="no/such/file.stl"), ValueError, "file"),
         (dict(entry=(np.zeros((3, 3)), np.array([[0, 1, 5]]))), IndexError, "face"),
@@ -407,3 +409,29 @@ def test_curobo_bad_lists():
         load_world([_configs()[0], {"cuboid": {"table": {"dims": [1, 1, 1], "size": 2}}}])
     with pytest.raises(ValueError, match=r"config\[0\]: unknown obstacle type"):
         load_world([{"cube": {}}])
+
+
+def test_poses_given_at_construction_land_in_their_slots():
+    """With room kept (wider tensors), the poses given with the entries (an array, ragged lists, a dict) are
+    those of a world built without room; the kept slots are identity and disabled."""
+    entries = [Sphere(0.2), Cuboid([0.2, 0.3, 0.4])]
+    poses = [[1.0, 0, 0, 1, 0, 0, 0], _turned(0, 1, 0, 0.3)]
+    plain = MeshWorld(entries, poses=poses)
+    roomy = MeshWorld(entries, poses=np.array(poses), capacity={"sphere": 3})
+    assert roomy.max_meshes == 5
+    torch.testing.assert_close(roomy.poses[:, :2], plain.poses, atol=0, rtol=0)
+    assert roomy.poses[0, 2:].tolist() == [IDENTITY] * 3 and roomy.enabled.tolist() == [
+        [True, True] + [False] * 3
+    ]
+    envs = MeshWorld.from_envs([entries, entries[:1]], poses=[poses, poses[:1]], capacity={"cuboid": 1})
+    assert envs.max_meshes == 3 and envs.num_meshes == (2, 1)
+    torch.testing.assert_close(envs.poses[1, 0], plain.poses[0, 0], atol=0, rtol=0)
+
+
+def test_an_added_open_mesh_warns_as_at_construction():
+    opened = trimesh.creation.box((1.0, 1.0, 1.0))
+    opened.update_faces(np.arange(len(opened.faces)) >= 2)  # one side gone: open
+    world = MeshWorld([Sphere(0.1)], capacity={"mesh": 2})
+    with pytest.warns(UserWarning, match="open mesh"):
+        world.add(opened, name="bin")
+    world.add(opened, name="shell", sign_method="unsigned")  # no warning: read as a shell

@@ -166,10 +166,12 @@ class MeshWorld:
             (:meth:`add` refuses).
 
     Raises:
-        TypeError: a mesh of an unsupported type; faces that are not integers; complex vertices.
+        TypeError: a mesh of an unsupported type; faces that are not integers; complex vertices; a
+            ``capacity`` that is not a dict of ints.
         ValueError: an empty mesh or environment list, non-finite vertices or vertices beyond float32's
             range (Warp meshes are float32), meta tensors, bad shapes, a file trimesh cannot load as a mesh,
-            a bad ``sign_method``, a device that is not ``cpu`` / ``cuda[:N]`` or that this machine lacks,
+            a bad ``sign_method``, a ``capacity`` of an unknown kind or a negative count, a device that is not
+            ``cpu`` / ``cuda[:N]`` or that this machine lacks,
             bad poses (see :meth:`set_poses`).
         IndexError: face indices outside ``[0, V)``.
         RuntimeError: ``sign_method="winding"`` and this Warp build does not honour winding numbers.

@@ -92,7 +92,7 @@ def _pose(pose: Any) -> torch.Tensor:
     as :meth:`MeshWorld.set_poses` normalises)."""
     if pose is None:
         return torch.tensor((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), dtype=torch.float64)
-    row = _pose_row(pose.detach().cpu() if isinstance(pose, torch.Tensor) else pose, "pose").cpu().numpy()
+    row = _pose_row(pose, "pose").cpu().numpy()
     if not np.isfinite(row).all():
         raise ValueError(f"pose must be finite; got {row.tolist()}")
     norm = float(np.sqrt(row[3:] @ row[3:]))
@@ -106,7 +106,7 @@ def _pose(pose: Any) -> torch.Tensor:
 
 def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any) -> int:
     """``MeshWorld.add`` (see there): the entry written into the first free slot of ``env``; its index."""
-    from .entries import _as_scene
+    from .entries import _as_scene, _warn_open
     from .prepare import SIGN_METHODS
 
     if not world._limits:
@@ -153,7 +153,7 @@ def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any
         vertices, faces = _loading.load_mesh(entry, "entry")
         if method == "winding":
             _tables._check_winding_support(device)
-        mesh, may_close, _, _ = _meshes._build_meshes(
+        mesh, may_close, pairs_up, _ = _meshes._build_meshes(
             [(vertices, faces, method == "winding", "entry")], device
         )[0]
         if device.type == "cuda":
@@ -171,6 +171,14 @@ def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any
     names.extend([None] * (m + 1 - len(names)))
     names[m] = name
     _refresh_counts(world, e)
+    if (
+        mesh is not None
+        and method in ("ray", "normal")
+        and not pairs_up
+        and _meshes.open_when_welded(vertices, faces)
+    ):
+        # the construction's warning for an open mesh given a method that reads it as closed
+        _warn_open([(e, m)], {e: {m: method}}, world._names, world._single)
     return m
 
 
