@@ -435,3 +435,21 @@ def test_an_added_open_mesh_warns_as_at_construction():
     with pytest.warns(UserWarning, match="open mesh"):
         world.add(opened, name="bin")
     world.add(opened, name="shell", sign_method="unsigned")  # no warning: read as a shell
+
+
+def test_the_broad_phase_box_of_an_added_entry_holds_it():
+    """``world_bounds`` of an added cuboid holds its eight corners posed (NumPy), also for a quaternion
+    renormalised on the way in (norm 1.0009), and is within a few float32 steps of them."""
+    world = MeshWorld([Sphere(0.1)], capacity={"cuboid": 1})
+    dims = np.array([0.4, 1.2, 0.7])
+    pose = np.array(_turned(3.0, -2.0, 0.5, 2.2))
+    pose[3:] *= 1.0009
+    m = world.add(Cuboid(dims), pose=pose)
+    q = pose[3:] / np.linalg.norm(pose[3:])
+    rotation = trimesh.transformations.quaternion_matrix(q)[:3, :3]
+    corners = (np.array(np.meshgrid(*[[-0.5, 0.5]] * 3)).reshape(3, -1).T * dims) @ rotation.T + pose[:3]
+    lower, upper = world._tables["world_bounds"][0, m].double().numpy()
+    assert (lower <= corners.min(axis=0)).all() and (upper >= corners.max(axis=0)).all()
+    assert (
+        np.abs(lower - corners.min(axis=0)).max() < 1e-5 and np.abs(upper - corners.max(axis=0)).max() < 1e-5
+    )

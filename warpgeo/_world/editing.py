@@ -242,7 +242,7 @@ def _write(world: Any, e: int, m: int, *, kind, size, box, flags, sign, pose, me
     inverse = _inverse_warp_transform(posed)[0, 0]
     rows = {
         "bounds": box,
-        "world_bounds": _posed_box(box, pose64),
+        "world_bounds": _posed_box(box, posed.cpu().numpy()[0, 0]),
         "slot_kind": kind,
         "prim_size": np.asarray(size, dtype=np.float32),
         "sign": sign,
@@ -266,19 +266,21 @@ def _write(world: Any, e: int, m: int, *, kind, size, box, flags, sign, pose, me
             ("topo_offsets", -1),
             ("cone_offsets", -1),
         ):
-            _put(tables[field], e, m, value)
+            _put(world, field, tables[field], e, m, value)
     for field, value in rows.items():
-        _put(tables[field], e, m, value)
+        _put(world, field, tables[field], e, m, value)
     if device.type == "cpu":
         inverse_host = inverse.numpy()
-        _put(world._poses, e, m, posed.numpy()[0, 0])
-        _put(world._inv_poses, e, m, inverse_host)
-        _put(world._inv_poses32, e, m, inverse_host)  # rounded to float32 as torch's .to rounds
+        _put(world, "poses", world._poses, e, m, posed.numpy()[0, 0])
+        _put(world, "inv_poses", world._inv_poses, e, m, inverse_host)
+        _put(
+            world, "inv_poses32", world._inv_poses32, e, m, inverse_host
+        )  # rounded to float32 as torch's .to rounds
     else:
         world._poses[e, m] = posed[0, 0]
         world._inv_poses[e, m] = inverse
         world._inv_poses32[e, m] = inverse.to(torch.float32)
-    _put(world._present, e, m, present)
+    _put(world, "present", world._present, e, m, present)
     world._present_host[e, m] = present
     world._kinds_host[e, m] = kind
     world._wp_meshes[e][m] = mesh
@@ -293,38 +295,53 @@ def _write(world: Any, e: int, m: int, *, kind, size, box, flags, sign, pose, me
         update_mesh_ids(ids, host_ids.view(np.int64), live)
 
 
-def _put(tensor: torch.Tensor, e: int, m: int, value: Any) -> None:
-    """``tensor[e, m] = value`` in place (a NumPy view's write on the CPU)."""
-    if tensor.device.type == "cpu":
-        tensor.numpy()[e, m] = value
-    elif isinstance(value, np.ndarray):
-        tensor[e, m] = torch.from_numpy(value).to(tensor.device, tensor.dtype)
-    else:
-        tensor[e, m] = value
+def _put(world: Any, name: str, tensor: torch.Tensor, e: int, m: int, value: Any) -> None:
+    """``tensor[e, m] = value`` in place: on the CPU through a NumPy view of it, kept per field while the field
+    is that tensor (``tensor.numpy()`` costs microseconds)."""
+    if tensor.device.type != "cpu":
+        tensor[e, m] = (
+            torch.from_numpy(value).to(tensor.device, tensor.dtype)
+            if isinstance(value, np.ndarray)
+            else value
+        )
+        return
+    views = world.__dict__.setdefault("_host_views", {})
+    held = views.get(name)
+    if held is None or held[0] is not tensor:
+        held = views[name] = (tensor, tensor.numpy())
+    held[1][e, m] = value
 
 
 def _posed_box(box: np.ndarray, pose: np.ndarray) -> np.ndarray:
-    """``(2, 3)`` float32: a world-frame box around the box ``box`` (its frame) posed by ``pose``, padded and
-    rounded outwards as ``warpgeo._world.poses._posed_boxes`` pads (there for all slots, on the device)."""
-    lo, hi = box.astype(np.float64)
-    centre, half = (lo + hi) / 2, (hi - lo) / 2
-    w, x, y, z = pose[3:]
-    rotation = np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-        ]
+    """``(2, 3)`` float32: a world-frame box around the box ``box`` (its frame) posed by ``pose`` (a unit
+    quaternion), padded and rounded outwards as ``warpgeo._world.poses._posed_boxes`` pads (there for all
+    slots, on the device). Python floats: a handful of microseconds for one slot."""
+    (l0, l1, l2), (h0, h1, h2) = box.tolist()
+    centre = ((l0 + h0) / 2, (l1 + h1) / 2, (l2 + h2) / 2)
+    half = ((h0 - l0) / 2, (h1 - l1) / 2, (h2 - l2) / 2)
+    t0, t1, t2, w, x, y, z = pose.tolist()
+    rotation = (
+        (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
+        (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
+        (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)),
     )
-    extent = np.abs(rotation) @ half
-    middle = rotation @ centre + pose[:3]
-    pad = _PAD * float((np.abs(middle) + extent).max())
+    extent = [sum(abs(r) * h for r, h in zip(row, half, strict=True)) for row in rotation]
+    middle = [
+        sum(r * c for r, c in zip(row, centre, strict=True)) + t
+        for row, t in zip(rotation, (t0, t1, t2), strict=True)
+    ]
+    pad = _PAD * max(abs(mid) + ext for mid, ext in zip(middle, extent, strict=True))
     with np.errstate(over="ignore"):
-        lower, upper = (middle - extent - pad).astype(np.float32), (middle + extent + pad).astype(np.float32)
+        out = np.array(
+            [[mid - ext - pad for mid, ext in zip(middle, extent, strict=True)],
+             [mid + ext + pad for mid, ext in zip(middle, extent, strict=True)]],
+            dtype=np.float32,
+        )  # fmt: skip
     # two float32 steps outwards: beyond any rounding of the float64 box, or of the rotation above
-    for _ in range(2):
-        lower, upper = np.nextafter(lower, np.float32(-np.inf)), np.nextafter(upper, np.float32(np.inf))
-    return np.stack([lower, upper])
+    return np.nextafter(np.nextafter(out, _OUTWARDS), _OUTWARDS)
+
+
+_OUTWARDS = np.array([[-np.inf], [np.inf]], dtype=np.float32)
 
 
 #: Relative padding of a posed box: that of ``_posed_boxes`` (``_POSED_BOX_PAD``), doubled.
