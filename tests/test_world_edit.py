@@ -453,3 +453,21 @@ def test_the_broad_phase_box_of_an_added_entry_holds_it():
     assert (
         np.abs(lower - corners.min(axis=0)).max() < 1e-5 and np.abs(upper - corners.max(axis=0)).max() < 1e-5
     )
+
+
+def test_remove_works_without_capacity():
+    """A world built without room may still take entries out (its slot stays a disabled hole)."""
+    world = MeshWorld(
+        {"box": Cuboid([1.0, 1.0, 1.0]), "ball": Sphere(0.3)}, poses={"ball": [1.0, 0, 0, 1, 0, 0, 0]}
+    )
+    world.remove("box")
+    assert world.names == [[None, "ball"]]
+    spheres = _spheres(8)
+    torch.testing.assert_close(
+        signed_distance(spheres[..., :3], world).double(),
+        _sphere_sdf(spheres[..., :3], [1.0, 0.0, 0.0], 0.3),
+        atol=2e-6,
+        rtol=0,
+    )
+    with pytest.raises(ValueError, match="without capacity"):
+        world.add(Cuboid([1.0, 1.0, 1.0]))

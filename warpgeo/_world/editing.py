@@ -74,7 +74,8 @@ def limits(envs: list[list], capacity: dict[str, int]) -> tuple[list[dict[str, i
     for env in envs:
         count = dict.fromkeys(KINDS, 0)
         for item in env:
-            count[kind_of(item)] += 1
+            kind = kind_of(item)
+            count[kind] = count.get(kind, 0) + 1
         counts.append(count)
     return counts, [{k: n + capacity.get(k, 0) for k, n in count.items()} for count in counts]
 
@@ -201,13 +202,15 @@ def remove(world: Any, name_or_index: Any, env: Any) -> None:
         raise TypeError(
             f"name_or_index must be an entry's name (str) or slot index (int); got {name_or_index!r:.40}"
         )
-    kind = _KIND_NAMES[int(world._kinds_host[e, m])]
+    # a kind editing does not know (one added to the world since): removed as any slot is, counted by none
+    kind = _KIND_NAMES.get(int(world._kinds_host[e, m]))
     zero = np.zeros(3, dtype=np.float32)
     if world._wp_meshes[e][m] is not None and world._device.type == "cuda":
         torch.cuda.synchronize(world._device)  # no queued kernel still reads the BVH let go below
     _write(world, e, m, kind=_constants.KIND_MESH, size=zero, box=np.zeros((2, 3), np.float32), flags=0, sign=0,
            pose=None, mesh=None)  # fmt: skip
-    world._counts[e][kind] -= 1
+    if kind is not None and world._counts:
+        world._counts[e][kind] -= 1
     names[m] = None
     _refresh_counts(world, e)
 
