@@ -471,3 +471,18 @@ def test_remove_works_without_capacity():
     )
     with pytest.raises(ValueError, match="without capacity"):
         world.add(Cuboid([1.0, 1.0, 1.0]))
+
+
+def test_a_compiled_call_sees_the_edits():
+    """``torch.compile(fullgraph=True)`` of a cost over the world: traced once, it reads the world's tensors
+    at each call, so an added entry costs and a removed one no longer does, without a retrace."""
+    world = MeshWorld({"a": Cuboid([1.0, 1.0, 1.0])}, capacity={"sphere": 1})
+    spheres = torch.tensor([[[2.0, 0.0, 0.0, 0.1], [0.0, 0.0, 0.0, 0.1]]])
+    compiled = torch.compile(lambda x: sphere_mesh_cost(x, world), fullgraph=True)
+    before = compiled(spheres)
+    world.add(Sphere(0.5), name="s", pose=[2.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    added = compiled(spheres)
+    torch.testing.assert_close(added, sphere_mesh_cost(spheres, world), atol=0, rtol=0)
+    assert added[0, 0].item() == pytest.approx(0.6, abs=1e-6)  # radius 0.1 + 0.5 of penetration at the centre
+    world.remove("s")
+    assert torch.equal(compiled(spheres), before)
