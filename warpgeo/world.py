@@ -306,7 +306,7 @@ class MeshWorld:
         self._tables = dict(prepared.tables)
         mesh_ids = self._tables["mesh_ids"]
         self._ids_host = mesh_ids.cpu().numpy().view(np.uint64).copy()  # what add / remove re-register
-        register_mesh_ids(mesh_ids, list(self._wp_meshes), mesh_ids.cpu().numpy())
+        register_mesh_ids(mesh_ids, list(self._wp_meshes), self._ids_host.view(np.int64))
         # a world with room for meshes runs the general kernels from the start (a captured graph stays valid)
         self._all_cuboids = prepared.all_cuboids and not self._capacity.get("mesh", 0)
         if prepared.open_signed:
