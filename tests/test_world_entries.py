@@ -637,7 +637,7 @@ def test_curobo_accepts_cosmetic_fields_and_empty_types(tmp_path):
     assert world.names == [["t"]]
     assert _sd(world, np.zeros((1, 3)))[0] == pytest.approx(-0.5, abs=1e-6)
     with pytest.raises(TypeError, match="config must be a dict or a YAML file path"):
-        load_world([config])
+        load_world(42)
     with pytest.raises(ValueError, match="no such file"):
         load_world(tmp_path / "missing.yml")
     (tmp_path / "list.yml").write_text("- a\n- b\n")

@@ -20,6 +20,7 @@ from . import _threads, _warp, checks
 from ._kernels import world as world_kernels
 from ._mesh_ids import register_mesh_ids
 from ._world import builder as _builder
+from ._world import editing as _editing
 from ._world import loading as _loading
 from ._world import prepare as _prepare
 from ._world.entries import _layout, _named_slots, _sign_methods, _slot_poses, _warn_open
@@ -108,6 +109,15 @@ class MeshWorld:
     update the world in place (so captured CUDA graphs see the new state): a world is not to be updated
     while another thread queries it (that query may see half an update); serialise them, e.g. with a lock.
 
+    Editing: a world built with ``capacity={kind: count}`` (kinds ``"mesh"``, ``"cuboid"``, ``"sphere"``,
+    ``"capsule"``, ``"cylinder"``) keeps room, in every environment, for that many more entries of each kind than
+    it was built with: :meth:`add` and :meth:`remove` write into the world's tensors in place (no tensor an op
+    reads is reallocated, so captured CUDA graphs stay valid, as with :meth:`set_poses`); beyond the capacity,
+    a ValueError naming the kind. The slots are one pool per environment (``max_meshes`` is the most entries an
+    environment may hold at once: those built plus every kind's capacity); a removed entry's slot is reused. A
+    world with room for meshes runs the general kernels from the start, even while it holds closed forms only.
+    Threads: as :meth:`set_poses` (not while another thread queries the world).
+
     Names: entries given as a dict ``{name: entry}`` are named (``world.names``), and :meth:`set_poses` /
     :meth:`set_enabled` then also take ``{name: value}``; a list gives unnamed entries. Names are unique
     strings within an environment.
@@ -152,12 +162,16 @@ class MeshWorld:
             with one per mesh. A world whose open meshes (edges that do not pair up: holes, an open top)
             are signed by ``"ray"`` or ``"normal"`` warns once, at construction (a ``UserWarning`` naming
             them, the method and the alternatives): points in the opening of a bin may read as inside.
+        capacity: ``{kind: count}``: room per environment for entries added later (see Editing); None: none
+            (:meth:`add` refuses).
 
     Raises:
-        TypeError: a mesh of an unsupported type; faces that are not integers; complex vertices.
+        TypeError: a mesh of an unsupported type; faces that are not integers; complex vertices; a
+            ``capacity`` that is not a dict of ints.
         ValueError: an empty mesh or environment list, non-finite vertices or vertices beyond float32's
             range (Warp meshes are float32), meta tensors, bad shapes, a file trimesh cannot load as a mesh,
-            a bad ``sign_method``, a device that is not ``cpu`` / ``cuda[:N]`` or that this machine lacks,
+            a bad ``sign_method``, a ``capacity`` of an unknown kind or a negative count, a device that is not
+            ``cpu`` / ``cuda[:N]`` or that this machine lacks,
             bad poses (see :meth:`set_poses`).
         IndexError: face indices outside ``[0, V)``.
         RuntimeError: ``sign_method="winding"`` and this Warp build does not honour winding numbers.
@@ -184,6 +198,7 @@ class MeshWorld:
         poses: Any = None,
         device: torch.device | str = "cpu",
         sign_method: str | Sequence[str] = "ray",
+        capacity: Mapping[str, int] | None = None,
     ) -> None:
         if (
             isinstance(meshes, (str, os.PathLike))
@@ -196,7 +211,9 @@ class MeshWorld:
             )
         methods = sign_method if isinstance(sign_method, str) else [sign_method]
         device = _world_device(device)
-        self._build([meshes], None if poses is None else [poses], device, methods, single=True)
+        self._build(
+            [meshes], None if poses is None else [poses], device, methods, single=True, capacity=capacity
+        )
 
     @classmethod
     def from_envs(
@@ -206,6 +223,7 @@ class MeshWorld:
         poses: Any = None,
         device: torch.device | str = "cpu",
         sign_method: str | Sequence[Sequence[str]] = "ray",
+        capacity: Mapping[str, int] | None = None,
     ) -> MeshWorld:
         """A world of several environments, which may hold different numbers of meshes.
 
@@ -218,6 +236,7 @@ class MeshWorld:
             device: as for :class:`MeshWorld`.
             sign_method: one name for every mesh (see :class:`MeshWorld`), or per-environment lists nested
                 like ``envs``.
+            capacity: room for entries added later, per environment (see :class:`MeshWorld`).
         """
         if not isinstance(envs, Sequence) or isinstance(envs, str) or len(envs) == 0:
             raise ValueError("envs must be a non-empty list of per-environment mesh lists")
@@ -233,12 +252,15 @@ class MeshWorld:
                 )
             env_lists.append(env)
         world = cls.__new__(cls)
-        world._build(env_lists, poses, _world_device(device), sign_method, single=False)
+        world._build(env_lists, poses, _world_device(device), sign_method, single=False, capacity=capacity)
         return world
 
     # ----------------------------------------------------------------------------------------------------
 
-    def _build(self, given: list, poses: Any, device, sign_method, *, single: bool) -> None:
+    def _build(
+        self, given: list, poses: Any, device, sign_method, *, single: bool, capacity: Any = None
+    ) -> None:
+        self._capacity = _editing.parse_capacity(capacity)
         # names and scenes: each environment's entries as given (a list or a dict) -> one entry per slot
         seen: dict = {}  # scenes met already (by path, by object): loaded and expanded once, whatever recurs
         layouts = [_layout(env, "meshes" if single else f"envs[{e}]", seen) for e, env in enumerate(given)]
@@ -259,14 +281,19 @@ class MeshWorld:
             self._sign_method = given_methods[0] if single else given_methods
         self._single = single
         counts = [len(env) for env in envs]
-        if sum(counts) == 0:
-            raise ValueError("a MeshWorld needs at least one mesh; got none")
-        num_envs, max_meshes = len(envs), max(counts)
+        if sum(counts) == 0 and not any(self._capacity.values()):
+            raise ValueError(
+                "a MeshWorld needs at least one mesh (or a capacity for entries added later); got none"
+            )
+        # room for entries added later: every environment may reach its limit of every kind at once
+        self._counts, self._limits = _editing.limits(envs, self._capacity) if self._capacity else ([], [])
+        num_envs = len(envs)
+        max_meshes = max(sum(limit.values()) for limit in self._limits) if self._capacity else max(counts)
         self._num_meshes = tuple(counts)
 
         scenes = any(layout.scene_slots for layout in layouts)
         try:
-            prepared = _prepare.prepare(envs, methods, self._device, single=single)
+            prepared = _prepare.prepare(envs, methods, self._device, single=single, slots=max_meshes)
         except (TypeError, ValueError, IndexError) as exc:
             if not scenes:
                 raise
@@ -274,18 +301,22 @@ class MeshWorld:
             slots = "; ".join(note for layout in layouts for note in layout.scene_slots)
             raise type(exc)(f"{exc} [slots after expanding scenes: {slots}]") from exc
         # the Warp meshes own the BVHs the kernels query by id: they live as long as the mesh_ids tensor
-        self._wp_meshes: list[list[Any]] = prepared.meshes
+        self._wp_meshes: list[list[Any]] = [row + [None] * (max_meshes - len(row)) for row in prepared.meshes]
         #: the world's tensors by WORLD_FIELDS name (inv_poses: float64 here; float32 in _inv_poses32)
         self._tables = dict(prepared.tables)
         mesh_ids = self._tables["mesh_ids"]
-        register_mesh_ids(mesh_ids, list(self._wp_meshes), mesh_ids.cpu().numpy())
-        self._all_cuboids = prepared.all_cuboids
+        self._ids_host = mesh_ids.cpu().numpy().view(np.uint64).copy()  # what add / remove re-register
+        register_mesh_ids(mesh_ids, list(self._wp_meshes), self._ids_host.view(np.int64))
+        # a world with room for meshes runs the general kernels from the start (a captured graph stays valid)
+        self._all_cuboids = prepared.all_cuboids and not self._capacity.get("mesh", 0)
         if prepared.open_signed:
             _warn_open(prepared.open_signed, methods, self._names, single)
 
         # slot m of environment e holds a mesh where m < counts[e] (no loop over environments)
         self._present = torch.arange(max_meshes) < torch.tensor(counts)[:, None]
         self._present = self._present.to(self._device)
+        self._present_host = (np.arange(max_meshes) < np.array(counts)[:, None]).copy()
+        self._kinds_host = self._tables["slot_kind"].cpu().numpy().copy()
         self._enabled = self._present.to(torch.int32)
         self._poses = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
         self._poses = self._poses.to(self._device)
@@ -306,9 +337,18 @@ class MeshWorld:
         #: the tables of large meshes, still being built on a background thread (None: all in; CPU only)
         self._later = prepared.later
         self._take_lock = _threads.ForkSafeLock()
-        if scenes or any(isinstance(p, Mapping) for p in ([poses] if not single else poses or ())):
-            # per-entry poses (or names) -> per-slot poses, each scene's node transforms composed in
-            self.set_poses(_slot_poses(poses, layouts, single))
+        if (
+            scenes
+            or max_meshes > max(counts)
+            or any(isinstance(p, Mapping) for p in ([poses] if not single else poses or ()))
+        ):
+            # per-entry poses (or names) -> per-slot poses, each scene's node transforms composed in; the
+            # slots kept for entries added later: identity
+            slot_poses = np.tile(np.asarray(_IDENTITY_POSE), (num_envs, max_meshes, 1))
+            if sum(counts):
+                given_poses = _slot_poses(poses, layouts, single)
+                slot_poses[:, : given_poses.shape[1]] = given_poses
+            self.set_poses(slot_poses)
         elif poses is not None:
             self.set_poses(poses if not single else poses[0])
         if self._later is not None:
@@ -335,12 +375,14 @@ class MeshWorld:
 
     @property
     def max_meshes(self) -> int:
-        """M, the largest number of meshes in one environment (the padded width of pose/enable tensors)."""
+        """M, the padded width of pose/enable tensors: the largest number of meshes in one environment, or with
+        ``capacity`` the slots kept for them."""
         return self._present.shape[1]
 
     @property
     def num_meshes(self) -> tuple[int, ...]:
-        """The number of meshes of each environment."""
+        """The number of meshes of each environment: its slots up to the last one in use (a slot emptied by
+        :meth:`remove` before it stays a disabled hole, named None, until :meth:`add` fills it)."""
         return self._num_meshes
 
     @property
@@ -455,6 +497,72 @@ class MeshWorld:
             )
         value = value.to(self._device).bool() & self._present
         self._enabled.copy_(value.to(torch.int32))
+
+    def add(
+        self,
+        entry: MeshLike,
+        *,
+        name: str | None = None,
+        pose: Any = None,
+        env: int = 0,
+        sign_method: str | None = None,
+    ) -> int:
+        """Put a new entry into environment ``env`` of a world built with ``capacity``, in place.
+
+        The entry takes the environment's first free slot; every tensor the ops read keeps its storage (only
+        that slot's row is written), so an op sees the entry at its next call and a captured CUDA graph at its
+        next replay. A primitive is a few small writes. A mesh gets its BVH, built here (as long as building
+        the world with it would take for its BVH), and none of the tables of the queries' shortcuts (distance
+        grid, pseudo-normals, plane tree: those live in flat tables shared by every mesh, which would have to
+        grow): its queries are exact (the same closest face and side as in a world built with it), only
+        slower for points deep inside it. A cuboid mesh is a closed form either way.
+
+        Args:
+            entry: a primitive (:mod:`warpgeo.primitives`) or a mesh (as :class:`MeshWorld` takes one; not a
+                scene of several geometries).
+            name: the entry's name (unique in its environment), for :meth:`set_poses` / :meth:`set_enabled` /
+                :meth:`remove` by name; None: unnamed.
+            pose: ``[x, y, z, qw, qx, qy, qz]`` world-from-entry (identity by default).
+            env: the environment.
+            sign_method: a mesh's sign method (see :class:`MeshWorld`); None: the world's, where it was given
+                as one name, else ``"ray"``.
+
+        Returns:
+            The entry's slot index ``m`` (its row in ``poses[env]``, ``enabled[env]``, ``names[env]``); it is
+            enabled.
+
+        Raises:
+            ValueError: a world built without ``capacity``; the environment holds as many entries of the kind
+                as its capacity allows (the message names the kind and the capacity); a name in use; a bad
+                pose (shape, NaN, not a unit quaternion), a bad mesh (see :class:`MeshWorld`), a scene.
+            IndexError: ``env`` outside ``[0, num_envs)``.
+            TypeError: ``env`` not an int, ``name`` not a string, an unsupported entry.
+
+        Not to be called while another thread queries this world (as :meth:`set_poses`). On CUDA, adding a
+        mesh waits for its BVH (a device synchronisation).
+        """
+        return _editing.add(self, entry, name, pose, env, sign_method)
+
+    def remove(self, name_or_index: str | int, *, env: int = 0) -> None:
+        """Take an entry out of environment ``env``, in place: its slot becomes free (for :meth:`add`), as a
+        padding slot is (disabled, no mesh), its name is gone; the other entries keep their slots. A removed
+        mesh's BVH is let go (on CUDA after a device synchronisation, so that no queued kernel still reads it).
+
+        Args:
+            name_or_index: the entry's name, or its slot index.
+            env: the environment.
+
+        Raises:
+            ValueError: no entry of that name. IndexError: no entry in that slot, or ``env`` out of range.
+            TypeError: neither a name nor an index.
+
+        Not to be called while another thread queries this world (as :meth:`set_poses`)."""
+        _editing.remove(self, name_or_index, env)
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        """The room kept per environment for entries added later, ``{kind: count}`` as given (empty: none)."""
+        return dict(self._capacity)
 
     # ----------------------------------------------------------------------------------------------------
     # by name: the dict forms of set_poses / set_enabled build the full tensor and take the tensor path

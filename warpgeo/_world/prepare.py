@@ -56,9 +56,12 @@ class Prepared(NamedTuple):
     open_signed: tuple[tuple[int, int], ...] = ()
 
 
-def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *, single: bool) -> Prepared:
+def prepare(
+    envs: list[list], methods: list[list[str]], device: torch.device, *, single: bool, slots: int = 0
+) -> Prepared:
     """Load, validate and build every mesh of ``envs`` (one list per environment; ``methods`` nested alike)
-    on ``device``; padding slots (``m >= len(envs[e])``) get mesh id ``NO_MESH`` and no tables.
+    on ``device``; padding slots (``m >= len(envs[e])``) get mesh id ``NO_MESH`` and no tables. ``slots``: the
+    world's width ``M`` at least (room kept for entries added later, ``MeshWorld(capacity=...)``).
 
     What a query needs is built here: each mesh's Warp mesh (its BVH) and box, the per-face checks of every
     new mesh in one launch. The tables of the kernels' exact shortcuts (see :func:`build_tables`: every
@@ -81,7 +84,7 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     ``meshes[m]``, else ``envs[e][m]``)."""
     wp = _warp.warp()
     wdev = _warp.warp_device(device)
-    num_envs, max_meshes = len(envs), max(len(env) for env in envs)
+    num_envs, max_meshes = len(envs), max(slots, *(len(env) for env in envs))
     if any(
         method == "winding" and not isinstance(item, PRIMITIVES)
         for env, env_methods in zip(envs, methods, strict=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -51,13 +51,16 @@ _IDENTITY = np.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
 
 
 def load_world(
-    config: Mapping[str, Any] | str | os.PathLike,
+    config: Mapping[str, Any] | str | os.PathLike | Sequence[Mapping[str, Any] | str | os.PathLike],
     *,
     device: torch.device | str = "cpu",
     mesh_root: str | os.PathLike | None = None,
     sign_method: str = "ray",
+    capacity: Mapping[str, int] | None = None,
 ) -> warpgeo.MeshWorld:
-    """A one-environment :class:`~warpgeo.MeshWorld` from a cuRobo world configuration.
+    """A :class:`~warpgeo.MeshWorld` from a cuRobo world configuration, or from a list of them (a batch of
+    problems): one environment per configuration (:meth:`~warpgeo.MeshWorld.from_envs`), each named by its
+    own obstacles (``world.names[e]``), in the list's order.
 
     Obstacle types (each maps names to obstacles; the order of the configuration is the order of the
     world's slots):
@@ -80,7 +83,8 @@ def load_world(
 
     Args:
         config: the configuration: a dict, or the path of a YAML file (read with PyYAML: ``pip install
-            "warpgeo[curobo]"``).
+            "warpgeo[curobo]"``); or a list of them, one environment each (a one-item list: a world of one
+            environment, as the configuration alone gives).
         device: where the world lives (as for :class:`~warpgeo.MeshWorld`).
         mesh_root: the folder that a relative ``file_path`` starts from (joined as cuRobo joins its asset
             path); default: the YAML file's folder, or the current directory for a dict. It is where paths
@@ -88,9 +92,11 @@ def load_world(
             configuration can load any mesh file the process may read (check paths yourself before
             loading a configuration you do not trust).
         sign_method: the meshes' sign method (see :class:`~warpgeo.MeshWorld`; primitives are always signed).
+        capacity: room per environment for obstacles added later (``{kind: count}``, see
+            :class:`~warpgeo.MeshWorld`: ``world.add`` / ``world.remove``).
 
     Returns:
-        The world, its slots named by the obstacles' names (``world.names[0]``).
+        The world, its slots named by the obstacles' names (``world.names[e]`` for configuration ``e``).
 
     Raises:
         TypeError: a configuration that is not a dict or a path; a field of the wrong type.
@@ -105,35 +111,53 @@ def load_world(
         >>> world.names
         [['table']]
     """
+    if isinstance(config, Sequence) and not isinstance(config, (str, bytes, Mapping)):
+        if len(config) == 0:
+            raise ValueError("config: an empty list of configurations (give one per environment)")
+        read = [_read_config(item, mesh_root, f"config[{e}]") for e, item in enumerate(config)]
+        poses = {(e, name): pose for e, (_, env_poses) in enumerate(read) for name, pose in env_poses.items()}
+        return warpgeo.MeshWorld.from_envs(
+            [entries for entries, _ in read],
+            poses=poses,
+            device=device,
+            sign_method=sign_method,
+            capacity=capacity,
+        )
+    entries, poses = _read_config(config, mesh_root, "config")
+    return warpgeo.MeshWorld(entries, poses=poses, device=device, sign_method=sign_method, capacity=capacity)
+
+
+def _read_config(config: Any, mesh_root: Any, arg: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """One configuration's ``(entries, poses)`` by obstacle name; ``arg`` names it in messages."""
     root = None if mesh_root is None else os.fspath(mesh_root)
     if isinstance(config, (str, os.PathLike)):
         path = os.fspath(config)
-        config = _yaml_mapping(path, "config", "a mapping of obstacle types")
+        config = _yaml_mapping(path, arg, "a mapping of obstacle types")
         if root is None:
             root = os.path.dirname(os.path.abspath(path))
     elif not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict or a YAML file path; got {type(config).__name__}")
+        raise TypeError(f"{arg} must be a dict or a YAML file path; got {type(config).__name__}")
     entries: dict[str, Any] = {}
     poses: dict[str, np.ndarray] = {}
     for kind, obstacles in config.items():
         if kind in _MAPS:
             raise ValueError(
-                f"config[{kind!r}]: cuRobo's {kind} maps (nvblox / voxel grids) are not supported; give the "
+                f"{arg}[{kind!r}]: cuRobo's {kind} maps (nvblox / voxel grids) are not supported; give the "
                 "scene as meshes or primitives (e.g. a mesh exported from the map)"
             )
         if kind not in _FIELDS:
             known = ", ".join(repr(k) for k in _FIELDS)
-            raise ValueError(f"config: unknown obstacle type {kind!r}; the types are {known}")
+            raise ValueError(f"{arg}: unknown obstacle type {kind!r}; the types are {known}")
         if obstacles is None:
             continue
         if not isinstance(obstacles, Mapping):
             raise TypeError(
-                f"config[{kind!r}] must map names to obstacles ({{name: {{...}}}}); got {type(obstacles).__name__}"
+                f"{arg}[{kind!r}] must map names to obstacles ({{name: {{...}}}}); got {type(obstacles).__name__}"
             )
         for name, fields in obstacles.items():
-            where = f"{kind}.{name}"
+            where = f"{kind}.{name}" if arg == "config" else f"{arg}: {kind}.{name}"
             if not isinstance(name, str):
-                raise TypeError(f"config[{kind!r}]: obstacle names must be strings; got {name!r}")
+                raise TypeError(f"{arg}[{kind!r}]: obstacle names must be strings; got {name!r}")
             if name in entries:
                 raise ValueError(f"{where}: the name {name!r} is given twice (names are unique in a world)")
             if not isinstance(fields, Mapping):
@@ -143,7 +167,7 @@ def load_world(
             entry, local = _entry(kind, fields, where, root)
             entries[name] = entry
             poses[name] = pose if local is None else _compose(pose, local)
-    return warpgeo.MeshWorld(entries, poses=poses, device=device, sign_method=sign_method)
+    return entries, poses
 
 
 def _check_fields(kind: str, name: str, fields: Mapping, where: str) -> None:
