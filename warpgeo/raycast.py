@@ -24,7 +24,7 @@ from ._mesh_ids import check_mesh_ids, refuse_changed_mesh_ids
 from ._op import Op
 
 # ---- the world's op machinery, as named today (the world refactor may move these to _world/query.py) ----
-from .sdf import _KEYS, _ROWS_PER_CPU_THREAD, _check_query, _env, _world_struct  # noqa: I001
+from .sdf import _KEYS, _ROWS_PER_CPU_THREAD, _check_query, _env, _world_struct
 from .world import MeshWorld
 
 __all__ = ["RayHits", "camera_rays", "grid_rays", "lidar_rays", "raycast", "render_depth"]

@@ -26,7 +26,7 @@ from warpgeo import _constants
 from warpgeo._kernels._table import KernelTable
 
 # ---- the world's declaration, as named today (the world refactor moves these to _kernels/world.py) ----
-from warpgeo._kernels.sdf import (  # noqa: I001 (one block, re-pointed in one place)
+from warpgeo._kernels.sdf import (
     FLAG_BOX,
     KEYS,
     KIND_CAPSULE,
