@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_size_arguments, fill_sizes, import_peer, print_header, report, timeit
 
 import warpgeo
-from warpgeo.raycast import camera_rays, raycast
+from warpgeo.raycasting import camera_rays, raycast
 
 
 def _one_mesh_rays(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

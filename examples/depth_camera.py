@@ -31,7 +31,7 @@ import trimesh
 import warpgeo
 from warpgeo import demos
 from warpgeo.compat.curobo import load_world
-from warpgeo.raycast import lidar_rays, raycast, render_depth
+from warpgeo.raycasting import lidar_rays, raycast, render_depth
 
 TORUS = Path(__file__).resolve().parent / "data" / "torus.obj"
 #: where the capsule obstacle stands in environments 0, 1, 2 (it moves along y across the table)

@@ -22,16 +22,22 @@ __all__ = [
     "FarthestPointSampling",
     "GatherPoints",
     "MeshWorld",
+    "RayHits",
     "SdfMesh",
     "Sphere",
     "SweptSdfMesh",
     "ball_query",
+    "camera_rays",
     "chamfer_distance",
     "collision_pairs",
     "farthest_point_sampling",
     "gather_points",
+    "grid_rays",
     "knn",
+    "lidar_rays",
     "load_ops",
+    "raycast",
+    "render_depth",
     "self_collision_cost",
     "set_value_checks",
     "signed_distance",
@@ -61,6 +67,12 @@ _HOME = {
     "signed_distance": "sdf",
     "sphere_mesh_cost": "sdf",
     "swept_sphere_mesh_cost": "sdf",
+    "RayHits": "raycasting",
+    "raycast": "raycasting",
+    "camera_rays": "raycasting",
+    "render_depth": "raycasting",
+    "lidar_rays": "raycasting",
+    "grid_rays": "raycasting",
     "collision_pairs": "self_collision",
     "self_collision_cost": "self_collision",
     "value_checks": "checks",
@@ -74,6 +86,7 @@ if TYPE_CHECKING:
     from .gather import GatherPoints, gather_points
     from .neighbors import KNN, ball_query, knn
     from .primitives import Capsule, Cuboid, Cylinder, Sphere
+    from .raycasting import RayHits, camera_rays, grid_rays, lidar_rays, raycast, render_depth
     from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
     from .self_collision import collision_pairs, self_collision_cost
     from .world import MeshWorld

@@ -1,6 +1,6 @@
 """Ray casting against a :class:`MeshWorld`, and the sensors built on it (depth cameras, lidar, height scans).
 
-One custom op, ``warpgeo::raycast`` (one Warp launch per call: ``warpgeo._kernels.raycast``), declared with
+One custom op, ``warpgeo::raycast`` (one Warp launch per call: ``warpgeo._kernels.raycasting``), declared with
 :class:`~warpgeo._op.Op`; it takes the world as its declared inputs like the SDF ops (``world``: the list of
 the world's tensors from ``MeshWorld.kernel_args``, ``all_cuboids``). Its backward differentiates the hit
 distance (and point) w.r.t. the rays through the hit surface's tangent plane, in torch ops. The sensors
@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import torch
 
 from . import _launch, _warp, checks
-from ._kernels import raycast as kernels
+from ._kernels import raycasting as kernels
 from ._mesh_ids import check_mesh_ids, refuse_changed_mesh_ids
 from ._op import Op
 
@@ -484,8 +484,10 @@ def lidar_rays(
         of poses); unit directions; origins the sensor's position.
 
     Example:
+        >>> world = MeshWorld([warpgeo.Sphere(5.0)])
         >>> origins, dirs = lidar_rays(16, 360)
-        >>> hits = raycast(world, origins, dirs)     # hits.distance: (16, 360) ranges
+        >>> raycast(world, origins, dirs).distance.shape      # ranges: from inside the ball, 5 m every way
+        torch.Size([16, 360])
     """
     channels = checks.check_int(channels, "channels", minimum=1)
     samples = checks.check_int(horizontal_samples, "horizontal_samples", minimum=1)
