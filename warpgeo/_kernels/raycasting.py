@@ -122,6 +122,34 @@ def box_interval(o: wp.vec3d, d: wp.vec3d, lo: wp.vec3d, hi: wp.vec3d):
 
 
 @wp.func
+def box_span(o: wp.vec3d, d: wp.vec3d, inv: wp.vec3d, lo: wp.vec3d, hi: wp.vec3d):
+    """``(t_in, t_out)`` of :func:`box_interval` without the normals, with ``inv = 1 / d`` per component
+    given (a multiplication per slab, not a division: the broad phase runs it for every slot)."""
+    t_in = -inf64()
+    t_out = inf64()
+    for k in range(3):
+        if d[k] == wp.float64(0.0):
+            if o[k] < lo[k] or o[k] > hi[k]:
+                return inf64(), -inf64()
+        else:
+            a = (lo[k] - o[k]) * inv[k]
+            b = (hi[k] - o[k]) * inv[k]
+            t_in = wp.max(t_in, wp.min(a, b))
+            t_out = wp.min(t_out, wp.max(a, b))
+    return t_in, t_out
+
+
+@wp.func
+def inverse(d: wp.vec3d):
+    """``1 / d`` per component (0 where ``d`` is 0: :func:`box_span` does not read it there)."""
+    inv = wp.vec3d()
+    for k in range(3):
+        if d[k] != wp.float64(0.0):
+            inv[k] = wp.float64(1.0) / d[k]
+    return inv
+
+
+@wp.func
 def ball_interval(o: wp.vec3d, d: wp.vec3d, centre: wp.vec3d, r: wp.float64):
     """The interval of the line ``o + t d`` (``d`` unit) through the ball of ``centre`` and radius ``r``,
     with outward normals. The discriminant is taken from the line's distance to the centre (no
@@ -271,9 +299,8 @@ def mesh_hit(world: Any, e: int, m: int, o: wp.vec3d, d: wp.vec3d, reach: wp.flo
     size = wp.length(hi - lo)
     far = wp.max(wp.max(wp.abs(lo)), wp.max(wp.abs(hi)))
     pad = BOX_PAD_REL * (size + far) + BOX_PAD_ABS
-    b_in, b_out, _n_in, _n_out = box_interval(
-        o, d, lo - wp.vec3d(pad, pad, pad), hi + wp.vec3d(pad, pad, pad)
-    )
+    margin = wp.vec3d(pad, pad, pad)
+    b_in, b_out = box_span(o, d, inverse(d), lo - margin, hi + margin)
     if not (b_in <= b_out) or b_out < wp.float64(0.0) or b_in > reach:
         return False, wp.float64(0.0), wp.vec3d()
     start_t = wp.max(b_in, wp.float64(0.0))
@@ -326,14 +353,13 @@ def slot_hit(  # noqa: F811 (a Warp overload, by the world's struct type)
 
 
 @wp.func
-def world_box_interval(world: Any, e: int, m: int, o: wp.vec3d, d: wp.vec3d):
+def world_box_interval(world: Any, e: int, m: int, o: wp.vec3d, d: wp.vec3d, inv: wp.vec3d):
     """The broad phase: the ray's interval through the posed box of slot ``(e, m)`` (``world_bounds``); the
     whole line where the world has no such entry (no test)."""
     wb = world.world_bounds
     if e >= wb.shape[0] or m >= wb.shape[1] or wb.shape[2] < 2:
         return -inf64(), inf64()
-    t_in, t_out, _n_in, _n_out = box_interval(o, d, wp.vec3d(wb[e, m, 0]), wp.vec3d(wb[e, m, 1]))
-    return t_in, t_out
+    return box_span(o, d, inv, wp.vec3d(wb[e, m, 0]), wp.vec3d(wb[e, m, 1]))
 
 
 @wp.func
@@ -347,11 +373,12 @@ def cast(o: Any, u: Any, e: int, world: Any, max_distance: wp.float64):
     if e >= 0:
         ow = wp.vec3d(o)
         uw = wp.vec3d(u)
+        inv = inverse(uw)
         for m in range(world.mesh_ids.shape[1]):
             if not slot_in_use(world, e, m):
                 continue
             reach = wp.min(best, max_distance)
-            b_in, b_out = world_box_interval(world, e, m, ow, uw)
+            b_in, b_out = world_box_interval(world, e, m, ow, uw, inv)
             if not (b_in <= b_out) or b_out < wp.float64(0.0) or b_in > reach:
                 continue
             xf = world.inv_poses[e, m]
