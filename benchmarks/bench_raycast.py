@@ -31,10 +31,19 @@ import torch
 import trimesh
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_size_arguments, fill_sizes, import_peer, print_header, report, timeit
+from _common import (
+    add_size_arguments,
+    device_time,
+    fill_sizes,
+    import_peer,
+    print_header,
+    report,
+    timeit,
+    write_figures,
+)
 
 import warpgeo
-from warpgeo.raycasting import camera_rays, raycast
+from warpgeo.raycasting import camera_rays, raycast, render_depth
 
 
 def _one_mesh_rays(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -104,11 +113,15 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=None, help="environments of 10 objects")
     parser.add_argument("--size", type=int, default=64, help="camera image side in pixels")
     parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--json", default=None, help="write the figures to this JSON file")
     args = parser.parse_args()
+    if args.envs is None and torch.device(args.device).type == "cuda" and not args.quick:
+        args.envs = 1024  # the GPU target: 1,024 environments x a 64 x 64 depth image
     fill_sizes(args, subdivisions=(8, 6), rays=(1_000_000, 100_000), envs=(256, 32), repeat=(5, 3))
     device = torch.device(args.device)
     print_header(device)
     o3d = import_peer("open3d", "open3d")
+    figures: dict[str, float | None] = {}
     rng = np.random.default_rng(0)
 
     # warm-up: compile the kernels (Warp's cache) on a small world of meshes
@@ -138,6 +151,7 @@ def main() -> None:
         rows.append(("open3d cast_rays", timeit(lambda: scene.cast_rays(rays), "cpu", repeat=args.repeat)))
         _compare("one mesh", hits.distance, first["t_hit"].numpy())
     report(f"one mesh ({faces:,} faces, {args.rays:,} rays)", rows, "warpgeo raycast")
+    figures[f"raycast_one_mesh_f{faces}_r{args.rays}_ms"] = rows[0][1] * 1e3
     for name, seconds in rows:
         print(f"  {name}: {args.rays / seconds / 1e6:.2f} M rays/s")
     del world
@@ -185,6 +199,24 @@ def main() -> None:
     report(f"environments ({n_rays:,} rays)", timed, "warpgeo raycast")
     for name, seconds in timed:
         print(f"  {name}: {n_rays / seconds / 1e6:.2f} M rays/s")
+    figures[f"raycast_envs{args.envs}_{side}x{side}_ms"] = timed[0][1] * 1e3
+    if device.type == "cuda":  # the stream's time (CUDA events) of one call, and of render_depth
+        cast = device_time(
+            lambda: raycast(world, origins, directions, env_index=env_index), device, repeat=20
+        )
+        poses = pose.expand(args.envs, 7).contiguous().to(device)
+        depth = device_time(
+            lambda: render_depth(world, k.to(device), side, side, poses, env_index=env_index),
+            device,
+            repeat=20,
+        )
+        print(
+            f"  CUDA events: raycast {cast * 1e3:.3f} ms, render_depth {depth * 1e3:.3f} ms "
+            f"({args.envs} environments x {side}x{side}; target <= 2 ms at 1,024)"
+        )
+        figures[f"raycast_envs{args.envs}_{side}x{side}_cuda_ms"] = cast * 1e3
+        figures[f"render_depth_envs{args.envs}_{side}x{side}_cuda_ms"] = depth * 1e3
+    write_figures(args.json, figures)
 
 
 if __name__ == "__main__":
