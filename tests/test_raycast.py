@@ -716,3 +716,49 @@ def test_public_names_and_the_example(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert png.stat().st_size > 10_000 and done.stdout.count("lidar returns") == 3
+
+
+def test_gpu_row_layout_on_cpu_tensors(monkeypatch):
+    """CUDA's launch layout (one ray per thread, one launch) on CPU tensors gives the CPU layout's answers
+    (several rays per thread, split among threads)."""
+    from warpgeo import _warp
+
+    world = MeshWorld([trimesh.creation.icosphere(subdivisions=2), Capsule(0.2, 0.5)],
+                      poses=[_POSE_A, _POSE_C])  # fmt: skip
+    rng = np.random.default_rng(8)
+    origins, dirs = _rays_towards(np.array([_POSE_A[:3], _POSE_C[:3]]), rng, 3000)
+    o, d = torch.tensor(origins).reshape(30, 100, 3), torch.tensor(dirs).reshape(30, 100, 3)
+    cpu = raycast(world, o, d)
+    monkeypatch.setattr(_warp, "cuda_algorithms", lambda device: True)
+    cuda = raycast(world, o, d)
+    for a, b in zip(cpu, cuda, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+_THREADS = """
+import threading, torch, trimesh, warpgeo
+world = warpgeo.MeshWorld([trimesh.creation.icosphere(subdivisions=2), warpgeo.Cylinder(0.2, 0.6)],
+                          poses=[[0, 0, 0, 1, 0, 0, 0], [1, 0, 0, 1, 0, 0, 0]])
+o = torch.tensor([-3.0, 0.0, 0.0]) + 0.3 * torch.randn(4, 200, 3, generator=torch.Generator().manual_seed(0))
+d = torch.tensor([1.0, 0.0, 0.0]).expand(4, 200, 3)
+out, errors = [None] * 6, []
+def call(i):
+    try:
+        out[i] = warpgeo.raycast(world, o, d).distance
+    except Exception as error:
+        errors.append(repr(error))
+threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert not errors, errors
+assert all(torch.equal(x, out[0]) for x in out) and torch.isfinite(out[0]).any()
+print("ok")
+"""
+
+
+def test_first_calls_from_several_threads_at_once():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
