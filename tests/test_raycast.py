@@ -762,3 +762,26 @@ def test_first_calls_from_several_threads_at_once():
 
     done = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_one_launch_per_call(monkeypatch):
+    """Every entry kind of every environment in one kernel launch (few rays: no CPU split)."""
+    from warpgeo import _launch
+
+    world = MeshWorld.from_envs(
+        [[trimesh.creation.icosphere(subdivisions=1), Sphere(0.3), Cuboid([2.5, 2.5, 2.5])], [Capsule(0.1, 0.2)]]
+    )
+    o = torch.tensor([[[-3.0, 0, 0]], [[-3.0, 0, 0]]])
+    d = torch.tensor([[[1.0, 0, 0]], [[1.0, 0, 0]]])
+    raycast(world, o, d)  # compiled and loaded
+    launches = []
+    real_run = _launch.run
+
+    def counted(kernel, *args, **kwargs):
+        launches.append(kernel.key)
+        return real_run(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(_launch, "run", counted)
+    hits = raycast(world, o, d, env_index=torch.tensor([0, 1]))
+    assert len(launches) == 1 and "raycast" in launches[0]
+    assert hits.entry.flatten().tolist() == [2, 0]  # the cube (x = -1.25) before the unit icosphere
