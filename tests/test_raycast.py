@@ -769,7 +769,10 @@ def test_one_launch_per_call(monkeypatch):
     from warpgeo import _launch
 
     world = MeshWorld.from_envs(
-        [[trimesh.creation.icosphere(subdivisions=1), Sphere(0.3), Cuboid([2.5, 2.5, 2.5])], [Capsule(0.1, 0.2)]]
+        [
+            [trimesh.creation.icosphere(subdivisions=1), Sphere(0.3), Cuboid([2.5, 2.5, 2.5])],
+            [Capsule(0.1, 0.2)],
+        ]
     )
     o = torch.tensor([[[-3.0, 0, 0]], [[-3.0, 0, 0]]])
     d = torch.tensor([[[1.0, 0, 0]], [[1.0, 0, 0]]])
@@ -785,3 +788,21 @@ def test_one_launch_per_call(monkeypatch):
     hits = raycast(world, o, d, env_index=torch.tensor([0, 1]))
     assert len(launches) == 1 and "raycast" in launches[0]
     assert hits.entry.flatten().tolist() == [2, 0]  # the cube (x = -1.25) before the unit icosphere
+
+
+def test_render_depth_compiles_fullgraph():
+    world = MeshWorld(
+        [Cuboid([10, 10, 0.1]), Sphere(0.3)], poses=[[0, 0, -0.05, 1, 0, 0, 0], [0.2, 0, 0.3, 1, 0, 0, 0]]
+    )
+    k = torch.tensor([20.0, 20.0, 7.5, 5.5])
+    pose = torch.tensor([[0.0, 0, 2.0, 0.05, 1, 0, 0]], requires_grad=True)
+
+    def f(p):
+        return render_depth(world, k, 16, 12, p).square().sum()
+
+    out = torch.compile(f, backend="aot_eager", fullgraph=True)(pose)
+    (g,) = torch.autograd.grad(out, pose)
+    ref = f(pose)
+    (g_ref,) = torch.autograd.grad(ref, pose)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(g, g_ref)

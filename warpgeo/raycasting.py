@@ -370,7 +370,9 @@ def camera_rays(
 
     Raises:
         TypeError: ``width`` / ``height`` not ints; a non-float tensor.
-        ValueError: bad shapes, non-finite or zero focal lengths, a zero quaternion.
+        ValueError: bad shapes; with value checks on, non-finite intrinsics or zero focal lengths, a zero or
+            non-finite quaternion (with checks off their rays are NaN, which :func:`raycast` then refuses
+            or, with its checks off too, misses).
 
     Example:
         >>> K = torch.tensor([[50.0, 0, 31.5], [0, 50.0, 23.5], [0, 0, 1]])
@@ -591,10 +593,16 @@ def _intrinsics(intrinsics: Any, like: torch.Tensor) -> tuple[torch.Tensor, ...]
         raise ValueError(
             f"intrinsics must be K (3, 3), (fx, fy, cx, cy) (4,), or a batch (B, 3, 3) / (B, 4); got {tuple(k.shape)}"
         )
-    focal = torch.stack((fx, fy)).detach()
-    if not bool(torch.isfinite(k).all()) or bool((focal == 0).any()):
-        raise ValueError("intrinsics must be finite, with nonzero focal lengths")
+    if _checking(k):
+        focal = torch.stack((fx, fy)).detach()
+        if not bool(torch.isfinite(k).all()) or bool((focal == 0).any()):
+            raise ValueError("intrinsics must be finite, with nonzero focal lengths")
     return fx, fy, cx, cy
+
+
+def _checking(t: torch.Tensor) -> bool:
+    """Value checks of the sensors' inputs: as the ops' (switchable), and never in a traced graph."""
+    return checks.checking_values(t.device) and not torch.compiler.is_compiling()
 
 
 def _camera_directions(fx, fy, cx, cy, width: int, height: int) -> torch.Tensor:
@@ -611,7 +619,7 @@ def _camera_directions(fx, fy, cx, cy, width: int, height: int) -> torch.Tensor:
 
 def _unit_quaternion(q: torch.Tensor) -> torch.Tensor:
     norm = torch.linalg.vector_norm(q, dim=-1, keepdim=True)
-    if not bool((norm.detach() > 0).all()) or not bool(torch.isfinite(q.detach()).all()):
+    if _checking(q) and not (bool((norm.detach() > 0).all()) and bool(torch.isfinite(q.detach()).all())):
         raise ValueError("pose quaternions must be finite and nonzero ([x, y, z, qw, qx, qy, qz])")
     return q / norm
 
