@@ -481,6 +481,8 @@ def test_shapes_dtypes_and_broadcasting(device):
     d = torch.tensor([[1.0, 0, 0], [1, 0.1, 0], [1, -0.1, 0], [1, 0, 0.1], [0, 1, 0]], device=device)[None]
     hits = raycast(world, o, d)
     assert hits.distance.shape == (1, 5) and hits.entry[0, :4].eq(0).all() and hits.entry[0, 4] == -1
+    strided = raycast(world, o.expand(5, 5, 3).transpose(0, 1)[:, :1], d[0][:, None])  # views, no copies
+    torch.testing.assert_close(strided.distance[:, 0], hits.distance[0])
     half = raycast(world, o.half(), d.half())
     assert half.distance.dtype == torch.float16
     torch.testing.assert_close(half.distance.float(), hits.distance, atol=2e-3, rtol=2e-3)

@@ -188,7 +188,7 @@ def _check_values(origins, directions, env_index, num_envs: int, ids_changed) ->
     ``env_index`` in range, the world's mesh ids unchanged."""
     parts = [_warp.sum64(origins), _warp.sum64(directions)]
     if directions.numel() > 0:
-        parts.append((directions == 0).all(-1).any())
+        parts.append(_any_zero_row(directions))
     check_env = env_index is not None and env_index.numel() > 0
     if check_env:
         parts.extend(torch.aminmax(env_index))
@@ -212,6 +212,16 @@ def _check_values(origins, directions, env_index, num_envs: int, ids_changed) ->
             raise IndexError(
                 f"env_index must lie in [0, num_envs={num_envs}); got values {env_index.unique().tolist()}"
             )
+
+
+def _any_zero_row(directions: torch.Tensor) -> torch.Tensor:
+    """Whether a direction is (0, 0, 0), as a 0-d tensor. On the CPU numpy answers on the calling thread:
+    torch's elementwise ops on a large tensor leave OpenMP workers spinning, which take cores from the
+    launch threads right after (CONTRIBUTING, "Launching")."""
+    if _warp._on_the_host(directions):
+        rows = directions.detach().numpy().reshape(-1, 3)
+        return torch.tensor(bool((rows == 0).all(axis=1).any()))
+    return (directions == 0).all(-1).any()
 
 
 # --------------------------------------------------------------------------------------------------------
