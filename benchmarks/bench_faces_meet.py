@@ -1,4 +1,4 @@
-"""The closed-mesh check (``_mesh_prep.faces_meet``), the old way (every face's box against its mesh's BVH)
+"""The closed-mesh check (``_meshes.faces_meet``), the old way (every face's box against its mesh's BVH)
 against the fan way (groups around hubs, pieces' boxes; issue 37), in the same run, process CPU time.
 
     python benchmarks/bench_faces_meet.py [--repeat 3] [--envs 256] [--no-icosphere]
@@ -23,7 +23,8 @@ import trimesh
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from warpgeo import _mesh_prep, _warp
+from warpgeo import _warp
+from warpgeo._world import meshes as _meshes
 
 
 def spec(vertices, faces) -> SimpleNamespace:
@@ -36,7 +37,7 @@ def spec(vertices, faces) -> SimpleNamespace:
 
 def timed(specs, split: bool) -> tuple[float, list[bool]]:
     start = time.process_time()
-    out = _mesh_prep.faces_meet(specs, torch.device("cpu"), split_fans=split)
+    out = _meshes.faces_meet(specs, torch.device("cpu"), split_fans=split)
     return time.process_time() - start, out
 
 

@@ -351,15 +351,18 @@ def bench_rl(args, o3d, device) -> None:
             print("    " + rl_phases(meshes, poses, device), flush=True)
 
 
-#: ``_mesh_prep``'s steps of a world build that :func:`rl_phases` times (module attributes, looked up by
-#: name at each call: wrapping them times every call)
+#: The steps of a world build that :func:`rl_phases` times, ``name: (module, label)`` (module attributes of
+#: ``warpgeo._world`` / ``warpgeo._threads``, looked up by name at each call: wrapping them times every call)
 _PHASES = {
-    "_build_meshes": "BVHs + face checks",
-    "faces_meet": "closed-mesh check",
-    "_in_chunks": "runs of meshes on threads (BVHs, edge pairs, closed meshes' tables: inside the others)",
-    "_grids": "grids",
-    "build_tables": "tables, all",
-    "prepare": "prepare, all",
+    "_build_meshes": ("warpgeo._world.meshes", "BVHs + face checks"),
+    "faces_meet": ("warpgeo._world.meshes", "closed-mesh check"),
+    "_in_chunks": (
+        "warpgeo._threads",
+        "runs of meshes on threads (BVHs, edge pairs, closed meshes' tables: inside the others)",
+    ),
+    "_grids": ("warpgeo._world.tables", "grids"),
+    "build_tables": ("warpgeo._world.tables", "tables, all"),
+    "prepare": ("warpgeo._world.prepare", "prepare, all"),
 }
 
 
@@ -368,11 +371,14 @@ def rl_phases(meshes, poses, device) -> str:
     of :data:`_PHASES` timed (wall seconds, the device synchronised around each): where a world's build goes,
     on CUDA (whose tables are always built at once) and on the CPU (where, from 32k faces, the closed meshes'
     tables are built side by side with the closed-mesh check and the grids: their times overlap)."""
-    from warpgeo import _mesh_prep
+    import importlib
+
+    from warpgeo._world import prepare as _prepare
 
     spent = dict.fromkeys(_PHASES, 0.0)
-    saved = {name: getattr(_mesh_prep, name) for name in _PHASES}
-    limits = (_mesh_prep.BACKGROUND_FACES, _mesh_prep.BACKGROUND_WORLD_FACES)
+    homes = {name: importlib.import_module(module) for name, (module, _) in _PHASES.items()}
+    saved = {name: getattr(homes[name], name) for name in _PHASES}
+    limits = (_prepare.BACKGROUND_FACES, _prepare.BACKGROUND_WORLD_FACES)
 
     def timed(name, fn):
         def run(*args, **kwargs):
@@ -388,17 +394,17 @@ def rl_phases(meshes, poses, device) -> str:
 
     try:
         for name, fn in saved.items():
-            setattr(_mesh_prep, name, timed(name, fn))
-        _mesh_prep.BACKGROUND_FACES = _mesh_prep.BACKGROUND_WORLD_FACES = 1 << 62
+            setattr(homes[name], name, timed(name, fn))
+        _prepare.BACKGROUND_FACES = _prepare.BACKGROUND_WORLD_FACES = 1 << 62
         start = time.perf_counter()
         warpgeo.MeshWorld.from_envs(meshes, poses=poses, device=device)
         sync(device)
         total = time.perf_counter() - start
     finally:
         for name, fn in saved.items():
-            setattr(_mesh_prep, name, fn)
-        _mesh_prep.BACKGROUND_FACES, _mesh_prep.BACKGROUND_WORLD_FACES = limits
-    parts = ", ".join(f"{label} {spent[name]:.2f} s" for name, label in _PHASES.items())
+            setattr(homes[name], name, fn)
+        _prepare.BACKGROUND_FACES, _prepare.BACKGROUND_WORLD_FACES = limits
+    parts = ", ".join(f"{label} {spent[name]:.2f} s" for name, (_, label) in _PHASES.items())
     return f"every table at once: from_envs {total:.2f} s; {parts}"
 
 

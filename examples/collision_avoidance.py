@@ -47,12 +47,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sweep-steps", type=int, default=4, help="spheres scored between waypoints (default: 4)"
     )
-    parser.add_argument("--mesh", default=None, help="a mesh file to add to the obstacles")
+    parser.add_argument(
+        "--mesh",
+        default=None,
+        help="a mesh file to add to the obstacles: centred, its thinnest side facing the path, scaled to "
+        "0.5 across, placed last on the path at x = 1.45 (after the sphere)",
+    )
     parser.add_argument("--print-every", type=int, default=10, help="print the cost every N iterations")
     parser.add_argument(
         "--quick", action="store_true", help="smallest settings (for tests): H = 24, 60 steps"
     )
-    parser.add_argument("--out", default="collision_avoidance.png", help="output picture")
+    parser.add_argument(
+        "--out",
+        default="collision_avoidance.png",
+        help="output picture (default: collision_avoidance.png, in the current folder)",
+    )
     args = parser.parse_args(argv)
     if args.quick:  # smaller sizes; flags given explicitly still win
         parser.set_defaults(horizon=24, iterations=60)

@@ -140,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default: 1e-3)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the data and the model (default: 0)")
     parser.add_argument("--quick", action="store_true", help="smallest settings (for tests)")
-    parser.add_argument("--out", default="ddp_training.png", help="output picture")
+    parser.add_argument(
+        "--out",
+        default="ddp_training.png",
+        help="output picture (default: ddp_training.png, in the current folder)",
+    )
     args = parser.parse_args(argv)
     if args.device != "cpu":  # one line and exit code 2, as the warpgeo command
         print(

@@ -32,7 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device"
     )
-    parser.add_argument("--mesh", default=None, help="mesh file to sample (default: a torus)")
+    parser.add_argument(
+        "--mesh",
+        default=None,
+        help="mesh file to sample, as it is (its own frame and size; default: a torus)",
+    )
     parser.add_argument(
         "--num-surface", type=int, default=20000, help="dense surface samples (default: 20000)"
     )
@@ -42,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         "--seed", type=int, default=0, help="seeds the surface samples and the random subsets (default: 0)"
     )
     parser.add_argument("--quick", action="store_true", help="smallest settings (for tests)")
-    parser.add_argument("--out", default="point_sampling.png", help="output picture")
+    parser.add_argument(
+        "--out",
+        default="point_sampling.png",
+        help="output picture (default: point_sampling.png, in the current folder)",
+    )
     args = parser.parse_args(argv)
     if args.quick:  # smaller sizes; flags given explicitly still win
         parser.set_defaults(num_surface=3000, max_k=128, show_k=64)

@@ -32,6 +32,7 @@ import argparse
 import math
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -39,6 +40,9 @@ from torch import nn
 
 import warpgeo
 from warpgeo import demos
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CLASSES = ("box", "sphere", "cylinder", "cone", "torus")
 
@@ -182,14 +186,20 @@ def accuracy(model: nn.Module, clouds: torch.Tensor, labels: torch.Tensor, batch
 
 def plot(
     path: str, cloud: torch.Tensor, label: int, model: PointNet2Classifier, losses: list[float], acc: float
-) -> None:
+) -> Figure:
     from matplotlib.figure import Figure
 
     with torch.no_grad():
         sa = model.sa1
         idx = warpgeo.farthest_point_sampling(cloud[None], sa.num_centres)[0]
         centres = cloud[idx]
-        group = warpgeo.knn(centres[None, :1], cloud[None], sa.k).idx[0, 0]
+        if sa.grouping == "ball":
+            group = warpgeo.ball_query(centres[None, :1], cloud[None], sa.radius, sa.k)[0, 0]
+            group = group[group >= 0]  # -1 pads a short row
+            what = f"one group: the first K = {sa.k} points (in index order) within r = {sa.radius}"
+        else:
+            group = warpgeo.knn(centres[None, :1], cloud[None], sa.k).idx[0, 0]
+            what = f"one group: its K = {sa.k} nearest points"
     cloud, centres, group = cloud.cpu().numpy(), centres.cpu().numpy(), group.cpu().numpy()
 
     fig = Figure(figsize=(11.5, 4.6), layout="constrained")
@@ -206,7 +216,7 @@ def plot(
         s=18,
         c="C3",
         depthshade=False,
-        label=f"one group: its K = {len(group)} nearest points",
+        label=what,
     )
     ax.scatter(*centres[:1].T, s=120, c="k", marker="*", depthshade=False, label="that group's centre")
     ax.set_title(f"a test cloud (class: {CLASSES[label]}) in the first layer", fontsize=10)
@@ -229,6 +239,7 @@ def plot(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.savefig(path, dpi=110)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -262,7 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         "--seed", type=int, default=0, help="seeds the data, the model and the order (default: 0)"
     )
     parser.add_argument("--quick", action="store_true", help="smallest settings (for tests)")
-    parser.add_argument("--out", default="pointnet2_set_abstraction.png", help="output picture")
+    parser.add_argument(
+        "--out",
+        default="pointnet2_set_abstraction.png",
+        help="output picture (default: pointnet2_set_abstraction.png, in the current folder)",
+    )
     args = parser.parse_args(argv)
     if args.quick:  # smaller sizes; flags given explicitly still win
         parser.set_defaults(steps=100, lr=2e-3, num_points=128, num_train=240, num_test=40)

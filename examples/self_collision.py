@@ -127,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="smallest settings (for tests): B = 64, 100 steps"
     )
-    parser.add_argument("--out", default="self_collision.png", help="output picture")
+    parser.add_argument(
+        "--out",
+        default="self_collision.png",
+        help="output picture (default: self_collision.png, in the current folder)",
+    )
     args = parser.parse_args(argv)
     if args.quick:  # smaller sizes; flags given explicitly still win
         parser.set_defaults(batch=64, steps=100)
@@ -236,14 +240,7 @@ def draw(path, before, after, hit_before, hit_after, world_before, sphere_links,
             ax.set_aspect("equal")
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
-    ax = fig.add_subplot(grid[:, 3])
-    steps = range(len(history))
-    ax.plot(steps, [h[0] for h in history], label="self-collision cost (mean)")
-    ax.plot(steps, [h[1] for h in history], label="world cost (mean)")
-    ax.set_yscale("symlog", linthresh=1e-4)
-    ax.set_xlabel("Adam step")
-    ax.legend()
-    ax.grid(alpha=0.3)
+    cost_panel(fig.add_subplot(grid[:, 3]), history)
     fig.suptitle(
         "Planar arm: base grey, links 1-3 blue, orange, green; red outline: a sphere in collision "
         "(with another link or the grey box)",
@@ -252,6 +249,18 @@ def draw(path, before, after, hit_before, hit_after, world_before, sphere_links,
     fig.tight_layout()
     fig.savefig(path)
     return path
+
+
+def cost_panel(ax, history: list[tuple[float, float]]) -> None:
+    """The costs per Adam step (mean over the batch of each configuration's cost), on a symlog axis."""
+    steps = range(len(history))
+    ax.plot(steps, [h[0] for h in history], label="self-collision cost (mean)")
+    ax.plot(steps, [h[1] for h in history], label="world cost (mean)")
+    ax.set_yscale("symlog", linthresh=1e-4)
+    ax.set_xlabel("Adam step")
+    ax.set_ylabel("cost of a configuration, mean over the batch (symlog)")
+    ax.legend()
+    ax.grid(alpha=0.3)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ the same way. CUDA's *algorithms* (sorts, block kernels, row splits) run here on
 
 from __future__ import annotations
 
+import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -30,7 +35,45 @@ TWO_GPUS = {
     "test_cuda_only.py::test_ops_on_a_second_gpu": "cuda:N: every op on cuda:1",
 }
 
+#: tests that read only warpgeo's op registry: they run on every machine, also in a CUDA-only file
+RUN_WITHOUT_CUDA = {"test_every_op_is_covered"}
+
 _DEVICES = ["cpu", "cuda"]
+
+
+def every_op() -> set[str]:
+    """Every op warpgeo declares (``"warpgeo::knn"``, ...): the op modules all imported, then the registry of
+    ``warpgeo._op.Op``."""
+    import warpgeo
+    from warpgeo import _op
+
+    warpgeo.load_ops()
+    # every module that declares an op must be among those load_ops imports, or the registry would depend on
+    # which tests ran before (read from the sources: an ``Op("warpgeo::...``)
+    package = Path(warpgeo.__file__).parent
+    declaring = sorted(
+        ".".join(["warpgeo", *path.relative_to(package).with_suffix("").parts])
+        for path in package.rglob("*.py")
+        if re.search(r"\bOp\(\s*\"warpgeo::", path.read_text())
+    )
+    assert declaring, "no module declares an op: is the search right?"
+    missing = [name for name in declaring if name not in sys.modules]
+    assert not missing, f"warpgeo.load_ops() does not import {missing}, which declare ops"
+    return set(_op.REGISTRY)
+
+
+def assert_covers_every_op(covered: Iterable[str], suite: str) -> None:
+    """A per-op guarantee suite covers exactly the declared ops: an op none of its cases runs (a new op, say)
+    fails it, naming the op, and so does a case for an op that no longer exists.
+
+    Args:
+        covered: the op names (``"warpgeo::knn"``) the suite's cases run.
+        suite: the suite's name, for the message.
+    """
+    ops, covered = every_op(), set(covered)
+    missing, stale = sorted(ops - covered), sorted(covered - ops)
+    assert not missing, f"{suite}: no case covers {missing}: add one to this suite for each new op"
+    assert not stale, f"{suite}: cases for ops that do not exist: {stale}"
 
 
 @pytest.fixture(params=_DEVICES)
@@ -54,6 +97,8 @@ def pytest_collection_modifyitems(config, items):
     cuda = torch.cuda.is_available()
     gpus = torch.cuda.device_count() if cuda else 0
     for item in items:
+        if item.originalname in RUN_WITHOUT_CUDA:
+            continue
         two = _listed(item.nodeid, TWO_GPUS)
         only = _listed(item.nodeid, CUDA_ONLY)
         on_cuda = getattr(item, "callspec", None) is not None and item.callspec.params.get("device") == "cuda"

@@ -3,6 +3,7 @@ ragged clouds, L1 / L2, squared or not, gradients (gradcheck in float64), errors
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from test_sync_free import _assert_sync_free
@@ -171,6 +172,50 @@ def test_empty_clouds(device):
     assert float(got.loss) == 0.0
     got = warpgeo.chamfer_distance(torch.rand(0, 4, 3, device=device), torch.rand(0, 2, 3, device=device))
     assert got.dist_xy.shape == (0, 4) and float(got.loss) == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_empty_cloud_with_zero_strides(device, dtype):
+    """An empty NumPy cloud becomes a tensor with strides (0, 0, 0) (issue 50, item 11): the same answer
+    as a fresh empty tensor (knn takes it too), forward and backward."""
+    x = torch.rand(2, 5, 3, dtype=dtype, device=device)
+    y = torch.tensor(np.zeros((2, 0, 3)), dtype=dtype, device=device)
+    assert y.stride() == (0, 0, 0) or device.type != "cpu"
+    for first, second in ((x, y), (y, x), (y, y)):
+        for norm in (1, 2):
+            a = first.clone().requires_grad_()
+            got = warpgeo.chamfer_distance(a, second, norm=norm)
+            want = reference(first, second, norm=norm)
+            assert float(got.loss.detach()) == float(want[0]) == 0.0
+            assert got.idx_xy.cpu().tolist() == want[3].tolist()
+            assert got.idx_yx.cpu().tolist() == want[4].tolist()
+            got.loss.backward()
+            assert a.grad.shape == first.shape and not a.grad.any()
+    assert warpgeo.knn(x, y, 1).idx.shape == (2, 5, 1)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", None])
+@pytest.mark.parametrize("n", [7, 300])  # the scan and the grid
+def test_one_unbatched_cloud_each(device, reduction, n):
+    """(N, 3) and (M, 3), as knn / ball_query / fps take them: the batch of one, unbatched."""
+    x, y = clouds(1, n, 40, device, torch.float64)
+    got = warpgeo.chamfer_distance(x[0], y[0], reduction=reduction)
+    want = reference(x, y, reduction=reduction)
+    assert got.loss.shape == ()
+    torch.testing.assert_close(got.loss.cpu(), want[0].reshape(()), rtol=1e-12, atol=0)
+    assert got.dist_xy.shape == (n,) and got.idx_xy.shape == (n,)
+    assert got.dist_yx.shape == (40,) and got.idx_yx.shape == (40,)
+    torch.testing.assert_close(got.dist_xy.cpu(), want[1][0], rtol=1e-12, atol=0)
+    assert torch.equal(got.idx_xy.cpu(), want[3][0]) and torch.equal(got.idx_yx.cpu(), want[4][0])
+    single = warpgeo.chamfer_distance(x[0], y[0], single_directional=True)
+    assert single.dist_yx is None and single.idx_xy.shape == (n,)
+    a = x[0].clone().requires_grad_()
+    warpgeo.chamfer_distance(a, y[0], reduction=reduction).loss.sum().backward()
+    b = x.clone().requires_grad_()
+    warpgeo.chamfer_distance(b, y, reduction=reduction).loss.sum().backward()
+    assert torch.equal(a.grad, b.grad[0])
+    with pytest.raises(ValueError, match=r"y must have shape \(B, M, 3\)"):
+        warpgeo.chamfer_distance(x, y[0])
 
 
 def test_far_from_the_origin_float64(device):

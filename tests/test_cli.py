@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ import trimesh
 
 import warpgeo
 from warpgeo.cli import CliError, main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -506,9 +509,9 @@ def test_a_cuda_warmup_also_loads_what_a_cuda_world_builds_on_the_host():
     """A CUDA world builds its closed meshes' tables with the build module's kernels on the CPU: a CUDA warmup
     loads that module on the host as well as every module on the device; a CPU warmup loads each once."""
     from warpgeo import _warmup
-    from warpgeo._kernels import sdf_build
+    from warpgeo._kernels import build_closed
 
-    build = sdf_build.BUILD.module_name("float32")
+    build = build_closed.CLOSED_FACES.module_name("float32")
     cuda = _warmup.warmup_plan(True)
     assert {(name, host) for _, name, host in cuda if name == build} == {(build, False), (build, True)}
     assert sum(host for _, _, host in cuda) == sum(t.host_too for t, _, _ in _warmup.kernel_modules())
@@ -519,3 +522,23 @@ def test_a_cuda_warmup_also_loads_what_a_cuda_world_builds_on_the_host():
 def test_warmup_refuses_devices_warpgeo_does_not_run_on(capsys):
     assert main(["warmup", "--device", "mps"]) != 0
     assert "--device mps" in capsys.readouterr().err
+
+
+def test_warmup_quiet_prints_nothing_and_its_help_says_what_readme_says(capsys):
+    """`warpgeo warmup -q` in a fresh process: exit 0 and an empty stderr (Warp's "CUDA driver" notice hidden:
+    the warmup initialises Warp before any op module imports it). Its --help gives README's duration."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "warpgeo", "warmup", "-q", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "CUDA driver" not in proc.stderr
+    assert [line for line in proc.stderr.splitlines() if "ready for cpu" not in line] == [], proc.stderr
+    with pytest.raises(SystemExit):
+        main(["warmup", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "30-60 s on 2 CPU cores" in text
+    assert "(30-60 s on 2 CPU cores)" in (ROOT / "README.md").read_text()

@@ -665,13 +665,15 @@ def test_compat_calls_public_functions_only():
     for path in files:
         tree = ast.parse(path.read_text(), filename=str(path))
         aliases = {"warpgeo"}  # names bound to the warpgeo package itself
+        package = ".".join(["warpgeo", *path.relative_to(root.parent).parent.parts])  # warpgeo.compat[.sub]
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("warpgeo"):
-                if node.module.startswith("warpgeo.compat"):
+            module = _absolute(node, package) if isinstance(node, ast.ImportFrom) else ""
+            if module == "warpgeo" or module.startswith("warpgeo."):
+                if module == "warpgeo.compat" or module.startswith("warpgeo.compat."):
                     continue
                 for alias in node.names:
-                    if node.module != "warpgeo" or alias.name not in public:
-                        found.append(f"{path.name}:{node.lineno} from {node.module} import {alias.name}")
+                    if module != "warpgeo" or alias.name not in public:
+                        found.append(f"{path.name}:{node.lineno} from {module} import {alias.name}")
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.startswith("warpgeo") and not alias.name.startswith("warpgeo.compat"):
@@ -683,3 +685,43 @@ def test_compat_calls_public_functions_only():
             if reaches and node.value.id in aliases and node.attr not in public | {"compat"}:
                 found.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
     assert not found, f"compat reaches past the public API: {found}"
+
+
+def _absolute(node, package: str) -> str:
+    """The absolute module of a ``from ... import`` in a module of ``package`` (relative ones resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def test_compat_guard_sees_relative_imports():
+    """The guard resolves ``from ..world import x`` in warpgeo/compat/curobo.py to ``warpgeo.world``."""
+    import ast
+
+    (rel,) = ast.parse("from ..world import compose_poses").body
+    (up,) = ast.parse("from ... import knn").body
+    (own,) = ast.parse("from . import pointnet2_utils").body
+    assert _absolute(rel, "warpgeo.compat") == "warpgeo.world"
+    assert _absolute(up, "warpgeo.compat.pointnet2_ops") == "warpgeo"
+    assert _absolute(own, "warpgeo.compat.pointnet2_ops") == "warpgeo.compat.pointnet2_ops"
+
+
+def test_curobo_composes_poses_as_matrices_do():
+    """cuRobo's obstacle frames: compat.curobo's own pose composition equals the product of the poses' 4x4
+    matrices (scipy's quaternions, scalar last)."""
+    from scipy.spatial.transform import Rotation
+
+    from warpgeo.compat import curobo
+
+    def matrix(pose):
+        m = np.eye(4)
+        m[:3, :3] = Rotation.from_quat([*pose[4:], pose[3]]).as_matrix()
+        m[:3, 3] = pose[:3]
+        return m
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a, b = (np.concatenate([rng.normal(size=3), q / np.linalg.norm(q)]) for q in rng.normal(size=(2, 4)))
+        got = curobo._compose(a, b)
+        np.testing.assert_allclose(matrix(got), matrix(a) @ matrix(b), atol=1e-12)

@@ -11,10 +11,12 @@ switched off ("off"). CUDA only: listed in ``tests/conftest.py`` (``CUDA_ONLY``)
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import pytest
 import torch
 import trimesh
+from conftest import assert_covers_every_op
 
 import warpgeo
 
@@ -31,6 +33,11 @@ def _world() -> warpgeo.MeshWorld:
     ball = trimesh.creation.icosphere(subdivisions=2, radius=0.2)
     poses = [[0.0, 0.0, 0.0, 1, 0, 0, 0], [0.4, 0.0, 0.0, 1, 0, 0, 0]]
     return warpgeo.MeshWorld([box, ball], poses=poses, device="cuda")
+
+
+@functools.cache
+def _one_world() -> warpgeo.MeshWorld:
+    return _world()
 
 
 def _spheres(seed: int, shape=(2, 5, 40)) -> torch.Tensor:
@@ -168,6 +175,57 @@ def test_self_collision_with_the_world_cost_replays(checks):
     assert min(hits) > 0, f"no self-collision or no world collision in any replay: {hits}"
 
 
+def _arm_step(robot: warpgeo.Robot, q: torch.Tensor, world: warpgeo.MeshWorld):
+    """A planner's step from joint angles: spheres, swept world cost, self-collision, d / d q."""
+    spheres = robot.spheres(q)
+    world_cost = warpgeo.swept_sphere_mesh_cost(spheres, world, sweep_steps=_SWEEP, activation_distance=_ETA)
+    self_cost = warpgeo.self_collision_cost(spheres, robot.pairs, margin=robot.self_margin)
+    (grad,) = torch.autograd.grad(world_cost.sum() + self_cost.sum(), q)
+    return spheres, world_cost, self_cost, grad
+
+
+@pytest.mark.parametrize("checks", ["auto", "off"])
+def test_robot_spheres_replay(checks):
+    """(issue 45) Robot.spheres (one forward launch, one backward) with the world and self costs in one
+    graph; new joint angles copied into the static input, and a sphere attached in place between replays;
+    every replay equals eager."""
+    import json
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "examples" / "data"
+    model = json.loads((data / "arm7_spheres.json").read_text())
+    from warpgeo import _robot_tree
+
+    tree = _robot_tree.build(
+        *_robot_tree.read_urdf(str(data / "arm7.urdf")),
+        spheres=model["spheres"],
+        slots={"arm_hand": 2},
+        lock_joints={"arm_finger_joint1": 0.04},
+        self_collision_ignore=model["self_collision_ignore"],
+    )
+    robot = warpgeo.Robot(tree, device="cuda")
+    world = _world()
+    retract = torch.tensor(model["retract"][:7])
+    gen = torch.Generator().manual_seed(0)
+    static = (retract + 0.5 * torch.randn(8, 16, 7, generator=gen)).cuda().requires_grad_(True)
+    with _checks(checks):
+        _warm_up(lambda: _arm_step(robot, static, world))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = _arm_step(robot, static, world)
+        for step in range(1, 4):
+            new = (retract + 0.5 * torch.randn(8, 16, 7, generator=gen)).cuda()
+            with torch.no_grad():
+                static.copy_(new)
+            if step == 2:
+                robot.attach("arm_hand", [[0.0, 0.0, 0.1, 0.05]])
+            graph.replay()
+            torch.cuda.synchronize()
+            expected = _arm_step(robot, new.clone().requires_grad_(True), world)
+            for got, want in zip(out, expected, strict=True):
+                torch.testing.assert_close(got, want)
+
+
 class _Net(torch.nn.Module):
     """FPS -> gather of point features -> a small MLP on the sampled features."""
 
@@ -250,3 +308,106 @@ def test_compile_reduce_overhead_costs():
         torch.testing.assert_close(cost, expected[0])
         torch.testing.assert_close(swept, expected[1])
         torch.testing.assert_close(leaf.grad, expected[2])
+
+
+# --------------------------------------------------------------------------------------------------------
+# every other op: one graph of its forward (and backward), replayed with new inputs
+# --------------------------------------------------------------------------------------------------------
+
+
+def _leaf(seed: int, *shape: int, device="cuda") -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.rand(*shape, generator=gen).to(device).requires_grad_(True)
+
+
+def _with_grads(out: torch.Tensor, *leaves: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``out`` and the gradients of a weighted sum of it w.r.t. ``leaves``."""
+    weights = torch.linspace(0.5, 1.5, out.numel(), device=out.device).view(out.shape)
+    return (out, *torch.autograd.grad((out * weights).sum(), leaves))
+
+
+def _knn(q, p):
+    result = warpgeo.knn(q, p, 4)
+    return (result.idx, *_with_grads(result.dists, q, p))
+
+
+def _ball_query(q, p):
+    return (warpgeo.ball_query(q.detach(), p.detach(), 0.3, 6),)
+
+
+def _chamfer(x, y):
+    return _with_grads(warpgeo.chamfer_distance(x, y, reduction=None).loss, x, y)
+
+
+def _gather_weighted(features, weight, idx_source):
+    idx = (idx_source.detach() * 41).long() - 1  # in [-1, 40): -1 is padding
+    return _with_grads(warpgeo.gather_points(features, idx, weight=weight), features, weight)
+
+
+def _signed_distance(points):
+    return _with_grads(warpgeo.signed_distance(points, _one_world()), points)
+
+
+#: case -> (its inputs for a seed, the graph's body: the op's outputs and gradients)
+_OP_CASES = {
+    "knn": (lambda s: (_leaf(s, 2, 30, 3), _leaf(s + 50, 2, 80, 3)), _knn),
+    "ball_query": (lambda s: (_leaf(s, 2, 30, 3), _leaf(s + 50, 2, 80, 3)), _ball_query),
+    "chamfer": (lambda s: (_leaf(s, 2, 60, 3), _leaf(s + 50, 2, 45, 3)), _chamfer),
+    "gather_weighted": (
+        lambda s: (_leaf(s, 2, 5, 40), _leaf(s + 50, 2, 6, 3), _leaf(s + 90, 2, 6, 3)),
+        _gather_weighted,
+    ),
+    "signed_distance": (
+        lambda s: ((_leaf(s, 2, 64, 3) - 0.5).detach().requires_grad_(True),),
+        _signed_distance,
+    ),
+}
+
+
+@pytest.mark.parametrize("checks", ["auto", "off"])
+@pytest.mark.parametrize("case", sorted(_OP_CASES))
+def test_op_replays(case, checks):
+    """One op's forward and backward captured; each replay with new inputs copied in equals eager."""
+    make, body = _OP_CASES[case]
+    static = make(0)
+    with _checks(checks):
+        _warm_up(lambda: body(*static))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = body(*static)
+        for seed in range(1, 3):
+            new = make(seed)
+            with torch.no_grad():
+                for s, n in zip(static, new, strict=True):
+                    s.copy_(n)
+            graph.replay()
+            torch.cuda.synchronize()
+            expected = body(*make(seed))
+            for got, want in zip(out, expected, strict=True):
+                torch.testing.assert_close(got, want)
+
+
+#: every op -> the test above that captures it
+COVERS = {
+    "warpgeo::sphere_mesh_cost": test_costs_replay_with_new_spheres_and_poses,
+    "warpgeo::swept_sphere_mesh_cost": test_costs_replay_with_new_spheres_and_poses,
+    "warpgeo::self_collision_cost": test_self_collision_with_the_world_cost_replays,
+    "warpgeo::self_collision_cost_backward": test_self_collision_with_the_world_cost_replays,
+    "warpgeo::farthest_point_sampling": test_fps_gather_mlp_replay,
+    "warpgeo::gather_points": test_fps_gather_mlp_replay,
+    "warpgeo::gather_points_backward": test_fps_gather_mlp_replay,
+    "warpgeo::gather_points_weighted": "test_op_replays[gather_weighted]",
+    "warpgeo::gather_points_weighted_backward": "test_op_replays[gather_weighted]",
+    "warpgeo::knn": "test_op_replays[knn]",
+    "warpgeo::ball_query": "test_op_replays[ball_query]",
+    "warpgeo::chamfer_distance": "test_op_replays[chamfer]",
+    "warpgeo::chamfer_distance_backward": "test_op_replays[chamfer]",
+    "warpgeo::signed_distance": "test_op_replays[signed_distance]",
+    "warpgeo::forward_kinematics": test_robot_spheres_replay,
+    "warpgeo::forward_kinematics_backward": test_robot_spheres_replay,
+}
+
+
+def test_every_op_is_covered():
+    """Runs without CUDA too (conftest): it reads the op registry only."""
+    assert_covers_every_op(COVERS, "test_cuda_graphs")

@@ -64,10 +64,10 @@ def test_the_switch_reaches_the_choices():
     _warp.PATHS.cuda_on_cpu = True
     try:
         assert _warp.cuda_algorithms(cpu)
-        from warpgeo import gather, neighbors
+        from warpgeo import _grid, gather
 
         assert gather._scatter_method(cpu, True) == "segments"
-        assert neighbors._method(torch.zeros(1, 1000, 3), None) in ("sort", "brute")
+        assert _grid.method(torch.zeros(1, 1000, 3), None) in ("sort", "brute")
     finally:
         _warp.PATHS.cuda_on_cpu = False
 

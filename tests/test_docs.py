@@ -27,6 +27,7 @@ MODULES = [
     "warpgeo.sdf",
     "warpgeo.primitives",
     "warpgeo.compat.curobo",
+    "warpgeo.robot",
 ]
 
 
@@ -83,3 +84,33 @@ def test_readme_python_blocks_run_alone(tmp_path):
             first = block.strip().splitlines()[0]
             failures.append(f"README block {i} ({first!r}) exited {proc.returncode}:\n{err[-2000:]}")
     assert not failures, "\n\n".join(failures)
+
+
+def _readme_outputs() -> list[str]:
+    """The files README's shell blocks tell a user to write: ``-o X`` / ``--indices X`` arguments and
+    ``np.save('X', ...)`` (``-o DIR`` of a synopsis line left out)."""
+    text = (ROOT / "README.md").read_text()
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            command = line.split("#", 1)[0]
+            found += re.findall(r"(?:-o|--out|--indices)\s+([^\s\]]+)", command)
+            found += re.findall(r"np\.save\('([^']+)'", command)
+    return [path for path in found if path != "DIR"]
+
+
+def test_readme_commands_write_only_ignored_files():
+    """Running README's command lines in a checkout leaves `git status` clean: what they write is ignored."""
+    outputs = _readme_outputs()
+    assert len(outputs) >= 5, outputs
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        input="\n".join(outputs),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert ignored.returncode in (0, 1), ignored.stderr  # 1: nothing ignored (the assertion below says which)
+    assert sorted(ignored.stdout.split()) == sorted(outputs), (
+        f"README's commands write files .gitignore does not cover: {sorted(set(outputs) - set(ignored.stdout.split()))}"
+    )

@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+import warpgeo
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -72,6 +75,16 @@ def test_self_collision(tmp_path):
     assert len(re.findall(r"^step\s+\d+\s+self", out, flags=re.M)) >= 3  # prints the costs as it goes
 
 
+def test_arm_trajectory(tmp_path):
+    out = run_example("arm_trajectory.py", tmp_path)
+    assert out.startswith("Moving ")  # says what it does before its table
+    initial, final = number(r"initial world cost ([\d.eE+-]+)\s+final ([\d.eE+-]+)", out)
+    assert initial > 0.1 and final < 0.01 * initial
+    free, batch, free_before = number(r"collision-free trajectories: (\d+)/(\d+) \(at the start: (\d+)/", out)
+    assert free == batch == 4 and free_before < batch  # through the torus at the start, all free at the end
+    assert len(re.findall(r"^step\s+\d+\s+world", out, flags=re.M)) >= 3  # prints the costs as it goes
+
+
 def test_collision_avoidance_with_the_torus_of_the_docstring(tmp_path):
     """The line its docstring shows: the torus stands on edge (not a hole the path is caught in), and the
     picture counts four obstacles."""
@@ -109,6 +122,7 @@ EXAMPLE_SCRIPTS = [
     "pointnet2_set_abstraction.py",
     "ddp_training.py",
     "self_collision.py",
+    "arm_trajectory.py",
 ]
 
 
@@ -136,16 +150,25 @@ def test_a_device_the_machine_lacks_is_one_line(tmp_path, script, name):
 
 
 def test_examples_say_what_every_flag_does():
+    """Every flag has a help text; --out gives its default, --mesh says where the mesh goes."""
     for script in (
         "collision_avoidance.py",
         "point_sampling.py",
         "pointnet2_set_abstraction.py",
         "ddp_training.py",
         "self_collision.py",
+        "arm_trajectory.py",
     ):
-        lines = subprocess.run(
+        help_text = subprocess.run(
             [sys.executable, str(EXAMPLES / script), "--help"], capture_output=True, text=True, timeout=60
-        ).stdout.splitlines()
+        ).stdout
+        lines = help_text.splitlines()
+        text = " ".join(help_text.split())
+        assert f"(default: {Path(script).stem}.png, in the current folder)" in text, (script, text)  # --out
+        if script == "collision_avoidance.py":  # where --mesh goes
+            assert "placed last on the path at x = 1.45" in text, text
+        if script == "point_sampling.py":
+            assert "as it is (its own frame and size" in text, text
         silent = [
             line.strip()
             for line, after in zip(lines, [*lines[1:], ""], strict=True)
@@ -182,7 +205,10 @@ def test_pointnet2_set_abstraction(pointnet2_eager):
     assert acc > 0.3  # chance is 0.2
 
 
+@pytest.mark.slow
 def test_pointnet2_set_abstraction_compiled(tmp_path, pointnet2_eager):
+    """The example's --compile (~30 s of dynamo and AOT autograd). Slow: the default run captures each op
+    with fullgraph=True and its backward in test_fps / test_gather / test_neighbors (aot_eager)."""
     # aot_eager: the full torch.compile capture (dynamo + AOT autograd, fullgraph=True) without
     # inductor's C++ build time; the first step's loss must match the eager run's.
     out = run_example(
@@ -248,6 +274,7 @@ def test_readme_tour_computes_what_its_comments_say():
         "pointnet2_set_abstraction.py",
         "ddp_training.py",
         "self_collision.py",
+        "arm_trajectory.py",
     ],
 )
 def test_example_names_the_demo_extra_without_matplotlib(tmp_path, script):
@@ -266,3 +293,51 @@ def test_example_names_the_demo_extra_without_matplotlib(tmp_path, script):
         'run: python3 -m pip install "warpgeo[demo]"'
     ], proc.stderr
     assert not list(tmp_path.iterdir())  # stopped before any work
+
+
+def test_pointnet2_picture_labels_the_ball_group_as_a_ball_query(tmp_path):
+    """With ``--grouping ball`` the picture's group is the ball query's (the first K in index order within the
+    radius), and its legend says so; with kNN, the K nearest."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location(
+        "pointnet2_example", EXAMPLES / "pointnet2_set_abstraction.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    cloud = torch.rand(128, 3)
+    labels = {}
+    for grouping in ("ball", "knn"):
+        model = example.PointNet2Classifier(128, grouping=grouping)
+        fig = example.plot(str(tmp_path / f"{grouping}.png"), cloud, 0, model, [1.0, 0.5], 0.5)
+        legend = fig.axes[0].get_legend()
+        labels[grouping] = [t.get_text() for t in legend.get_texts()]
+        group = next(c for c in fig.axes[0].collections if c.get_label().startswith("one group"))
+        shown = np.asarray(group._offsets3d).T  # the drawn points of the group, in drawing order
+        sa = model.sa1
+        centre = cloud[warpgeo.farthest_point_sampling(cloud[None], sa.num_centres)[0, 0]]
+        d = (cloud - centre).norm(dim=-1)
+        if grouping == "ball":  # reference: brute force, the first K indices with d <= radius
+            expected = torch.nonzero(d <= sa.radius).flatten()[: sa.k]
+        else:
+            expected = torch.argsort(d, stable=True)[: sa.k]
+        np.testing.assert_allclose(shown, cloud[expected].numpy(), rtol=0, atol=0)
+    assert any("first K = 16 points (in index order) within r = 0.35" in t for t in labels["ball"]), labels
+    assert not any("nearest" in t for t in labels["ball"]), labels
+    assert any("K = 16 nearest" in t for t in labels["knn"]), labels
+
+
+def test_self_collision_cost_panel_has_axis_labels():
+    import importlib.util
+
+    from matplotlib.figure import Figure
+
+    spec = importlib.util.spec_from_file_location("self_collision_example", EXAMPLES / "self_collision.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    ax = Figure().add_subplot()
+    example.cost_panel(ax, [(0.5, 0.2), (0.1, 0.0)])
+    assert "cost" in ax.get_ylabel() and ax.get_xlabel() == "Adam step"
+    assert [line.get_ydata().tolist() for line in ax.get_lines()] == [[0.5, 0.1], [0.2, 0.0]]

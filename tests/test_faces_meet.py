@@ -1,8 +1,8 @@
-"""The closed-mesh check (``_mesh_prep.faces_meet``): do two faces of a mesh that share no vertex meet?
+"""The closed-mesh check (``_meshes.faces_meet``): do two faces of a mesh that share no vertex meet?
 
 Two ways give one answer per mesh: every face's box against its mesh's BVH (``split_fans=False``, the old
 way), and, for a mesh with a fan (a vertex of many faces), groups of faces around hubs and the boxes of their
-pieces (``sdf_build.fan_intersections_rows``). Both are compared with an exact reference of this file (every
+pieces (``build_meet.fan_intersections_rows``). Both are compared with an exact reference of this file (every
 pair of faces whose boxes meet, orientation signs in rational arithmetic) on small meshes, with the
 thresholds lowered so that small fans take the new way; and with each other on meshes of 2,000 sections.
 """
@@ -18,7 +18,8 @@ import pytest
 import torch
 import trimesh
 
-from warpgeo import _mesh_prep, _warp
+from warpgeo import _warp
+from warpgeo._world import meshes as _meshes
 
 _CPU = torch.device("cpu")
 
@@ -122,8 +123,8 @@ def _reference(vertices, faces) -> bool:
 def _answers(vertices, faces) -> tuple[bool, bool]:
     """(old way, new way) of ``faces_meet`` for one mesh."""
     spec = _spec(vertices, faces)
-    old = _mesh_prep.faces_meet([spec], _CPU, split_fans=False)[0]
-    new = _mesh_prep.faces_meet([spec], _CPU)[0]
+    old = _meshes.faces_meet([spec], _CPU, split_fans=False)[0]
+    new = _meshes.faces_meet([spec], _CPU)[0]
     return old, new
 
 
@@ -131,8 +132,8 @@ def _answers(vertices, faces) -> tuple[bool, bool]:
 def small_fans(monkeypatch):
     """Vertices of 4+ faces are hubs and any mesh with one takes the fan way (a box's corners are hubs: up
     to 8 groups, their pairs through the pieces)."""
-    monkeypatch.setattr(_mesh_prep, "_HUB_DEGREE", 4)
-    monkeypatch.setattr(_mesh_prep, "_FAN_SPLIT_DEGREE", 4)
+    monkeypatch.setattr(_meshes, "_HUB_DEGREE", 4)
+    monkeypatch.setattr(_meshes, "_FAN_SPLIT_DEGREE", 4)
 
 
 def _concat(*meshes) -> tuple[np.ndarray, np.ndarray]:
@@ -277,9 +278,9 @@ def test_many_meshes_in_one_launch(small_fans):
     names = sorted(_CORPUS)
     specs = [_spec(*_CORPUS[n]) for n in names]
     expected = [_reference(*_CORPUS[n]) for n in names]
-    assert _mesh_prep.faces_meet(specs, _CPU) == expected
-    assert _mesh_prep.faces_meet(specs[::-1], _CPU) == expected[::-1]
-    assert _mesh_prep.faces_meet(specs, _CPU, split_fans=False) == expected
+    assert _meshes.faces_meet(specs, _CPU) == expected
+    assert _meshes.faces_meet(specs[::-1], _CPU) == expected[::-1]
+    assert _meshes.faces_meet(specs, _CPU, split_fans=False) == expected
 
 
 def test_groups_of_the_plan():
@@ -291,7 +292,7 @@ def test_groups_of_the_plan():
         trimesh.creation.cylinder(0.5, 1, sections=300),
     ]
     specs = [_spec(m.vertices, m.faces) for m in meshes]
-    face_group, group_first, stored = _mesh_prep._fan_plan(specs)
+    face_group, group_first, stored = _meshes._fan_plan(specs)
     assert group_first.tolist() == [0, 2, 2, 4]
     rows = np.concatenate([[0], np.cumsum([len(m.faces) for m in meshes])])
     for k, m in enumerate(meshes):

@@ -185,6 +185,56 @@ def test_float64_order_is_the_same_at_every_scale(device, path, exponent, monkey
         torch.testing.assert_close(dist.cpu() / scale, expected_dist, rtol=1e-12, atol=0)
 
 
+def _exact_fps(points, k):
+    """Greedy FPS of one cloud (N, 3) from point 0 by exact squared distances (fractions), ties to the
+    lowest index: the indices."""
+    from fractions import Fraction
+
+    p = [[Fraction(c) for c in row] for row in points.tolist()]
+    chosen = [0]
+    mind = [sum((a - b) ** 2 for a, b in zip(row, p[0], strict=True)) for row in p]
+    while len(chosen) < k:
+        best = max(range(len(p)), key=lambda i: (mind[i], -i))
+        chosen.append(best)
+        mind = [
+            min(m, sum((a - b) ** 2 for a, b in zip(row, p[best], strict=True)))
+            for m, row in zip(mind, p, strict=True)
+        ]
+    return chosen
+
+
+@pytest.mark.parametrize("small, large", [(1e30, 1e300), (2.0**-400, 2.0**500), (1e-300, 1e-30)])
+@pytest.mark.parametrize("path", ["serial", "tree"])
+def test_float64_mixed_extremes_within_the_span_are_exact(device, path, small, large, monkeypatch):
+    """One float64 cloud of points at two far-apart magnitudes (issue 50, item 14; within
+    ``_scale.MAX_SPAN``): the exact greedy order (fractions)."""
+    import warpgeo.fps
+
+    monkeypatch.setattr(warpgeo.fps, "_MIN_TREE_WORK", 0 if path == "tree" else 1 << 62)
+    gen = torch.Generator().manual_seed(5)
+    unit = (0.1 + 0.9 * torch.rand(80, 3, generator=gen, dtype=torch.float64)) * (
+        torch.randint(0, 2, (80, 3), generator=gen) * 2 - 1
+    )
+    # the start (point 0) is small: a small point's least distance is then a small one (a small point's
+    # distances to the large ones differ beyond float64's resolution: no rounding could order them)
+    magnitude = torch.tensor([large if i % 3 == 1 else small for i in range(80)], dtype=torch.float64)
+    points = unit * magnitude[:, None]
+    got = farthest_point_sampling(points.to(device), 40)
+    assert got.cpu().tolist() == _exact_fps(points, 40)
+
+
+def test_float64_mixed_extremes_beyond_the_span_are_refused(device):
+    """Points at 1e-300 and at 1e300 together: refused with checks on, naming the span (no scale keeps
+    every squared distance exact); with checks off, no crash."""
+    points = torch.tensor(
+        [[0, 0, 0], [1e-300, 0, 0], [2e-300, 1e-300, 0], [1e300, 0, 0]], dtype=torch.float64
+    )
+    with pytest.raises(ValueError, match=r"points of cloud 0 span 2\*\*\d+ in float64"):
+        farthest_point_sampling(points.to(device), 4)
+    with warpgeo.value_checks(False):
+        assert farthest_point_sampling(points.to(device), 4).shape == (4,)
+
+
 def test_float32_extremes(device):
     big = torch.tensor([[-3.0e38, 0, 0], [0, 0, 0], [3.0e38, 0, 0], [1.0e38, 0, 0]], device=device)
     assert farthest_point_sampling(big, 4).tolist() == [0, 2, 1, 3]

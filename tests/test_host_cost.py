@@ -14,7 +14,7 @@ import torch
 from reference import knn_reference
 
 import warpgeo
-from warpgeo import _launch, _warp, chamfer, neighbors
+from warpgeo import _grid, _launch, _warp
 
 # (name, call) of every op that looks the stream up once: the scan (N <= 256) and the grid, L2 and L1
 _CASES = {
@@ -112,12 +112,12 @@ def test_cuda_launches_go_to_a_side_stream_made_current():
 def test_placeholders_are_launcher_constants():
     cpu = torch.device("cpu")
     for t in (
-        neighbors.lengths_arg(None, cpu),
-        neighbors.no_params(cpu),
-        *chamfer._grid_arrays(neighbors.Workspace(cpu), "x", 1, 4, torch.float32, False).values(),
+        _grid.lengths_arg(None, cpu),
+        _grid.no_params(cpu),
+        *_grid.no_grid(cpu, torch.float32)[1].values(),
     ):
         assert _launch._CONSTANTS.get(id(t)) is t
-    assert neighbors.lengths_arg(torch.tensor([3, 4]), cpu).data_ptr() != 0  # a caller's tensor is not one
+    assert _grid.lengths_arg(torch.tensor([3, 4]), cpu).data_ptr() != 0  # a caller's tensor is not one
 
 
 @pytest.mark.parametrize("cuda_path", [False, True], ids=["cpu-path", "cuda-path"])

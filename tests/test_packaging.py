@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import warpgeo
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,3 +48,50 @@ def test_no_build_hook_and_no_warp_at_build_time():
     build_system = pyproject.split("[build-system]")[1].split("\n[")[0]
     (requires,) = [line for line in build_system.splitlines() if line.startswith("requires")]
     assert "warp" not in requires, requires
+
+
+def _type_checking_imports() -> dict[str, str]:
+    """``name -> module`` of the ``if TYPE_CHECKING:`` imports of ``warpgeo/__init__.py``."""
+    tree = ast.parse((ROOT / "warpgeo" / "__init__.py").read_text())
+    block = next(
+        node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    )
+    return {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+def test_public_names_are_declared_once():
+    """``warpgeo._HOME`` (name -> module) declares the public names; the rest agrees with it."""
+    home = warpgeo._HOME
+    assert set(warpgeo.__all__) - {"load_ops"} == set(home), (
+        f"__all__ lacks {sorted(set(home) - set(warpgeo.__all__))}, "
+        f"_HOME lacks {sorted(set(warpgeo.__all__) - set(home) - {'load_ops'})}"
+    )
+    assert _type_checking_imports() == home, (
+        "the TYPE_CHECKING imports of warpgeo/__init__.py differ from _HOME"
+    )
+    for name, module in home.items():
+        defined = importlib.import_module(f"warpgeo.{module}")
+        assert getattr(warpgeo, name) is getattr(defined, name)
+        assert name in getattr(defined, "__all__", [name]), f"warpgeo.{module}.__all__ lacks {name!r}"
+
+
+def test_dir_lists_each_public_name_once():
+    names = dir(warpgeo)
+    assert len(names) == len(set(names)) and names.count("load_ops") == 1
+    assert set(warpgeo.__all__) <= set(names)
+    assert not {"TYPE_CHECKING", "annotations", "importlib", "_HOME"} & set(names)
+    assert sorted(n for n in names if not n.startswith("__")) == sorted(warpgeo.__all__)
+
+
+def test_the_dev_extra_installs_what_contributing_runs():
+    """CONTRIBUTING's checks run ruff: the ``dev`` extra installs it (with the tests' packages)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    dev = re.search(r"^dev = \[(.*?)\]$", text, flags=re.M)
+    assert dev is not None, "pyproject.toml has no dev extra"
+    assert '"ruff' in dev.group(1) and '"warpgeo[test]"' in dev.group(1)
+    assert "ruff check" in (ROOT / "CONTRIBUTING.md").read_text()

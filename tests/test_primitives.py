@@ -411,7 +411,7 @@ def test_world_of_primitives_takes_the_closed_form_kernels(monkeypatch):
     assert len(launched) == 2 and all(name.endswith("_cuboids") for name in launched), launched
     mixed = MeshWorld([SPHERE, ICO])
     assert not mixed.kernel_args().all_cuboids
-    launched.clear()  # (building the icosphere's tables launched kernels of sdf_build)
+    launched.clear()  # (building the icosphere's tables launched the build kernels, warpgeo._kernels.build_*)
     signed_distance(points[0], mixed)
     assert len(launched) == 1 and launched[0].endswith("_meshes"), launched
 

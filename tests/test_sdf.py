@@ -16,6 +16,7 @@ from reference import box_sdf_reference, collision_cost_reference, triangle_dist
 
 import warpgeo
 from warpgeo import MeshWorld, _launch, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
+from warpgeo import _world_query as world_query
 from warpgeo import sdf as sdf_module
 
 # --------------------------------------------------------------------------------------------------------
@@ -602,10 +603,10 @@ def test_compile_fullgraph_matches_eager(device):
 def test_compile_inductor(box_world_cpu, monkeypatch):
     """Inductor, fullgraph, on a first use of these parameters whatever ran before (the parameter cache
     emptied, dynamo reset): the test once passed only after an eager call had cached them."""
-    from warpgeo import sdf
+    from warpgeo import _world_query as query
 
-    monkeypatch.setattr(sdf, "_PARAMS", {})
-    monkeypatch.setattr(sdf, "_TRUSTED_PARAMS", {})
+    monkeypatch.setattr(query, "_PARAMS", {})
+    monkeypatch.setattr(query, "_TRUSTED_PARAMS", {})
     torch._dynamo.reset()
     spheres = torch.tensor([[0.45, 0.0, 0.0, 0.1], [0.0, 0.25, 0.0, 0.1]], requires_grad=True)
 
@@ -689,7 +690,7 @@ def test_cpu_launch_split_among_threads_gives_the_same_answer(monkeypatch):
     cases = [(1 << 60, 1), (1, 1), (1 << 60, 3), (1, 3), (1 << 60, 32), (1, 32), (1, 5000)]
     for threshold, per in cases:  # one launch, then one launch per torch thread
         monkeypatch.setattr(_launch, "_MIN_SPLIT_WORK", threshold)
-        monkeypatch.setattr(sdf_module, "_ROWS_PER_CPU_THREAD", per)
+        monkeypatch.setattr(world_query, "ROWS_PER_CPU_THREAD", per)
         s = spheres.clone().requires_grad_()
         p = points.clone().requires_grad_()
         t = spheres.reshape(3, 7, 100, 4).clone().requires_grad_()
@@ -1141,17 +1142,28 @@ print(after_box, after_build, tables, loaded())
 
 def test_a_first_query_creates_and_compiles_only_its_kernel():
     """Per-precision kernel modules, created on first lookup: a fresh process that builds a world and runs
-    one float64 sphere_mesh_cost has created only that kernel and loaded (compiled) only the build module
-    and that kernel's module; a world of cuboids (closed form) loads no module at all to be built, and its
+    one float64 sphere_mesh_cost has created only that kernel and loaded (compiled) only the build modules
+    of its meshes' jobs and that kernel's module; a world of cuboids (closed form) loads no module at all to be built, and its
     queries run the kernels made for cuboids (no BVH query in them)."""
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-c", _FIRST_QUERY], capture_output=True, text=True, check=True)
     line = out.stdout.strip().splitlines()[-1]
+    build = [  # the icosphere's build jobs, a module each (a cuboid's world loads none)
+        f"warpgeo._kernels.build_{job}_float32"
+        for job in (
+            "checks.face_checks",
+            "closed.closed_faces",
+            "closed.plane_trees",
+            "grids.grids",
+            "meet.faces_meet",
+            "pairs.edge_pairs",
+        )
+    ]
+    # building a world does not even import the query kernels' file (no table of theirs exists yet)
     assert line == (
-        "[] [[], []] [[('float64', 'cuboids')], [], []] "
-        "['warpgeo._kernels.sdf.sphere_mesh_cost_float64_cuboids', 'warpgeo._kernels.sdf_build.build_float32']"
+        f"[] [] [[('float64', 'cuboids')], [], []] {sorted([*build, 'warpgeo._kernels.sdf.sphere_mesh_cost_float64_cuboids'])}"
     ), line
 
 
@@ -1234,11 +1246,11 @@ def test_closed_mesh_sign_next_to_edges_and_vertices(device, method, shape):
 def test_parameter_cache_keeps_each_pair_apart(monkeypatch):
     """(activation_distance, weight) floats are turned into a device tensor once per pair and kept: each pair
     must keep its own values, beyond the cache's capacity too (later pairs get fresh tensors)."""
-    from warpgeo import sdf
+    from warpgeo import _world_query as query
 
-    monkeypatch.setattr(sdf, "_PARAMS", {})
-    monkeypatch.setattr(sdf, "_TRUSTED_PARAMS", {})
-    monkeypatch.setattr(sdf, "_MAX_PARAMS", 2)
+    monkeypatch.setattr(query, "_PARAMS", {})
+    monkeypatch.setattr(query, "_TRUSTED_PARAMS", {})
+    monkeypatch.setattr(query, "_MAX_PARAMS", 2)
     world = MeshWorld([trimesh.creation.box((1.0, 1.0, 1.0))])
     spheres = torch.tensor([[0.45, 0.0, 0.0, 0.1], [0.6, 0.0, 0.0, 0.05]])
     pairs = [(0.0, 1.0), (0.05, 1.0), (0.05, 2.0), (0.1, 0.5), (0.0, 1.0), (0.1, 0.5)]
@@ -1250,7 +1262,7 @@ def test_parameter_cache_keeps_each_pair_apart(monkeypatch):
             phi <= 0, 0.0, torch.where(phi <= eta, phi**2 / (2 * max(eta, 1e-30)), phi - eta / 2)
         )
         torch.testing.assert_close(got, w * want, rtol=1e-5, atol=1e-6)
-    assert len(sdf._PARAMS) == 2
+    assert len(query._PARAMS) == 2
 
 
 # --------------------------------------------------------------------------------------------------------

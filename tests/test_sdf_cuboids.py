@@ -1,4 +1,4 @@
-"""Worlds of cuboids run kernels of their own (``warpgeo._kernels.sdf.slot_distance`` of a closed-forms world struct): the same kernels with the
+"""Worlds of cuboids run kernels of their own (``warpgeo._kernels.mesh_distance.slot_distance`` of a closed-forms world struct): the same kernels with the
 cuboid's closed form in the place of the general mesh distance. They must agree bit for bit with the general
 kernels (whose cuboid branch is the same code) and with an analytic box distance."""
 
@@ -11,7 +11,7 @@ import trimesh
 from reference import box_sdf_reference
 
 from warpgeo import MeshWorld, _launch, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
-from warpgeo import sdf as sdf_module
+from warpgeo import _world_query as world_query
 
 POSES = [[0.3, -0.2, 0.1, 0.9238795, 0.0, 0.3826834, 0.0], [-0.4, 0.5, 0.0, 1.0, 0.0, 0.0, 0.0]]
 EXTENTS = [(0.6, 0.4, 0.2), (0.3, 0.3, 0.5)]
@@ -81,8 +81,7 @@ def test_cuboid_kernels_equal_the_general_kernels(monkeypatch, dtype, sign_metho
     s = spheres(2000, dtype)
     fast = run_all(world, s)
     # every key mapped to the general kernels (whose cuboid branch is the same code)
-    general = {k: (key[0], "meshes") for k, key in sdf_module._KEYS.items()}
-    monkeypatch.setattr(sdf_module, "_KEYS", general)
+    monkeypatch.setattr(world_query, "WORLD_KINDS", {False: "meshes", True: "meshes"})
     slow = run_all(world, s)
     for a, b in zip(fast, slow, strict=True):
         assert torch.equal(a, b)

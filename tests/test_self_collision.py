@@ -756,9 +756,92 @@ def test_load_robot_spheres_is_curobos_self_collision_check():
     assert got.max() > 0
 
 
-def test_load_robot_spheres_without_spheres():
-    robot = load_robot_spheres({"robot_cfg": {"kinematics": {"collision_spheres": None, "urdf_path": "x"}}})
-    assert robot.link_names == [] and robot.local_spheres.shape == (0, 4) and robot.pairs.shape == (0, 2)
+@pytest.mark.parametrize("kinematics", [{"collision_spheres": None, "urdf_path": "x"}, {"urdf_path": "x"}])
+def test_load_robot_spheres_without_spheres_is_an_error(kinematics):
+    """cuRobo's template.yml / simple_mimic_robot.yml say ``collision_spheres: null``: no robot of 0 spheres
+    (issue 50 item 8)."""
+    with pytest.raises(ValueError, match="collision_spheres"):
+        load_robot_spheres({"robot_cfg": {"kinematics": kinematics}})
+
+
+@pytest.mark.parametrize("reduction", ["max", "sum", None])
+@pytest.mark.parametrize("pairs", [np.zeros((0, 2), dtype=np.int64), None])
+def test_no_pairs_cost_nothing(reduction, pairs):
+    """Issue 50 item 12: pairs of shape (0, 2) (also collision_pairs' own, whose strides are (0, 0)) cost 0
+    in every reduction, of the right shape, with a zero gradient."""
+    pairs = collision_pairs([0, 0, 0]) if pairs is None else torch.from_numpy(pairs)
+    assert pairs.shape == (0, 2)
+    spheres = torch.rand(2, 5, 3, 4, dtype=torch.float64, requires_grad=True)
+    cost = self_collision_cost(spheres, pairs, reduction=reduction)
+    assert cost.shape == ((2, 5) if reduction else (2, 5, 0))
+    assert (cost == 0).all()
+    cost.sum().backward()
+    assert spheres.grad is not None and (spheres.grad == 0).all()
+    with pytest.raises(TypeError, match="reduction"):
+        self_collision_cost(spheres, pairs, reduction=["max"])
+    with pytest.raises(ValueError, match="reduction"):
+        torch.ops.warpgeo.self_collision_cost(spheres.reshape(10, 3, 4), pairs, None, 0.0, "mean")
+
+
+def _write(path, text: str | bytes):
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+_BIG_INT = "1" + "0" * 400  # an int beyond float64's range
+
+
+@pytest.mark.parametrize(
+    ("config", "error", "match"),
+    [
+        (f"collision_spheres: {{base: [{{center: [0, 0, 0], radius: {_BIG_INT}}}]}}", ValueError, "radius"),
+        (f"collision_spheres: {{base: [{{center: [{_BIG_INT}, 0, 0], radius: 0.1}}]}}", ValueError, "center"),
+        ("collision_spheres: {base: [{center: [0, 0, 0], radius: 1.0e+39}]}", ValueError, "radius.*float32"),
+        (
+            "collision_spheres: {base: [{center: [-1.0e+39, 0, 0], radius: 0.1}]}",
+            ValueError,
+            "center.*float32",
+        ),
+        (
+            f"collision_spheres: {{base: [{{center: [0, 0, 0], radius: 0.1}}]}}\nself_collision_buffer: {{base: {_BIG_INT}}}",
+            ValueError,
+            "self_collision_buffer",
+        ),
+        (
+            "collision_spheres: {base: [{center: [0, 0, 0], radius: 0.1}]}\nself_collision_buffer: {base: 1.0e+39}",
+            ValueError,
+            "self_collision_buffer.*float32",
+        ),
+        (
+            "collision_spheres: {base: [{center: [0, 0, 0], radius: 0.1}]}\nextra_collision_spheres: {base: 10000000000}",
+            ValueError,
+            "extra_collision_spheres",
+        ),
+        (
+            f"collision_spheres: {{base: [{{center: [0, 0, 0], radius: 0.1}}]}}\nextra_collision_spheres: {{base: {_BIG_INT}}}",
+            ValueError,
+            "extra_collision_spheres",
+        ),
+        (
+            "collision_spheres: {base: [{center: [0, 0, 0], radius: 0.1}]}\ncollision_link_names: [[base]]",
+            TypeError,
+            "collision_link_names",
+        ),
+        ("collision_spheres: self.yml", ValueError, "collision_spheres.*self.yml"),
+        (b"collision_spheres: {b\xe4se: []}\n", ValueError, "UTF-8"),
+    ],
+)
+def test_load_robot_spheres_hostile_yaml(tmp_path, config, error, match):
+    """Issue 50 item 13: each hostile file is a ValueError / TypeError naming the key, never a
+    RecursionError, OverflowError, MemoryError or UnicodeDecodeError."""
+    path = _write(tmp_path / "self.yml", config)
+    with pytest.raises(error, match=match):
+        load_robot_spheres(path)
+
+
+def test_load_robot_spheres_bad_root(tmp_path):
+    with pytest.raises(TypeError, match="root"):
+        load_robot_spheres({"collision_spheres": "spheres.yml"}, root=7)
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,6 @@ allowed to wait.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import operator
 import threading
 
@@ -38,9 +37,11 @@ import numpy as np
 import pytest
 import torch
 import trimesh
+from conftest import assert_covers_every_op
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import warpgeo
+from warpgeo import _op
 
 
 class HostReadError(AssertionError):
@@ -459,8 +460,6 @@ def test_gather(device, shape, deterministic):
 
 
 def test_gather_weighted(device):
-    if "weight" not in inspect.signature(warpgeo.gather_points).parameters:
-        pytest.skip("gather_points(..., weight=) is not implemented yet")
     features = torch.randn(2, 5, 40, device=device, requires_grad=True)
     idx = torch.randint(-1, 40, (2, 6, 3), device=device)
     weight = torch.rand(2, 6, 3, device=device, requires_grad=True)
@@ -504,8 +503,6 @@ def test_signed_distance(device):
 
 
 def test_knn(device):
-    if not hasattr(warpgeo, "knn"):
-        pytest.skip("warpgeo.knn is not implemented yet")
     queries = torch.rand(2, 20, 3, device=device, requires_grad=True)
     points = torch.rand(2, 50, 3, device=device, requires_grad=True)
     lengths = torch.tensor([50, 31], device=device)
@@ -515,12 +512,98 @@ def test_knn(device):
 
 
 def test_ball_query(device):
-    if not hasattr(warpgeo, "ball_query"):
-        pytest.skip("warpgeo.ball_query is not implemented yet")
     queries = torch.rand(2, 20, 3, device=device)
     points = torch.rand(2, 50, 3, device=device)
     lengths = torch.tensor([20, 11], device=device)
     _assert_sync_free(lambda: warpgeo.ball_query(queries, points, 0.2, 8, query_lengths=lengths))
+
+
+def test_robot_spheres_and_link_poses(device):
+    """Robot.spheres / link_poses (warpgeo::forward_kinematics and its backward), checks off: no host read."""
+    urdf = (
+        '<robot name="r"><link name="a"/><link name="b"/><link name="c"/>'
+        '<joint name="j1" type="revolute"><parent link="a"/><child link="b"/><origin xyz="0 0 0.3"/>'
+        '<axis xyz="0 0 1"/><limit lower="-3" upper="3" effort="1" velocity="1"/></joint>'
+        '<joint name="j2" type="prismatic"><parent link="b"/><child link="c"/><origin xyz="0.2 0 0"/>'
+        '<axis xyz="1 0 0"/><limit lower="0" upper="1" effort="1" velocity="1"/></joint></robot>'
+    )
+    robot = warpgeo.Robot.from_urdf(
+        urdf, spheres={"b": [[0.1, 0, 0, 0.05]], "c": [[0, 0, 0.1, 0.04]]}, device=device
+    )
+    q = torch.rand(4, 3, robot.dof, device=device, requires_grad=True)
+    _assert_sync_free(lambda: (robot.spheres(q), robot.link_poses(q)), leaves=[q])
+
+
+@pytest.mark.parametrize("reduction", ["mean", None])
+def test_chamfer(device, reduction):
+    x = torch.rand(2, 30, 3, device=device, requires_grad=True)
+    y = torch.rand(2, 40, 3, device=device, requires_grad=True)
+    lengths = torch.tensor([40, 17], device=device)
+    _assert_sync_free(
+        lambda: warpgeo.chamfer_distance(x, y, y_lengths=lengths, reduction=reduction).loss, leaves=[x, y]
+    )
+
+
+@pytest.mark.parametrize("reduction", ["max", "sum", None])
+def test_self_collision(device, reduction):
+    spheres = _spheres((3, 12), device).requires_grad_(True)
+    pairs = warpgeo.collision_pairs([k // 3 for k in range(12)]).to(device)
+    _assert_sync_free(
+        lambda: warpgeo.self_collision_cost(spheres, pairs, margin=0.01, reduction=reduction),
+        leaves=[spheres],
+    )
+
+
+#: every op -> the test above that runs it (forward and, for a backward op, its forward's gradient)
+COVERS = {
+    "warpgeo::farthest_point_sampling": test_fps,
+    "warpgeo::gather_points": test_gather,
+    "warpgeo::gather_points_backward": test_gather,
+    "warpgeo::gather_points_weighted": test_gather_weighted,
+    "warpgeo::gather_points_weighted_backward": test_gather_weighted,
+    "warpgeo::sphere_mesh_cost": test_sphere_mesh_cost,
+    "warpgeo::swept_sphere_mesh_cost": test_swept_sphere_mesh_cost,
+    "warpgeo::signed_distance": test_signed_distance,
+    "warpgeo::knn": test_knn,
+    "warpgeo::ball_query": test_ball_query,
+    "warpgeo::chamfer_distance": test_chamfer,
+    "warpgeo::chamfer_distance_backward": test_chamfer,
+    "warpgeo::self_collision_cost": test_self_collision,
+    "warpgeo::self_collision_cost_backward": test_self_collision,
+    "warpgeo::forward_kinematics": test_robot_spheres_and_link_poses,
+    "warpgeo::forward_kinematics_backward": test_robot_spheres_and_link_poses,
+}
+
+
+def test_every_op_is_covered():
+    assert_covers_every_op(COVERS, "test_sync_free")
+
+
+def test_every_custom_op_is_declared_by_Op():
+    """``torch.ops.warpgeo`` holds exactly the ops :class:`warpgeo._op.Op` declared (what the suites read)."""
+    warpgeo.load_ops()
+    registered = {f"warpgeo::{n}" for n in dir(torch.ops.warpgeo) if not n.startswith("_") and n != "name"}
+    assert registered == set(_op.REGISTRY)
+
+
+_UNCOVERED = iter(range(1_000_000))
+
+
+def test_the_coverage_check_names_a_new_op():
+    """The check above can fail: an op declared and covered by no case is named."""
+
+    def impl(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    name = f"warpgeo_selftest::uncovered_{next(_UNCOVERED)}"
+    _op.Op(name, check=lambda x: None, impl=impl, fake=lambda x: torch.empty_like(x))
+    try:
+        with pytest.raises(AssertionError, match=f"no case covers .*{name.split('::')[1]}"):
+            assert_covers_every_op(COVERS, "test_sync_free")
+        with pytest.raises(AssertionError, match=r"ops that do not exist: \['warpgeo::nothing'\]"):
+            assert_covers_every_op({*COVERS, name, "warpgeo::nothing"}, "test_sync_free")
+    finally:
+        del _op.REGISTRY[name]
 
 
 def test_world_updates(device):

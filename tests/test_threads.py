@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import assert_covers_every_op
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,10 +23,20 @@ ROOT = Path(__file__).resolve().parents[1]
 # call made afterwards on the main thread (the ops are deterministic)
 _CASES = {
     "fps": "p = torch.rand(2, 64, 3)\ncall = lambda: g.farthest_point_sampling(p, 8)",
-    "gather": "f = torch.rand(2, 4, 32)\ni = torch.randint(0, 32, (2, 16))\ncall = lambda: g.gather_points(f, i)",
+    "gather": (
+        "f = torch.rand(2, 4, 32, requires_grad=True)\ni = torch.randperm(32)[:16].repeat(2, 1)\n"
+        "call = lambda: both(g.gather_points(f, i), f)"
+    ),
+    "gather_weighted": (
+        "f = torch.rand(2, 4, 32, requires_grad=True)\ni = torch.randperm(32)[:18].view(1, 6, 3).repeat(2, 1, 1)\n"
+        "w = torch.rand(2, 6, 3, requires_grad=True)\ncall = lambda: both(g.gather_points(f, i, weight=w), f, w)"
+    ),
     "knn": "q = torch.rand(2, 20, 3)\np = torch.rand(2, 64, 3)\ncall = lambda: g.knn(q, p, 4).idx",
     "ball_query": "q = torch.rand(2, 20, 3)\np = torch.rand(2, 64, 3)\ncall = lambda: g.ball_query(q, p, 0.3, 8)",
-    "chamfer": "x = torch.rand(2, 40, 3)\ny = torch.rand(2, 50, 3)\ncall = lambda: g.chamfer_distance(x, y).loss",
+    "chamfer": (
+        "x = torch.rand(2, 40, 3, requires_grad=True)\ny = torch.rand(2, 50, 3, requires_grad=True)\n"
+        "call = lambda: both(g.chamfer_distance(x, y).loss, x, y)"
+    ),
     "signed_distance": (
         "w = g.MeshWorld([g.Sphere(0.5)])\np = torch.rand(1, 48, 3) - 0.5\ncall = lambda: g.signed_distance(p, w)"
     ),
@@ -35,21 +46,61 @@ _CASES = {
         "s = torch.cat([torch.rand(1, 48, 3), torch.full((1, 48, 1), 0.1)], -1)\n"
         "call = lambda: g.sphere_mesh_cost(s, w)"
     ),
+    "swept_cost": (
+        "w = g.MeshWorld([g.Cuboid((1, 1, 1))])\n"
+        "s = torch.cat([torch.rand(1, 6, 8, 3), torch.full((1, 6, 8, 1), 0.1)], -1)\n"
+        "call = lambda: g.swept_sphere_mesh_cost(s, w, sweep_steps=3)"
+    ),
     "cuboid_cost": (
         "w = g.MeshWorld([g.Cuboid((1, 1, 1))])\n"
         "s = torch.cat([torch.rand(1, 48, 3), torch.full((1, 48, 1), 0.1)], -1)\n"
         "call = lambda: g.sphere_mesh_cost(s, w)"
     ),
+    "robot": (
+        "r = g.Robot.from_urdf('examples/data/arm7.urdf', spheres={'arm_link3': [[0, 0, 0, 0.1]], "
+        "'arm_hand': [[0, 0, 0.05, 0.05]]})\n"
+        "q = torch.rand(64, r.dof, requires_grad=True)\n"
+        "call = lambda: torch.autograd.grad(r.spheres(q).sum(), q)[0]"
+    ),
     "self_collision": (
-        "s = torch.cat([torch.rand(4, 12, 3), torch.full((4, 12, 1), 0.2)], -1)\n"
+        "s = torch.cat([torch.rand(4, 12, 3), torch.full((4, 12, 1), 0.2)], -1).requires_grad_()\n"
         "pairs = g.collision_pairs([k // 3 for k in range(12)])\n"
-        "call = lambda: g.self_collision_cost(s, pairs, reduction=None)"
+        "call = lambda: both(g.self_collision_cost(s, pairs, reduction='sum'), s)"
     ),
 }
+
+#: every op -> the case above that calls it (a backward op: through its forward's gradient, ``both``)
+COVERS = {
+    "warpgeo::farthest_point_sampling": "fps",
+    "warpgeo::gather_points": "gather",
+    "warpgeo::gather_points_backward": "gather",
+    "warpgeo::gather_points_weighted": "gather_weighted",
+    "warpgeo::gather_points_weighted_backward": "gather_weighted",
+    "warpgeo::knn": "knn",
+    "warpgeo::ball_query": "ball_query",
+    "warpgeo::chamfer_distance": "chamfer",
+    "warpgeo::chamfer_distance_backward": "chamfer",
+    "warpgeo::signed_distance": "signed_distance",
+    "warpgeo::sphere_mesh_cost": "mesh_cost",
+    "warpgeo::swept_sphere_mesh_cost": "swept_cost",
+    "warpgeo::self_collision_cost": "self_collision",
+    "warpgeo::self_collision_cost_backward": "self_collision",
+    "warpgeo::forward_kinematics": "robot",
+    "warpgeo::forward_kinematics_backward": "robot",
+}
+
+
+def test_every_op_is_covered():
+    assert_covers_every_op(COVERS, "test_threads")
+    assert set(COVERS.values()) <= set(_CASES)
+
 
 _SCRIPT = """
 import threading, torch, warpgeo as g
 torch.manual_seed(0)
+def both(out, *leaves):  # the output and its gradients, flat: one tensor to compare
+    grads = torch.autograd.grad(out.sum(), leaves)
+    return torch.cat([out.detach().flatten(), *(d.flatten() for d in grads)])
 {setup}
 results, errors = [], []
 start = threading.Barrier({threads})
@@ -83,10 +134,12 @@ def test_first_calls_from_four_threads_at_once(family):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["signed_distance", "cuboid_cost"])
 @pytest.mark.parametrize("round_", range(2))
 def test_first_calls_from_two_threads_at_once(family, round_):
-    """The SDF families crashed most often: two more fresh processes each, two threads."""
+    """The SDF families crashed most often: two more fresh processes each, two threads. Slow (~20 s): more
+    rounds of what the four-thread case of each family checks in the default run."""
     out = _run(_CASES[family], 2)
     assert out.returncode == 0 and out.stdout.strip() == "ok", (
         f"exit status {out.returncode} (-11: a segfault)\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"

@@ -487,7 +487,7 @@ def _exact_intersecting_pairs(vertices: np.ndarray, faces: np.ndarray) -> int:
 
 def _kernel_intersecting_pairs(vertices: np.ndarray, faces: np.ndarray, device) -> int:
     from warpgeo import _launch, _warp
-    from warpgeo._kernels import sdf_build as build_kernels
+    from warpgeo._kernels import build_meet
 
     wp = _warp.warp()
     wdev = _warp.warp_device(torch.device(device))
@@ -497,7 +497,7 @@ def _kernel_intersecting_pairs(vertices: np.ndarray, faces: np.ndarray, device) 
     )
     found = torch.zeros(1, dtype=torch.int32, device=device)
     _launch.launch(
-        build_kernels.BUILD["float32"].face_intersections,
+        build_meet.FACES_MEET_ONE["float32"].face_intersections,
         len(faces),
         device=torch.device(device),
         mesh=mesh.id,
@@ -573,11 +573,11 @@ def test_closed_mesh_check_against_exact_intersections(device, name, mesh, inter
 
 
 def test_world_fields_are_the_kernels_struct_fields():
-    """The world is declared once (``warpgeo._kernels.sdf.WORLD_FIELDS``): the ops' world list
+    """The world is declared once (``warpgeo._kernels.world.WORLD_FIELDS``): the ops' world list
     (``warpgeo.world.WORLD_FIELDS``, derived) and the kernels' struct name the same fields in the same order,
     and a world's tensors, of the derived dtypes and shapes, fill the struct of each precision."""
     from warpgeo import _launch
-    from warpgeo._kernels import sdf as kernels
+    from warpgeo._kernels import world as kernels
     from warpgeo.world import WORLD_FIELDS
 
     assert tuple(WORLD_FIELDS) == tuple(kernels.WORLD_FIELDS)
@@ -791,7 +791,7 @@ def test_build_tables_bit_for_bit_against_the_node_by_node_build():
     for float rounding: see below), at the offsets of each slot; its grid is that of one launch of the grid
     kernel; and meshes that are not closed, or not convex, get none."""
     from warpgeo import _launch, _warp
-    from warpgeo._kernels import sdf_build as build_kernels
+    from warpgeo._kernels import build_grids
 
     cases = _build_cases()
     names = list(cases)
@@ -833,7 +833,7 @@ def test_build_tables_bit_for_bit_against_the_node_by_node_build():
             mesh = world._wp_meshes[e][m]
             values = torch.empty(nx * ny * nz, dtype=torch.float32)
             _launch.launch(
-                build_kernels.BUILD["float32"].grid_centres,
+                build_grids.GRID_ONE["float32"].grid_centres,
                 values.shape[0],
                 device=torch.device("cpu"),
                 mesh=mesh.id,

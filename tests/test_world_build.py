@@ -20,7 +20,11 @@ import torch
 import trimesh
 
 import warpgeo
-from warpgeo import MeshWorld, _mesh_prep, signed_distance
+from warpgeo import MeshWorld, _constants, _launch, _threads, signed_distance
+from warpgeo._world import builder as _builder
+from warpgeo._world import meshes as _meshes
+from warpgeo._world import prepare as _prepare
+from warpgeo._world import tables as _tables
 from warpgeo.world import WORLD_FIELDS
 
 _CPU = torch.device("cpu")
@@ -47,16 +51,16 @@ def _sphere_distance(points: torch.Tensor) -> torch.Tensor:
 @pytest.fixture
 def background(monkeypatch):
     """Every mesh's tables on the background thread; ``hold.set()`` lets the build run."""
-    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1)
+    monkeypatch.setattr(_prepare, "BACKGROUND_FACES", 1)
     hold = threading.Event()
-    built = _mesh_prep.build_tables
+    built = _tables.build_tables
 
     def held(specs, device, *, alive=None):
         if alive is not None:
             assert hold.wait(60), "the test never released the background build"
         return built(specs, device, alive=alive)
 
-    monkeypatch.setattr(_mesh_prep, "build_tables", held)
+    monkeypatch.setattr(_tables, "build_tables", held)
     yield hold
     hold.set()
 
@@ -65,7 +69,7 @@ def test_queries_before_the_tables_are_exact_and_equal_after(background, monkeyp
     points = _points().requires_grad_(True)
     world = MeshWorld([_sphere()])
     assert world.wait_tables(timeout=0) is False
-    assert world._tables["grid_flags"].item() == _mesh_prep._constants.FLAG_PENDING  # no shortcut yet
+    assert world._tables["grid_flags"].item() == _constants.FLAG_PENDING  # no shortcut yet
     assert (world._tables["cone_offsets"] == -1).all()
     before = signed_distance(points, world)
     (grad_before,) = torch.autograd.grad(before.sum(), points)
@@ -81,10 +85,10 @@ def test_queries_before_the_tables_are_exact_and_equal_after(background, monkeyp
     assert torch.equal(before, after)  # the same closest face either way
     torch.testing.assert_close(grad_before, grad_after, atol=1e-9, rtol=0)
     # and the tables are those of building the mesh at once
-    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1 << 30)
+    monkeypatch.setattr(_prepare, "BACKGROUND_FACES", 1 << 30)
     inline = MeshWorld([_sphere()])
     assert inline._later is None
-    for name in (*_mesh_prep.SLOT_FIELDS, *_mesh_prep.FLAT_FIELDS):
+    for name in (*_builder.SLOT_FIELDS, *_builder.FLAT_FIELDS):
         assert torch.equal(world._tables[name], inline._tables[name]), name
 
 
@@ -92,9 +96,7 @@ def test_tables_go_in_at_the_next_op_call_as_new_tensors(background):
     world = MeshWorld.from_envs([[_sphere(), warpgeo.Cuboid([0.2, 0.2, 0.2])], [_sphere()]])
     args = world.kernel_args(torch.float64).world
     fields = list(WORLD_FIELDS)
-    old = {
-        name: args[fields.index(name)].clone() for name in (*_mesh_prep.SLOT_FIELDS, *_mesh_prep.FLAT_FIELDS)
-    }
+    old = {name: args[fields.index(name)].clone() for name in (*_builder.SLOT_FIELDS, *_builder.FLAT_FIELDS)}
     held = {name: args[fields.index(name)] for name in old}
     background.set()
     world._later.future.result(60)
@@ -106,7 +108,7 @@ def test_tables_go_in_at_the_next_op_call_as_new_tensors(background):
         assert after[fields.index(name)] is not tensor and torch.equal(tensor, old[name]), name
         assert args[fields.index(name)] is tensor, name
     assert world._tables["grid_flags"].tolist() == [[1, 0], [1, 0]]  # a primitive: no mesh tables
-    constants = _mesh_prep._constants
+    constants = _constants
     assert world._tables["slot_kind"].tolist() == [[constants.KIND_MESH, constants.KIND_CUBOID], [0, 0]]
     assert world._tables["prim_size"][0, 1].tolist() == pytest.approx([0.1, 0.1, 0.1])
     assert world._tables["mesh_ids"][0, 1].item() == constants.NO_MESH and world._wp_meshes[0][1] is None
@@ -119,12 +121,12 @@ def test_tables_go_in_at_the_next_op_call_as_new_tensors(background):
 def test_any_mix_of_old_and_new_tables_is_exact(monkeypatch):
     """An op on another thread may hold some fields from before the tables went in and some from after: every
     mix gives the same distances (the kernels bound each row by the tables they got)."""
-    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 200)
+    monkeypatch.setattr(_prepare, "BACKGROUND_FACES", 200)
     small = trimesh.creation.icosphere(subdivisions=1, radius=0.3)  # 80 faces: its tables at once
     poses = [[0.6, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]]
     world = MeshWorld([small, _sphere()], poses=poses)  # the 320-face sphere's tables come later
     fields = list(WORLD_FIELDS)
-    names = [*_mesh_prep.SLOT_FIELDS, *_mesh_prep.FLAT_FIELDS]
+    names = [*_builder.SLOT_FIELDS, *_builder.FLAT_FIELDS]
     before = {name: world._tables[name] for name in names}
     assert before["grid_cells"].numel() > 0  # the small mesh's grid is there already
     assert world.wait_tables(timeout=60)
@@ -144,14 +146,14 @@ def test_any_mix_of_old_and_new_tables_is_exact(monkeypatch):
 
 def test_world_gone_stops_its_background_build(background, monkeypatch):
     steps = []
-    faces_meet = _mesh_prep.faces_meet
-    monkeypatch.setattr(_mesh_prep, "faces_meet", lambda *a: steps.append(1) or faces_meet(*a))
+    faces_meet = _meshes.faces_meet
+    monkeypatch.setattr(_meshes, "faces_meet", lambda *a: steps.append(1) or faces_meet(*a))
     world = MeshWorld([_sphere()])
     future = world._later.future
     del world
     gc.collect()
     background.set()
-    with pytest.raises(_mesh_prep._Cancelled):
+    with pytest.raises(_tables._Cancelled):
         future.result(60)
     assert not steps  # stopped before its first step
     # the background thread is free for the next world
@@ -160,12 +162,12 @@ def test_world_gone_stops_its_background_build(background, monkeypatch):
 
 
 def test_failed_background_build_warns_and_stays_exact(monkeypatch):
-    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1)
+    monkeypatch.setattr(_prepare, "BACKGROUND_FACES", 1)
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(_mesh_prep, "_plane_trees", broken)
+    monkeypatch.setattr(_tables, "_plane_trees", broken)
     world = MeshWorld([_sphere()])
     world._later.future.exception(60)
     points = _points(50)
@@ -173,7 +175,7 @@ def test_failed_background_build_warns_and_stays_exact(monkeypatch):
         got = signed_distance(points, world)
     torch.testing.assert_close(got, _sphere_distance(points), atol=1e-6, rtol=0)
     # no tables, and the side stays that of the rays of no symmetry (as before the failure)
-    assert world._later is None and world._tables["grid_flags"].item() == _mesh_prep._constants.FLAG_PENDING
+    assert world._later is None and world._tables["grid_flags"].item() == _constants.FLAG_PENDING
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert world.wait_tables() is True  # nothing left: no second warning
@@ -199,7 +201,7 @@ def test_small_and_large_meshes_build_where_documented():
     small = MeshWorld([_sphere()])  # 320 faces: tables at once
     assert small._later is None and small._tables["grid_flags"].item() == 1
     big = trimesh.creation.icosphere(subdivisions=6, radius=0.5)  # 81,920 faces: on the background thread
-    assert len(big.faces) >= _mesh_prep.BACKGROUND_FACES
+    assert len(big.faces) >= _prepare.BACKGROUND_FACES
     world = MeshWorld([big])
     points = _points(200)
     got = signed_distance(points, world)
@@ -234,7 +236,7 @@ def test_sliver_count_matches_warps_test():
     sphere = trimesh.creation.icosphere(subdivisions=1)
     clean = (np.asarray(sphere.vertices, np.float32), np.asarray(sphere.faces, np.int32))
     # several meshes in one launch: each its own count
-    slivers, _ = _mesh_prep.face_checks([clean, (vertices, faces), clean, (vertices, faces[:45])], _CPU)
+    slivers, _ = _meshes.face_checks([clean, (vertices, faces), clean, (vertices, faces[:45])], _CPU)
     assert slivers.tolist() == [0, expected, 0, _numpy_slivers(vertices, faces[:45])]
 
 
@@ -259,25 +261,25 @@ def test_edge_pairing_hash_tells_open_meshes():
     meshes.append((np.asarray(torus.vertices, np.float32), np.asarray(torus.faces, np.int32)))
     expected = [_edges_pair_up(faces) for _, faces in meshes]
     assert expected[0] and expected[-1] and not expected[1] and not expected[2]
-    _, got = _mesh_prep.face_checks(meshes, _CPU)  # all in one launch
+    _, got = _meshes.face_checks(meshes, _CPU)  # all in one launch
     assert got.tolist() == expected
     for mesh, pairs_up in zip(meshes, expected, strict=True):  # and each alone
-        assert _mesh_prep.face_checks([mesh], _CPU)[1].tolist() == [pairs_up]
+        assert _meshes.face_checks([mesh], _CPU)[1].tolist() == [pairs_up]
 
 
 def test_forked_child_builds_the_tables_itself(monkeypatch):
     """A DataLoader worker forked while the tables were being built has the world but not the thread."""
-    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1)
+    monkeypatch.setattr(_prepare, "BACKGROUND_FACES", 1)
     parent = os.getpid()
     hold = threading.Event()
-    built = _mesh_prep.build_tables
+    built = _tables.build_tables
 
     def held(specs, device, *, alive=None):
         if alive is not None and os.getpid() == parent:
             assert hold.wait(60)
         return built(specs, device, alive=alive)
 
-    monkeypatch.setattr(_mesh_prep, "build_tables", held)
+    monkeypatch.setattr(_tables, "build_tables", held)
     world = MeshWorld([_sphere()])
     context = multiprocessing.get_context("fork")
     results = context.Queue()
@@ -320,11 +322,11 @@ def _winding_numbers(mesh: trimesh.Trimesh, points: np.ndarray) -> np.ndarray:
 def test_signs_before_the_tables_on_a_symmetric_mesh(monkeypatch, sign_method):
     """Before its tables, a mesh whose edges pair up takes its side from rays of no symmetry: Warp's axis rays
     graze the vertices of an icosphere from points such as (-0.5, -0.5, 0) and call them inside."""
-    monkeypatch.setattr(_mesh_prep, "BACKGROUND_FACES", 1)
-    monkeypatch.setattr(_mesh_prep.Later, "start", lambda self: None)  # never built: the path before
+    monkeypatch.setattr(_prepare, "BACKGROUND_FACES", 1)
+    monkeypatch.setattr(_builder.Later, "start", lambda self: None)  # never built: the path before
     mesh = trimesh.creation.icosphere(subdivisions=3, radius=0.5)
     world = MeshWorld([mesh], sign_method=sign_method)
-    assert world._tables["grid_flags"].item() == _mesh_prep._constants.FLAG_PENDING
+    assert world._tables["grid_flags"].item() == _constants.FLAG_PENDING
     axis = np.linspace(-0.6, 0.6, 25)
     points = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3)
     got = signed_distance(torch.from_numpy(points), world).numpy()
@@ -351,25 +353,25 @@ def test_open_mesh_answers_do_not_change_when_its_tables_come(background):
 
 def test_background_launches_cover_every_row_and_stop_between_chunks(monkeypatch):
     from warpgeo import _launch
-    from warpgeo._kernels import sdf_build as build_kernels
+    from warpgeo._kernels import build_checks
 
     mesh = trimesh.creation.icosphere(subdivisions=2)
     vertices = torch.from_numpy(np.asarray(mesh.vertices, dtype=np.float32))
     indices = torch.from_numpy(np.asarray(mesh.faces, dtype=np.int32).reshape(-1))
-    kernel = build_kernels.BUILD["float32"].face_checks_rows
+    kernel = build_checks.FACE_CHECKS["float32"].face_checks_rows
     cpu = torch.device("cpu")
 
     def run(check):
         slivers = torch.zeros(len(mesh.faces), dtype=torch.int32)
         hashes = torch.zeros(len(mesh.faces), dtype=torch.int64)
-        _mesh_prep._launch_rows(
-            kernel, len(mesh.faces), device=cpu, check=check, points=vertices, indices=indices,
+        _launch.launch_rows(
+            kernel, len(mesh.faces), device=cpu, between=check, points=vertices, indices=indices,
             vertex_first=torch.tensor([0, len(vertices)]), face_first=torch.tensor([0, len(mesh.faces)]),
             slivers=slivers, edge_hash=hashes,
         )  # fmt: skip
         return hashes
 
-    monkeypatch.setattr(_mesh_prep, "_BACKGROUND_ROWS", 64)
+    monkeypatch.setattr(_launch, "BETWEEN_ROWS", 64)
     starts = []
     launch = _launch.launch
     monkeypatch.setattr(
@@ -384,10 +386,10 @@ def test_background_launches_cover_every_row_and_stop_between_chunks(monkeypatch
     def stop_after_two():
         checks.append(1)
         if len(checks) > 2:
-            raise _mesh_prep._Cancelled
+            raise _tables._Cancelled
 
     starts.clear()
-    with pytest.raises(_mesh_prep._Cancelled):
+    with pytest.raises(_tables._Cancelled):
         run(stop_after_two)
     assert len(starts) == 2  # no chunk after the check that stopped it (on either thread)
 
@@ -425,12 +427,12 @@ def test_plane_trees_built_together_or_by_heapsort_are_each_built_alone(monkeypa
     meshes = [(vertices, faces)] + [
         (np.asarray(m.vertices, np.float32), np.asarray(m.faces, np.int32)) for m in others
     ]
-    pairs = _mesh_prep.edge_pairs([(f, len(v)) for v, f in meshes])
-    parts = [_mesh_prep._Faces([(v, f, p)], None).part(0) for (v, f), p in zip(meshes, pairs, strict=True)]
-    alone = [_mesh_prep._plane_tree(part) for part in parts]
-    together = _mesh_prep._plane_trees(parts[::-1])[::-1]
-    monkeypatch.setattr(_mesh_prep, "_SPLIT_ROUNDS", 0)
-    sorted_splits = _mesh_prep._plane_trees(parts)
+    pairs = _meshes.edge_pairs([(f, len(v)) for v, f in meshes])
+    parts = [_tables._Faces([(v, f, p)], None).part(0) for (v, f), p in zip(meshes, pairs, strict=True)]
+    alone = [_tables._plane_tree(part) for part in parts]
+    together = _tables._plane_trees(parts[::-1])[::-1]
+    monkeypatch.setattr(_tables, "_SPLIT_ROUNDS", 0)
+    sorted_splits = _tables._plane_trees(parts)
     for tree, *built in zip(alone, together, sorted_splits, strict=True):
         for tables in built:
             for mine, theirs in zip(tables, tree, strict=True):
@@ -518,14 +520,14 @@ def test_tables_built_in_chunks_on_threads_are_those_of_one_batch(monkeypatch):
     ]
     one = MeshWorld(entries)
     runs = []
-    closed_tables = _mesh_prep._closed_tables
+    closed_tables = _tables._closed_tables
 
     def recorded(jobs, check):
         runs.append((len(jobs), threading.current_thread().name))
         return closed_tables(jobs, check)
 
-    monkeypatch.setattr(_mesh_prep, "_closed_tables", recorded)
-    monkeypatch.setattr(_mesh_prep, "_chunk_count", lambda weights: min(3, len(weights)))
+    monkeypatch.setattr(_tables, "_closed_tables", recorded)
+    monkeypatch.setattr(_threads, "_chunk_count", lambda weights: min(3, len(weights)))
     chunked = MeshWorld(entries)
     assert len(runs) >= 2 and all(name.startswith("warpgeo-tables-chunk") for _, name in runs), runs
     assert sum(n for n, _ in runs) == 6  # every closed mesh but the cuboid
@@ -556,16 +558,17 @@ def test_steps_side_by_side_give_the_tables_of_one_thread(monkeypatch):
     one = MeshWorld(entries)
     threads = {}
     for name in ("edge_pairs", "_closed_tables", "faces_meet"):
-        step = getattr(_mesh_prep, name)
+        home = {"edge_pairs": _meshes, "faces_meet": _meshes, "_closed_tables": _tables}[name]
+        step = getattr(home, name)
 
         def recorded(*args, step=step, name=name):
             threads.setdefault(name, set()).add(threading.current_thread().name)
             return step(*args)
 
-        monkeypatch.setattr(_mesh_prep, name, recorded)
-    monkeypatch.setattr(_mesh_prep, "_CHUNK_FACES", 1)
-    monkeypatch.setattr(_mesh_prep, "_chunk_count", lambda weights: 1)
-    monkeypatch.setattr(_mesh_prep, "_thread_count", lambda: 2)
+        monkeypatch.setattr(home, name, recorded)
+    monkeypatch.setattr(_threads, "_CHUNK_FACES", 1)
+    monkeypatch.setattr(_threads, "_chunk_count", lambda weights: 1)
+    monkeypatch.setattr(_threads, "_thread_count", lambda: 2)
     beside = MeshWorld(entries)
     assert threads["edge_pairs"] == {"warpgeo-bvh_0"}, threads
     assert threads["_closed_tables"] == {"warpgeo-tables-closed_0"}, threads
@@ -624,7 +627,7 @@ def test_edge_pairs_of_many_meshes_in_one_sort():
         (closed[2:], len(sphere.vertices)),  # open, an even number of faces
         (closed, len(sphere.vertices)),
     ]
-    got = _mesh_prep.edge_pairs(meshes)
+    got = _meshes.edge_pairs(meshes)
     for k, ((faces, _), pairs) in enumerate(zip(meshes, got, strict=True)):
         expected = _reference_pairs(faces)
         assert (pairs is None) == (expected is None), k
@@ -635,14 +638,14 @@ def test_edge_pairs_of_many_meshes_in_one_sort():
     big = trimesh.creation.icosphere(6)
     expected = _reference_pairs(np.asarray(big.faces))
     for _ in range(3):
-        (pairs,) = _mesh_prep.edge_pairs([(np.asarray(big.faces), len(big.vertices))])
+        (pairs,) = _meshes.edge_pairs([(np.asarray(big.faces), len(big.vertices))])
         assert pairs is not None and {frozenset(p) for p in pairs.tolist()} == expected
 
 
 def test_many_small_meshes_build_their_tables_in_the_background(monkeypatch):
     """A CPU world whose small meshes add up to BACKGROUND_WORLD_FACES defers their tables: queries before are
     exact (signs against brute-force winding numbers), equal after, and the tables those of building at once."""
-    monkeypatch.setattr(_mesh_prep, "BACKGROUND_WORLD_FACES", 1000)
+    monkeypatch.setattr(_prepare, "BACKGROUND_WORLD_FACES", 1000)
     spheres = [trimesh.creation.icosphere(2, radius=0.2 + 0.05 * k) for k in range(3)]  # 320 faces each
     torus = trimesh.creation.torus(0.3, 0.1, major_sections=16, minor_sections=8)
     envs = [[spheres[0], torus], [spheres[1]], [spheres[2], spheres[0]]]
@@ -666,7 +669,7 @@ def test_many_small_meshes_build_their_tables_in_the_background(monkeypatch):
             _, unsigned, _ = trimesh.proximity.closest_point(mesh, p)
             local.append(np.where(_winding_numbers(mesh, p) > 0.5, -unsigned, unsigned))
         np.testing.assert_allclose(before[e].numpy(), np.min(local, axis=0), atol=1e-6, rtol=0)
-    monkeypatch.setattr(_mesh_prep, "BACKGROUND_WORLD_FACES", 1 << 30)
+    monkeypatch.setattr(_prepare, "BACKGROUND_WORLD_FACES", 1 << 30)
     inline = MeshWorld.from_envs(envs, poses=poses)
     assert inline._later is None
     for e, env in enumerate(envs):
@@ -708,9 +711,9 @@ def test_batches_too_large_for_one_launch_go_in_parts(monkeypatch):
     ]
     whole = MeshWorld(meshes)
     launches = []
-    run = _mesh_prep._launch_rows
-    monkeypatch.setattr(_mesh_prep, "_launch_rows", lambda *a, **kw: launches.append(a[1]) or run(*a, **kw))
-    monkeypatch.setattr(_mesh_prep, "_MAX_BATCH_ROWS", 400)
+    run = _launch.launch_rows
+    monkeypatch.setattr(_launch, "launch_rows", lambda *a, **kw: launches.append(a[1]) or run(*a, **kw))
+    monkeypatch.setattr(_meshes, "_MAX_BATCH_ROWS", 400)
     parts = MeshWorld(meshes)
     assert len(launches) >= 6 and max(launches) <= 2 * 576  # each mesh alone (the torus: 576 faces)
     for m in range(len(meshes)):
@@ -795,12 +798,12 @@ def test_open_when_welded_against_welding_by_position(monkeypatch):
     }
     for name, (vertices, faces) in cases.items():
         assert _open_by_position(vertices, faces) == expected[name], name  # the reference itself
-        assert _mesh_prep.open_when_welded(vertices, faces) == expected[name], name
+        assert _meshes.open_when_welded(vertices, faces) == expected[name], name
     sorted_vertices = []
     unique = np.unique
     monkeypatch.setattr(np, "unique", lambda *a, **k: sorted_vertices.append(1) or unique(*a, **k))
-    assert _mesh_prep.open_when_welded(*cases["height field"]) and not sorted_vertices
-    assert not _mesh_prep.open_when_welded(*cases["soup"]) and sorted_vertices  # closed: the exact check
+    assert _meshes.open_when_welded(*cases["height field"]) and not sorted_vertices
+    assert not _meshes.open_when_welded(*cases["soup"]) and sorted_vertices  # closed: the exact check
 
 
 def test_pairs_found_on_a_thread_are_waited_for_by_the_table_build(monkeypatch):
@@ -811,11 +814,11 @@ def test_pairs_found_on_a_thread_are_waited_for_by_the_table_build(monkeypatch):
 
     sphere = trimesh.creation.icosphere(3)
     faces, count = np.asarray(sphere.faces, np.int32), len(sphere.vertices)
-    expected = _mesh_prep.edge_pairs([(faces, count)])[0]
+    expected = _meshes.edge_pairs([(faces, count)])[0]
     done = Future()
     done.set_result([None, expected])
-    assert _mesh_prep._Pairing(done, 1).get(faces, count) is expected
+    assert _meshes._Pairing(done, 1).get(faces, count) is expected
     never = Future()  # a batch whose thread is not in this process
-    pairing = _mesh_prep._Pairing(never, 0)
-    monkeypatch.setattr(_mesh_prep.os, "getpid", lambda: pairing.pid + 1)
+    pairing = _meshes._Pairing(never, 0)
+    monkeypatch.setattr(_meshes.os, "getpid", lambda: pairing.pid + 1)
     np.testing.assert_array_equal(pairing.get(faces, count), expected)

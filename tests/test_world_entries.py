@@ -387,9 +387,9 @@ def test_scene_sign_methods_and_errors():
     assert world.sign_method == ["normal", "winding"]  # as given
     assert world.kernel_args().world[list(warpgeo.world.WORLD_FIELDS).index("sign")].tolist() == [
         [
-            warpgeo.world._SIGN_METHODS["normal"],
-            warpgeo.world._SIGN_METHODS["normal"],
-            warpgeo.world._SIGN_METHODS["winding"],
+            warpgeo._world.prepare.SIGN_METHODS["normal"],
+            warpgeo._world.prepare.SIGN_METHODS["normal"],
+            warpgeo._world.prepare.SIGN_METHODS["winding"],
         ]
     ]
     with pytest.raises(ValueError, match="the scene holds no geometry"):
@@ -697,3 +697,23 @@ def test_an_open_mesh_signed_by_ray_warns_once_per_world():
     messages = [str(w.message) for w in caught if "open mesh" in str(w.message)]
     assert len(messages) == 1
     assert "envs[0][0], envs[1][1]" in messages[0] and "'normal'" in messages[0]
+
+
+def test_the_open_mesh_warning_blames_each_slot_by_its_own_sign_method():
+    """One open mesh in two slots, signed "ray" in one and "unsigned" in the other (their slots share its data):
+    only the "ray" slot is named, and only "ray" as the method used (not "unsigned", which the warning
+    recommends)."""
+    bin_mesh = _open_top_box()
+    with pytest.warns(UserWarning, match="open mesh") as caught:
+        MeshWorld([bin_mesh, bin_mesh], sign_method=["ray", "unsigned"])
+    messages = [str(w.message) for w in caught if "open mesh" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert "meshes[0] is an open mesh" in messages[0] and "meshes[1]" not in messages[0], messages[0]
+    assert "sign_method='ray'," in messages[0] and "sign_method='ray' / 'unsigned'" not in messages[0]
+    with pytest.warns(UserWarning, match="open mesh") as caught:  # the other way round, and as copies
+        MeshWorld([bin_mesh.copy(), bin_mesh.copy()], sign_method=["unsigned", "normal"])
+    messages = [str(w.message) for w in caught if "open mesh" in str(w.message)]
+    assert (
+        len(messages) == 1 and "meshes[1] is an open mesh" in messages[0] and "meshes[0]" not in messages[0]
+    )
+    assert "sign_method='normal'," in messages[0]

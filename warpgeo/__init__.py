@@ -23,6 +23,7 @@ __all__ = [
     "GatherPoints",
     "MeshWorld",
     "RayHits",
+    "Robot",
     "SdfMesh",
     "Sphere",
     "SweptSdfMesh",
@@ -46,7 +47,9 @@ __all__ = [
     "value_checks",
 ]
 
-# public name -> the module that defines it
+# A public name is declared here: one line ``"name": "module"`` (the module that defines it). ``__all__`` above
+# (literal, for static tools) and the ``TYPE_CHECKING`` imports below (for type checkers) must agree with it:
+# tests/test_packaging.py::test_public_names_are_declared_once names what is missing where.
 _HOME = {
     "FarthestPointSampling": "fps",
     "farthest_point_sampling": "fps",
@@ -73,6 +76,7 @@ _HOME = {
     "render_depth": "raycasting",
     "lidar_rays": "raycasting",
     "grid_rays": "raycasting",
+    "Robot": "robot",
     "collision_pairs": "self_collision",
     "self_collision_cost": "self_collision",
     "value_checks": "checks",
@@ -87,6 +91,7 @@ if TYPE_CHECKING:
     from .neighbors import KNN, ball_query, knn
     from .primitives import Capsule, Cuboid, Cylinder, Sphere
     from .raycasting import RayHits, camera_rays, grid_rays, lidar_rays, raycast, render_depth
+    from .robot import Robot
     from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
     from .self_collision import collision_pairs, self_collision_cost
     from .world import MeshWorld
@@ -102,7 +107,8 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    """The public names and the module's dunders: not the helpers this file imports (``importlib``, ...)."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
 
 def load_ops() -> None:

@@ -29,7 +29,7 @@ FPS_BLOCK_DIM = 512
 MODE_BALL = 0
 MODE_KNN = 1
 
-# ---- SDF ops and MeshWorld (warpgeo/sdf.py, world.py, _mesh_prep.py, _kernels/sdf.py) ----
+# ---- SDF ops and MeshWorld (warpgeo/sdf.py, world.py, _world/, _kernels/world.py, _kernels/sdf.py) ----
 #: Registers per CUDA thread of the query kernels, by precision. Uncapped, the float32 cost kernel took 230
 #: registers (12.5% occupancy, ncu, H200) and 3.58 ms fwd+bwd for 1M spheres x 4 meshes; capped at 128: 2.45
 #: ms, at 64: 2.45 ms (signed distance 10.1 -> 6.4 -> 4.7 ms, swept H=32 17.5 -> 18.0 -> 16.5 ms).
@@ -58,7 +58,7 @@ KIND_CUBOID = 1
 KIND_SPHERE = 2
 KIND_CAPSULE = 3
 KIND_CYLINDER = 4
-#: ``grid_flags`` bit: the mesh's tables are being built (``warpgeo._mesh_prep.Later``) and its edges pair up
+#: ``grid_flags`` bit: the mesh's tables are being built (``warpgeo._world.builder.Later``) and its edges pair up
 #: (it is probably closed): until they are in, a ray or normal mesh takes its side from three rays in
 #: directions of no symmetry a mesh is likely to share (exact on closed meshes; Warp's axis rays are not, where
 #: they graze a vertex or an edge, as on a symmetric mesh), so its answers do not change when the tables come.

@@ -21,13 +21,12 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
-from warpgeo import _fast_launch
+from warpgeo import _fast_launch, _threads
 from warpgeo._constants import INT32_LIMIT, MAX_LAUNCH_ROWS
 from warpgeo._warp import cuda_algorithms, dense_below, warp, warp_device, warp_stream
 
@@ -267,7 +266,7 @@ STREAM = "stream"
 #: its module on that path) and running it once. Without it a thread could enter a module that another
 #: thread was still loading: several threads' first calls at once crashed (SIGSEGV at the kernel's entry).
 #: Taken once per kernel, device, block size and thread; later launches take no lock.
-_FIRST_LAUNCH = threading.RLock()
+_FIRST_LAUNCH = _threads.ForkSafeLock(reentrant=True)
 
 
 def run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args: dict) -> None:
@@ -331,19 +330,13 @@ _RANGES_PER_WORKER = 4
 ROW_START = "row_start"
 
 
-@functools.cache
-def _cpu_pool(pid: int) -> ThreadPoolExecutor:
-    # Keyed by process id: a forked child (a DataLoader worker, say) inherits the pool object but not its
-    # threads, and would wait on it forever.
-    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="warpgeo")
-
-
 def launch_rows(
     kernel: Any,
     rows: int,
     *,
     device: torch.device,
     work_per_row: int = 1,
+    between: Callable[[], None] | None = None,
     **args: Any,
 ) -> None:
     """Launch ``kernel`` over ``rows`` independent rows; thread ``t`` handles row ``row_start + t``.
@@ -355,12 +348,19 @@ def launch_rows(
     below ``_MIN_SPLIT_WORK``) stay on the calling thread. Not for tile kernels: Warp's CPU tile storage is
     not safe for concurrent launches (they crash). ``rows`` must stay below 2**31 (one int32 thread index
     per row); callers split larger work (:func:`launch_blocks`).
+
+    ``between``: a work that may have to stop midway (a world's background table build, which stops once its
+    world is gone): launches of at most :data:`BETWEEN_ROWS` rows, ``between()`` before each (it raises to
+    stop), handed out in turn to the calling thread and one more at the lowest priority.
     """
     if rows >= INT32_LIMIT:
         raise ValueError(f"internal error: {rows} rows in one launch of {kernel.key} (limit 2**31 - 1)")
     if ROW_START in args:
         raise TypeError(f"internal error: launch_rows of {kernel.key} fills {ROW_START} itself")
     if rows <= 0:
+        return
+    if between is not None:
+        _launch_between(kernel, rows, device, between, args)
         return
     work = rows * work_per_row
     workers = 1
@@ -387,19 +387,61 @@ def launch_rows(
                 return
             launch(kernel, span[1] - span[0], device=device, row_start=span[0], **args)
 
-    pool = _cpu_pool(os.getpid())
+    pool = _threads.pool("warpgeo", os.cpu_count() or 1)
     jobs = [pool.submit(work_through) for _ in range(workers)]
     for job in jobs:
         job.result()
 
 
+#: Rows per launch of a :func:`launch_rows` with ``between`` (a background build checks between them that its
+#: world still lives).
+BETWEEN_ROWS = 1 << 16
+
+
+def _launch_between(
+    kernel: Any, rows: int, device: torch.device, between: Callable[[], None], args: dict
+) -> None:
+    """:func:`launch_rows`' ``between`` path: chunks of at most :data:`BETWEEN_ROWS` rows (fewer on two
+    threads: about an eighth of the rows, at least 256), ``between()`` before each, on this thread and, where
+    torch runs two threads or more, one of the lowest priority."""
+    helper = _threads.pool("warpgeo-tables", 1, low_priority=True) if torch.get_num_threads() >= 2 else None
+    chunk = BETWEEN_ROWS if helper is None else min(BETWEEN_ROWS, max(256, -(-rows // 8)))
+    chunks = iter(range(0, rows, chunk))
+    lock = threading.Lock()
+
+    def work_through() -> None:
+        while True:
+            with lock:
+                start = next(chunks, None)
+            if start is None:
+                return
+            between()
+            launch(kernel, min(chunk, rows - start), device=device, row_start=start, **args)
+
+    job = None if helper is None or rows <= chunk else helper.submit(work_through)
+    try:
+        work_through()
+    finally:
+        if job is not None:
+            job.result()
+
+
 def _load(kernel: Any, device: torch.device, block_dim: int | None = None) -> None:
     """Load (compile on first use) ``kernel``'s Warp module for ``device`` as its launches run it."""
     wdev = warp_device(device)
-    if block_dim is None and wdev.is_cpu:
-        block_dim = 1
     with _FIRST_LAUNCH:
-        kernel.module.load(wdev, block_dim)
+        kernel.module.load(wdev, launch_block_dim(wdev, block_dim))
+
+
+def launch_block_dim(wdev: Any, block_dim: int | None) -> int | None:
+    """The block size Warp runs a launch asking for ``block_dim`` with on the Warp device ``wdev``, and so
+    the one its module is loaded (compiled, cached) for: on the CPU 1, unless Warp's CPU blocks are on
+    (``wp.config.enable_cpu_blocks``) and ``block_dim`` is more; on CUDA ``block_dim`` (None: the module's own,
+    or Warp's default). What ``warpgeo warmup`` loads, so that a first call finds its module in the cache."""
+    if wdev.is_cpu:
+        cpu_blocks = block_dim is not None and block_dim > 1 and warp().config.enable_cpu_blocks
+        return block_dim if cpu_blocks else 1
+    return block_dim
 
 
 #: An empty mapping of tensors (no per-batch tensors).
@@ -562,7 +604,7 @@ def launch_blocks(
 _STRUCTS: collections.OrderedDict = collections.OrderedDict()
 #: Entries kept (oldest first out).
 _MAX_STRUCTS = 64
-_STRUCTS_LOCK = threading.Lock()
+_STRUCTS_LOCK = _threads.ForkSafeLock()
 
 
 def struct(struct_type: Any, **fields: Any) -> Any:

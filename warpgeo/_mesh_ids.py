@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import threading
 import weakref
 from typing import Any
 
 import numpy as np
 import torch
 
-from . import _constants
+from . import _constants, _threads
 
 __all__ = ["check_mesh_ids", "refuse_changed_mesh_ids", "register_mesh_ids"]
 
@@ -44,7 +43,7 @@ _LIVE_IDS: dict[torch.device, collections.Counter] = {}
 #: A registered tensor's data pointer -> (weak reference to it, its version, its values: bytes on the host
 #: for a CPU tensor, a copy on the device for a CUDA one).
 _OWN_IDS: dict[int, tuple[weakref.ref, int, Any]] = {}
-_IDS_LOCK = threading.Lock()
+_IDS_LOCK = _threads.ForkSafeLock()
 
 
 def register_mesh_ids(ids: torch.Tensor, meshes: list, host: np.ndarray) -> None:

@@ -32,7 +32,12 @@ from typing import Any
 
 import torch
 
-__all__ = ["Op"]
+__all__ = ["REGISTRY", "Op"]
+
+#: Every op an :class:`Op` declared, by name (``"warpgeo::knn"`` -> its Op), in declaration order: complete
+#: once every op module is imported (``warpgeo.load_ops()``). The per-op guarantee suites (sync-free, threads,
+#: budgets, CUDA graphs, hostile cases) read it, so a new op fails them until they cover it.
+REGISTRY: dict[str, Op] = {}
 
 
 class Op:
@@ -101,6 +106,7 @@ class Op:
         if backward is not None:
             self.custom.register_autograd(backward, setup_context=setup)
             self._function = self.function(f"_{name.split('::')[-1]}")
+        REGISTRY[name] = self
 
     def function(self, name: str, doc: str | None = None) -> type[torch.autograd.Function]:
         """A ``torch.autograd.Function`` class running this op: ``forward`` is :attr:`run` then ``setup``,

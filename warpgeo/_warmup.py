@@ -12,9 +12,10 @@ import importlib
 import pkgutil
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from warpgeo import _warp
+from warpgeo import _launch, _warp
 
 
 def kernel_modules() -> list[tuple[Any, Any, str]]:
@@ -42,16 +43,16 @@ def warmup_plan(cuda: bool) -> list[tuple[Any, str, bool]]:
     return plan
 
 
-def warmup(device: str = "cpu", *, quiet: bool = False) -> int:
+def warmup(device: str = "cpu", *, quiet: bool = False, only: Callable[[str], bool] | None = None) -> int:
     """Compile every kernel module warpgeo launches on ``device`` into Warp's kernel cache (a module
     already there is only loaded). Returns the number of modules. A progress bar on stderr unless
-    ``quiet``."""
+    ``quiet``; ``only``: the modules (by Warp module name) to warm, None: all."""
     import torch
 
     torch_device = torch.device(device)
     wdev = _warp.warp_device(torch_device)  # ValueError for a device warpgeo does not run on
     wp = _warp.warp()
-    modules = warmup_plan(wdev.is_cuda)
+    modules = [m for m in warmup_plan(wdev.is_cuda) if only is None or only(m[1])]
     from tqdm import tqdm
 
     start = time.perf_counter()
@@ -59,8 +60,8 @@ def warmup(device: str = "cpu", *, quiet: bool = False) -> int:
     for table, name, on_host in bar:
         bar.set_postfix_str(name.removeprefix("warpgeo._kernels."), refresh=False)
         target = wp.get_device("cpu") if on_host else wdev
-        block_dim = table.block_dim if table.block_dim is not None else (1 if target.is_cpu else None)
-        wp.get_module(name).load(target, block_dim)
+        # the block size the launches run (on the CPU 1, whatever the table declares): the same module hash
+        wp.get_module(name).load(target, _launch.launch_block_dim(target, table.block_dim))
     if not quiet:
         print(
             f"warpgeo: {len(modules)} kernel modules ready for {wdev} in {time.perf_counter() - start:.1f} s "

@@ -16,13 +16,13 @@ import contextlib
 import gc
 import os
 import sys
-import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
+from warpgeo import _threads
 from warpgeo._constants import INT32_LIMIT
 
 #: Floating dtypes accepted for points, spheres and features.
@@ -36,7 +36,7 @@ def dtype_names(dtypes: Iterable[torch.dtype]) -> str:
 
 
 _WARP: Any = None
-_WARP_LOCK = threading.Lock()
+_WARP_LOCK = _threads.ForkSafeLock()
 
 
 def warp() -> Any:
@@ -64,9 +64,12 @@ def _init_warp() -> Any:
     driver" warning on a machine without the driver, unless the user chose a log level of their own (then
     it stands) or ``WARPGEO_VERBOSE=1`` is set.
     """
+    # Was Warp imported before warpgeo imported it (the user's own ``import warp``)? warpgeo._kernels
+    # recorded it when an op module first imported it; a first call that comes before any op module (the
+    # warmup) reads it now, before the import below.
+    kernels = sys.modules.get("warpgeo._kernels")
+    user_imported = kernels.WARP_IMPORTED_BY_USER if kernels is not None else "warp" in sys.modules
     import warp as wp
-
-    from warpgeo._kernels import WARP_IMPORTED_BY_USER as user_imported
 
     if (
         os.environ.get("WARPGEO_VERBOSE", "0") not in ("", "0")

@@ -10,19 +10,18 @@ indices, never a ``(B, N, M)`` matrix.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
 
-from . import _launch, _warp, checks, neighbors
+from . import _grid, _launch, _warp, checks
 from ._constants import INT32_LIMIT, MAX_POINTS
 from ._kernels import chamfer as kernels
 from ._op import Op
 
 __all__ = ["ChamferResult", "chamfer_distance"]
 
-#: Compute dtype -> the key of the L1 kernel table (``warpgeo._kernels.chamfer.TYPES``).
-_KEY = {torch.float32: "float32", torch.float64: "float64"}
 #: The reductions :func:`chamfer_distance` takes.
 _REDUCTIONS = ("mean", "sum", None)
 
@@ -41,6 +40,107 @@ class ChamferResult(NamedTuple):
     dist_yx: torch.Tensor | None
     idx_xy: torch.Tensor
     idx_yx: torch.Tensor | None
+
+
+# --------------------------------------------------------------------------------------------------------
+# public function
+# --------------------------------------------------------------------------------------------------------
+
+
+def chamfer_distance(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    x_lengths: torch.Tensor | None = None,
+    y_lengths: torch.Tensor | None = None,
+    norm: int = 2,
+    squared: bool | None = None,
+    reduction: str | None = "mean",
+    single_directional: bool = False,
+) -> ChamferResult:
+    """Chamfer distance: each point's distance to its nearest neighbour in the other cloud, reduced.
+
+    For every valid point ``x[b, i]`` its nearest valid point ``y[b, idx_xy[b, i]]`` and the distance
+    ``dist_xy[b, i]`` to it, and the same from ``y`` to ``x`` (unless ``single_directional``). The nearest
+    neighbour is found in the norm asked for: L2 (``norm=2``) by warpgeo's kNN grid search, L1 (``norm=1``) by
+    L1 distance ``|dx| + |dy| + |dz|`` itself (pytorch3d's ``knn_points(norm=1)`` semantics), with a scan of
+    the other cloud (``O(N * M)`` time: slower than L2's search). Ties go to the lowest index. Distances are
+    computed from coordinate differences (no ``|a|^2 + |b|^2 - 2ab`` cancellation), in float32 for half
+    inputs. Memory is ``O(B * (N + M))``: no ``(B, N, M)`` matrix, forward or backward.
+
+    ``squared`` squares each point distance; by default (``None``) it follows the norm: ``norm=2`` gives the
+    squared Euclidean distance, as pytorch3d's ``chamfer_distance`` and the ``chamfer`` extensions of
+    PoinTr / Point-MAE / GRNet give it, ``norm=1`` the plain L1 distance, as pytorch3d's ``norm=1``.
+    ``norm=2, squared=False`` is the Euclidean distance (the ``ChamferDistanceL1`` of those repos);
+    ``norm=1, squared=True`` squares the L1 distance, only when asked for.
+
+    ``loss`` reduces each direction and sums the two: ``"mean"`` (the default; pytorch3d's default
+    ``point_reduction="mean", batch_reduction="mean"``) averages each cloud's distances over its valid points
+    and then the clouds; ``"sum"`` sums every valid point's distance; ``None`` keeps the per-cloud means,
+    ``(B,)``. A cloud with no valid point has mean 0; a valid point whose other cloud is empty has distance 0
+    and index -1. Padding (points beyond the lengths) has distance 0 and index -1 and takes no part.
+
+    Differentiable w.r.t. ``x`` and ``y`` through ``loss``, ``dist_xy`` and ``dist_yx`` (the gradient of a
+    zero distance is 0: finite at coincident points). Not twice differentiable through the indices.
+
+    Args:
+        x: ``(B, N, 3)``, or ``(N, 3)`` with ``y`` ``(M, 3)`` (one cloud each, as :func:`warpgeo.knn` takes
+            them: the results are then unbatched, see Returns); float16, bfloat16, float32 or float64.
+        y: ``(B, M, 3)`` (or ``(M, 3)``), the dtype and device of ``x``.
+        x_lengths: optional integer ``(B,)``: cloud b of ``x`` holds only its first ``x_lengths[b]`` points.
+        y_lengths: optional integer ``(B,)``: the same for ``y``.
+        norm: 1 (L1) or 2 (L2).
+        squared: square each point distance; default (None): True for ``norm=2``, False for ``norm=1``.
+        reduction: ``"mean"``, ``"sum"`` or ``None`` (see above).
+        single_directional: only ``x`` -> ``y`` (``dist_yx`` and ``idx_yx`` are then None).
+
+    Returns:
+        ``ChamferResult(loss, dist_xy, dist_yx, idx_xy, idx_yx)``: ``loss`` 0-d (or ``(B,)`` for
+        ``reduction=None``), ``dist_xy`` ``(B, N)`` and ``dist_yx`` ``(B, M)`` in the dtype of ``x``,
+        ``idx_xy`` ``(B, N)`` and ``idx_yx`` ``(B, M)`` int64. For one unbatched pair of clouds: ``loss`` 0-d
+        (whatever ``reduction``: the one cloud's value for None), ``dist_xy`` / ``idx_xy`` ``(N,)``,
+        ``dist_yx`` / ``idx_yx`` ``(M,)``.
+
+    Raises:
+        TypeError: non-float points, different dtypes, non-integer lengths, ``squared`` neither a bool nor
+            None, non-bool ``single_directional``.
+        ValueError: bad shapes, ``norm`` not 1 or 2, an unknown ``reduction``, lengths outside ``[0, N]`` /
+            ``[0, M]``, NaN or inf among the valid points, tensors on different devices; a float64 cloud whose
+            magnitudes span more than ``2**967`` (largest |coordinate| over the smallest nonzero one;
+            distances are exact within it).
+
+    Example:
+        >>> x = torch.tensor([[[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]])
+        >>> y = torch.tensor([[[0.0, 0.0, 0.5]]])
+        >>> result = chamfer_distance(x, y)
+        >>> result.dist_xy                            # squared distances to y's only point
+        tensor([[0.2500, 1.2500]])
+        >>> result.idx_yx                             # y's nearest in x: x[0]
+        tensor([[0]])
+        >>> result.loss                               # mean(0.25, 1.25) + mean(0.25)
+        tensor(1.)
+    """
+    if squared is None:
+        squared = norm == 2
+    unbatched = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dim() == 2 and y.dim() == 2
+    if unbatched:  # one cloud each: a batch of one
+        x, y = x.unsqueeze(0), y.unsqueeze(0)
+    loss, dist_xy, dist_yx, idx_xy, idx_yx = _chamfer_op.call(
+        x=x,
+        y=y,
+        x_lengths=x_lengths,
+        y_lengths=y_lengths,
+        norm=norm,
+        squared=squared,
+        reduction=reduction,
+        single_directional=single_directional,
+    )
+    if unbatched:
+        loss = loss[0] if reduction is None else loss
+        dist_xy, dist_yx, idx_xy, idx_yx = dist_xy[0], dist_yx[0], idx_xy[0], idx_yx[0]
+    if single_directional:
+        return ChamferResult(loss, dist_xy, None, idx_xy, None)
+    return ChamferResult(loss, dist_xy, dist_yx, idx_xy, idx_yx)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -99,9 +199,7 @@ def _chamfer_impl(
     (half inputs: float32, then cast); the launches: both directions in one (after the grids of both clouds,
     one launch, on large clouds; or the float64 scale, on small ones), then the loss."""
     if checks.checking_values(x.device):
-        neighbors.check_values(
-            x, y, x_lengths, y_lengths, names=("x", "y", "x_lengths", "N", "y_lengths", "M")
-        )
+        _grid.check_values(x, y, x_lengths, y_lengths, names=("x", "y", "x_lengths", "N", "y_lengths", "M"))
     device = x.device
     dtype = x.dtype
     compute = _warp.compute_dtype(dtype)
@@ -112,25 +210,31 @@ def _chamfer_impl(
     dist_yx = torch.empty(batch, m_out, dtype=compute, device=device)
     idx_xy = torch.empty(batch, n, dtype=torch.int64, device=device)
     idx_yx = torch.empty(batch, m_out, dtype=torch.int64, device=device)
-    x, y = _warp.to_compute(x), _warp.to_compute(y)
-    table = kernels.CHAMFER[_KEY[compute]]
-    x_lengths = neighbors.lengths_arg(x_lengths, device)
-    y_lengths = neighbors.lengths_arg(y_lengths, device)
+    x, y = _grid.cloud(x), _grid.cloud(y)
+    table = kernels.CHAMFER[_warp.KEY[compute]]
+    x_lengths = _grid.lengths_arg(x_lengths, device)
+    y_lengths = _grid.lengths_arg(y_lengths, device)
     rows = batch * (n + m_out)
     scaled = compute == torch.float64
     cuda = _warp.cuda_algorithms(device)
-    use_grid = norm == 2 and min(n, m) > 0 and max(n, m) > _brute_max_points(cuda)
+    use_grid = norm == 2 and min(n, m) > 0 and max(n, m) > _grid.brute_max_points(cuda)
     stream = _warp.warp_stream(device)  # once per call (None on the CPU)
-    ws = neighbors.Workspace(device, stream)
+    ws = _grid.Workspace(device, stream)
     work = {"work_idx": ws.take(torch.int64, rows, 1), "work_d2": ws.take(torch.float64, rows, 1)}
-    grids = {
-        name: _grid_arrays(ws, name, batch, cloud.shape[1], compute, use_grid)
+    # each cloud's grid: a struct over workspace arrays (held here until the launches are done), or the
+    # empty one (a scan)
+    arrays = {
+        name: _grid.arrays(ws, batch, cloud.shape[1], compute, rank=cuda) if use_grid else None
         for name, cloud in (("x", x), ("y", y))
     }
+    grids = {
+        f"grid_{name}": _grid.struct(compute, held) if held is not None else _grid.no_grid(device, compute)[0]
+        for name, held in arrays.items()
+    }
     clouds = {"x": x, "x_lengths": x_lengths, "y": y, "y_lengths": y_lengths}
-    scale = neighbors.no_params(device)
+    scale = _grid.no_params(device)
     if use_grid:
-        build = {**clouds, **grids["x"], **grids["y"], "points_per_cell": neighbors.KNN_POINTS_PER_CELL}
+        build = {**clouds, **grids, "points_per_cell": _grid.KNN_POINTS_PER_CELL}
         build["scaled"] = int(scaled)
         if cuda:
             _launch.launch(
@@ -139,8 +243,6 @@ def _chamfer_impl(
                 device=device,
                 tiled=True,
                 block_dim=kernels.BUILD_BLOCK_DIM,
-                rank_x=ws.take(torch.int32, batch, n),
-                rank_y=ws.take(torch.int32, batch, m),
                 stream=stream,
                 **build,
             )
@@ -149,24 +251,12 @@ def _chamfer_impl(
                 table.chamfer_grid_rows, 2 * batch, device=device, work_per_row=n + m, stream=stream, **build
             )
     elif scaled and rows > 0:
-        scale = ws.take(torch.float64, batch, neighbors.kernels.PARAMS)
-        _launch.launch_rows(
-            table.cloud_scale_rows,
-            batch,
-            device=device,
-            work_per_row=n + m,
-            queries=x,
-            query_lengths=x_lengths,
-            points=y,
-            point_lengths=y_lengths,
-            params=scale,
-            stream=stream,
-        )
+        scale = _grid.scale(table, x, x_lengths, y, y_lengths, ws)
     _launch.launch_rows(
         table.chamfer_nearest,
         rows,
         device=device,
-        work_per_row=neighbors.ROW_WORK if use_grid else max(n, m),
+        work_per_row=_grid.ROW_WORK if use_grid else max(n, m),
         use_grid=int(use_grid),
         norm=norm,
         squared=int(squared),
@@ -176,8 +266,7 @@ def _chamfer_impl(
         out_dist_yx=dist_yx,
         out_idx_yx=idx_yx,
         **clouds,
-        **grids["x"],
-        **grids["y"],
+        **grids,
         **work,
         stream=stream,
     )
@@ -207,45 +296,8 @@ def _chamfer_impl(
     return loss, dist_xy, dist_yx, idx_xy, idx_yx
 
 
-def _grid_arrays(ws, name: str, batch: int, size: int, compute: torch.dtype, use_grid: bool) -> dict:
-    """The arrays of cloud ``name``'s grid, taken from the workspace; shared empty ones where no grid is
-    built (the scan: nothing allocated, nothing sliced; launcher constants, the same dict every call: not to
-    be modified)."""
-    if not use_grid:
-        key = (ws.device, compute, name)
-        empty = _NO_GRID.get(key)
-        if empty is None:
-            device = ws.device
-            parts = {
-                "params": torch.empty(0, neighbors.kernels.PARAMS, dtype=torch.float64, device=device),
-                "dims": torch.empty(0, 3, dtype=torch.int32, device=device),
-                "start": torch.empty(0, 2, dtype=torch.int32, device=device),
-                "sorted": torch.empty(0, 0, 3, dtype=compute, device=device),
-                "index": torch.empty(0, 0, dtype=torch.int32, device=device),
-            }
-            empty = _NO_GRID[key] = {f"{part}_{name}": _launch.constant(t) for part, t in parts.items()}
-        return empty
-    cap = neighbors.grid_cells(size)
-    return {
-        f"params_{name}": ws.take(torch.float64, batch, neighbors.kernels.PARAMS),
-        f"dims_{name}": ws.take(torch.int32, batch, 3),
-        f"start_{name}": ws.take(torch.int32, batch, cap + 2),
-        f"sorted_{name}": ws.take(compute, batch, size, 3),
-        f"index_{name}": ws.take(torch.int32, batch, size),
-    }
-
-
-_NO_GRID: dict = {}
-
 #: ``reduction`` -> the loss kernels' code.
 _REDUCTION_CODES = {"mean": 0, "sum": 1, None: 2}
-
-
-def _brute_max_points(cuda: bool) -> int:
-    """Clouds up to this size are scanned (as :func:`warpgeo.knn` chooses) on CUDA's algorithms or the CPU's."""
-    if cuda:
-        return neighbors.CUDA_BRUTE_MAX_POINTS
-    return neighbors.BRUTE_MAX_POINTS
 
 
 def _chamfer_fake(x, y, x_lengths, y_lengths, norm, squared, reduction, single_directional):
@@ -344,20 +396,20 @@ def _chamfer_backward_impl(
     batch, n, m = x.shape[0], x.shape[1], y.shape[1]
     grad_x = torch.zeros(batch, n if need_x else 0, 3, dtype=compute, device=device)
     grad_y = torch.zeros(batch, m if need_y else 0, 3, dtype=compute, device=device)
-    empty2 = _no_grad(device, compute, 2)
+    empty2 = _no_grad2(device, compute)
     _launch.launch(
-        kernels.CHAMFER[_KEY[compute]].chamfer_backward,
+        kernels.CHAMFER[_warp.KEY[compute]].chamfer_backward,
         batch * (n + idx_yx.shape[1]),
         device=device,
-        x=_warp.to_compute(x),
-        y=_warp.to_compute(y),
-        x_lengths=neighbors.lengths_arg(x_lengths, device),
-        y_lengths=neighbors.lengths_arg(y_lengths, device),
+        x=_grid.cloud(x),
+        y=_grid.cloud(y),
+        x_lengths=_grid.lengths_arg(x_lengths, device),
+        y_lengths=_grid.lengths_arg(y_lengths, device),
         idx_xy=idx_xy,
         idx_yx=idx_yx,
         grad_dist_xy=empty2 if grad_dist_xy is None else _warp.to_compute(grad_dist_xy),
         grad_dist_yx=empty2 if grad_dist_yx is None else _warp.to_compute(grad_dist_yx),
-        grad_loss=_no_grad(device, compute, 1)
+        grad_loss=_launch.empty(compute, device)
         if grad_loss is None
         else _warp.to_compute(grad_loss).reshape(-1),
         reduction=_REDUCTION_CODES[reduction],
@@ -381,16 +433,11 @@ def _chamfer_backward_fake(
     )
 
 
-def _no_grad(device: torch.device, dtype: torch.dtype, dim: int) -> torch.Tensor:
-    """An empty gradient argument (none flows through that output), shared per device, dtype and rank."""
-    key = (device, dtype, dim)
-    found = _NO_GRADS.get(key)
-    if found is None:
-        found = _NO_GRADS[key] = _launch.constant(torch.empty((0,) * dim, dtype=dtype, device=device))
-    return found
-
-
-_NO_GRADS: dict = {}
+@functools.cache
+def _no_grad2(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """An empty ``(0, 0)`` per-point gradient argument (none flows through that output), shared per device
+    and dtype (the 1-D one is ``_launch.empty``)."""
+    return _launch.constant(torch.empty(0, 0, dtype=dtype, device=device))
 
 
 #: differentiable once: no autograd of its own
@@ -408,93 +455,3 @@ _chamfer_op = Op(
     setup=_setup_chamfer,
     backward=_backward_chamfer,
 )
-
-
-# --------------------------------------------------------------------------------------------------------
-# public function
-# --------------------------------------------------------------------------------------------------------
-
-
-def chamfer_distance(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    x_lengths: torch.Tensor | None = None,
-    y_lengths: torch.Tensor | None = None,
-    norm: int = 2,
-    squared: bool | None = None,
-    reduction: str | None = "mean",
-    single_directional: bool = False,
-) -> ChamferResult:
-    """Chamfer distance: each point's distance to its nearest neighbour in the other cloud, reduced.
-
-    For every valid point ``x[b, i]`` its nearest valid point ``y[b, idx_xy[b, i]]`` and the distance
-    ``dist_xy[b, i]`` to it, and the same from ``y`` to ``x`` (unless ``single_directional``). The nearest
-    neighbour is found in the norm asked for: L2 (``norm=2``) by warpgeo's kNN grid search, L1 (``norm=1``) by
-    L1 distance ``|dx| + |dy| + |dz|`` itself (pytorch3d's ``knn_points(norm=1)`` semantics), with a scan of
-    the other cloud (``O(N * M)`` time: slower than L2's search). Ties go to the lowest index. Distances are
-    computed from coordinate differences (no ``|a|^2 + |b|^2 - 2ab`` cancellation), in float32 for half
-    inputs. Memory is ``O(B * (N + M))``: no ``(B, N, M)`` matrix, forward or backward.
-
-    ``squared`` squares each point distance; by default (``None``) it follows the norm: ``norm=2`` gives the
-    squared Euclidean distance, as pytorch3d's ``chamfer_distance`` and the ``chamfer`` extensions of
-    PoinTr / Point-MAE / GRNet give it, ``norm=1`` the plain L1 distance, as pytorch3d's ``norm=1``.
-    ``norm=2, squared=False`` is the Euclidean distance (the ``ChamferDistanceL1`` of those repos);
-    ``norm=1, squared=True`` squares the L1 distance, only when asked for.
-
-    ``loss`` reduces each direction and sums the two: ``"mean"`` (the default; pytorch3d's default
-    ``point_reduction="mean", batch_reduction="mean"``) averages each cloud's distances over its valid points
-    and then the clouds; ``"sum"`` sums every valid point's distance; ``None`` keeps the per-cloud means,
-    ``(B,)``. A cloud with no valid point has mean 0; a valid point whose other cloud is empty has distance 0
-    and index -1. Padding (points beyond the lengths) has distance 0 and index -1 and takes no part.
-
-    Differentiable w.r.t. ``x`` and ``y`` through ``loss``, ``dist_xy`` and ``dist_yx`` (the gradient of a
-    zero distance is 0: finite at coincident points). Not twice differentiable through the indices.
-
-    Args:
-        x: ``(B, N, 3)``; float16, bfloat16, float32 or float64.
-        y: ``(B, M, 3)``, the dtype and device of ``x``.
-        x_lengths: optional integer ``(B,)``: cloud b of ``x`` holds only its first ``x_lengths[b]`` points.
-        y_lengths: optional integer ``(B,)``: the same for ``y``.
-        norm: 1 (L1) or 2 (L2).
-        squared: square each point distance; default (None): True for ``norm=2``, False for ``norm=1``.
-        reduction: ``"mean"``, ``"sum"`` or ``None`` (see above).
-        single_directional: only ``x`` -> ``y`` (``dist_yx`` and ``idx_yx`` are then None).
-
-    Returns:
-        ``ChamferResult(loss, dist_xy, dist_yx, idx_xy, idx_yx)``: ``loss`` 0-d (or ``(B,)`` for
-        ``reduction=None``), ``dist_xy`` ``(B, N)`` and ``dist_yx`` ``(B, M)`` in the dtype of ``x``,
-        ``idx_xy`` ``(B, N)`` and ``idx_yx`` ``(B, M)`` int64.
-
-    Raises:
-        TypeError: non-float points, different dtypes, non-integer lengths, ``squared`` neither a bool nor
-            None, non-bool ``single_directional``.
-        ValueError: bad shapes, ``norm`` not 1 or 2, an unknown ``reduction``, lengths outside ``[0, N]`` /
-            ``[0, M]``, NaN or inf among the valid points, tensors on different devices.
-
-    Example:
-        >>> x = torch.tensor([[[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]])
-        >>> y = torch.tensor([[[0.0, 0.0, 0.5]]])
-        >>> result = chamfer_distance(x, y)
-        >>> result.dist_xy                            # squared distances to y's only point
-        tensor([[0.2500, 1.2500]])
-        >>> result.idx_yx                             # y's nearest in x: x[0]
-        tensor([[0]])
-        >>> result.loss                               # mean(0.25, 1.25) + mean(0.25)
-        tensor(1.)
-    """
-    if squared is None:
-        squared = norm == 2
-    loss, dist_xy, dist_yx, idx_xy, idx_yx = _chamfer_op.call(
-        x=x,
-        y=y,
-        x_lengths=x_lengths,
-        y_lengths=y_lengths,
-        norm=norm,
-        squared=squared,
-        reduction=reduction,
-        single_directional=single_directional,
-    )
-    if single_directional:
-        return ChamferResult(loss, dist_xy, None, idx_xy, None)
-    return ChamferResult(loss, dist_xy, dist_yx, idx_xy, idx_yx)

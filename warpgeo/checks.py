@@ -129,3 +129,12 @@ def check_shape(t: torch.Tensor, name: str, shape: Sequence[int | None]) -> None
         "(" + ", ".join("*" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
     )
     raise ValueError(f"{name} must have shape {expected}; got {tuple(t.shape)}")
+
+
+def shown(value: Any) -> str:
+    """``value`` for an error message: lists item by item, an int too long to print in full by its size."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"<an int of {len(str(abs(value)))} digits>"
+    return repr(value)

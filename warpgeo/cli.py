@@ -654,7 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="compile every kernel into Warp's kernel cache (Docker images, CI, cluster nodes)",
         description="Compile every warpgeo kernel module for a device into Warp's kernel cache, so that a "
         "process's first op call compiles nothing. Run it once per machine (or image) and device kind; "
-        "it takes a few minutes on a CPU. Modules already in the cache are only loaded.",
+        "into an empty cache it takes 30-60 s on 2 CPU cores (more on busy ones); modules already in the "
+        "cache are only loaded (a few seconds in all).",
     )
     warm.set_defaults(func=cmd_warmup)
     return parser

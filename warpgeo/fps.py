@@ -6,11 +6,10 @@ import functools
 import math
 import os
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
-from . import _launch, _warp, checks
+from . import _launch, _scale, _warp, checks
 from ._constants import INT32_LIMIT, SENTINEL_INDEX
 from ._kernels import fps as kernels
 from ._kernels import fps_cuda as block_kernels
@@ -36,8 +35,109 @@ _SAMPLE_BYTES = 8
 _SCALED_EXPONENT = 509
 #: The int64 range: a Python int outside it cannot become a tensor.
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-#: Compute dtype -> the key of the FPS kernel tables (``warpgeo._kernels.fps.TYPES``).
-_KEY = {torch.float32: "float32", torch.float64: "float64"}
+
+
+# --------------------------------------------------------------------------------------------------------
+# the public function
+# --------------------------------------------------------------------------------------------------------
+
+
+def farthest_point_sampling(
+    points: torch.Tensor,
+    num_samples: int | Sequence[int] | torch.Tensor,
+    *,
+    lengths: torch.Tensor | None = None,
+    start_index: int | torch.Tensor | None = None,
+    random_start: bool = False,
+    generator: torch.Generator | None = None,
+    return_distances: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Greedy farthest point sampling.
+
+    Starting from one point per cloud, repeatedly pick the point farthest from those already picked (ties
+    go to the lowest index). Distances are compared in float64 whatever the input dtype, so half-precision
+    clouds with large coordinates do not overflow and the order does not depend on the dtype or on the
+    scale of the coordinates; a float64 cloud is first scaled by a power of two (exact), so that the order
+    is exact at any finite scale, from subnormal coordinates to 1e308, for a cloud whose magnitudes span
+    at most ``2**967`` (largest |coordinate| over the smallest nonzero one; a wider one is refused with
+    value checks on).
+
+    On the CPU, large clouds (N * K >= 2**22) are sampled through a tree of boxes over small buckets of
+    nearby points that skips whatever a new sample cannot change (the QuickFPS idea): the same order as
+    the brute-force loop, at a fraction of its work. A batch is split among torch's CPU threads. On CUDA a
+    small cloud is sampled by one thread block; a large one (N >= 16384, with at least two SMs per cloud) by a
+    group of blocks spread over the GPU, in one launch whose blocks meet at a barrier after each step (the
+    same order again: ties to the lowest index, bit for bit the CPU's).
+
+    Args:
+        points: ``(B, N, 3)`` or ``(N, 3)``; float16, bfloat16, float32 or float64.
+        num_samples: K, an int >= 1; or a per-cloud K >= 0 as a list of B ints or an integer tensor
+            ``(B,)``. A cloud asked for 0 samples gets a row of -1. The int and list forms make no device
+            sync; the tensor form reads its maximum on the host (the output's width).
+        lengths: optional integer ``(B,)``; cloud ``b`` uses only its first ``lengths[b]`` points.
+        start_index: the first sample, an int or an integer ``(B,)`` tensor; 0 by default.
+        random_start: draw the first sample uniformly among the valid points of each cloud.
+        generator: the ``torch.Generator`` for ``random_start`` (same state, same output).
+        return_distances: also return the coverage radius of each step.
+
+    Returns:
+        int64 indices ``(B, K)`` (``(K,)`` for ``(N, 3)`` input), K = the largest per-cloud K. Where a
+        cloud asks for more samples than it has valid points, its row holds each valid point once, then
+        ``-1``. With ``return_distances=True``, ``(indices, distances)``: ``distances[b, i]`` is the
+        distance from sample ``i`` to the samples before it (``inf`` for the first, ``nan`` for padding),
+        in the dtype of ``points``.
+
+    Raises:
+        TypeError: ``points`` is not a float tensor; ``num_samples``, ``lengths`` or ``start_index`` is not
+            an integer (tensor).
+        ValueError: bad shapes, an int ``num_samples < 1`` or a per-cloud one < 0, ``lengths`` outside ``[0,
+            N]``, non-finite coordinates among the valid points, tensors on different devices,
+            ``random_start`` together with ``start_index``; sizes beyond Warp's int32 byte strides (a row of
+            2**31 bytes): ``num_samples`` above 268435455, more than 89478485 float64 points (or 178956970 of
+            another dtype) per cloud; an output larger than the device can allocate; a float64 cloud whose
+            magnitudes span more than ``2**967`` (largest |coordinate| over the smallest nonzero one;
+            distances are exact within it).
+        IndexError: ``start_index`` outside ``[0, lengths[b])``.
+
+    Example:
+        >>> pts = torch.rand(2, 1000, 3)
+        >>> idx = farthest_point_sampling(pts, 64)                  # (2, 64) int64
+        >>> centres = torch.gather(pts, 1, idx[..., None].expand(-1, -1, 3))
+    """
+    checks.check_float(points, "points")
+    if points.dim() not in (2, 3) or points.shape[-1] != 3:
+        raise ValueError(f"points must have shape (B, N, 3) or (N, 3); got {tuple(points.shape)}")
+    unbatched = points.dim() == 2
+    if unbatched:
+        points = points.unsqueeze(0)
+    batch, n = points.shape[0], points.shape[1]
+    device = points.device
+    if n == 0:
+        raise ValueError(f"points must hold at least one point; got shape {tuple(points.shape)}")
+    if not isinstance(return_distances, bool):
+        raise TypeError(f"return_distances must be a bool; got {type(return_distances).__name__}")
+    ks, max_samples = _per_cloud_samples(num_samples, batch, device)
+    lengths_t = _per_cloud(lengths, "lengths", batch, device)
+    if random_start:
+        if start_index is not None:
+            raise ValueError("give either start_index or random_start=True, not both")
+        start = _random_start(lengths_t, n, batch, generator, device)
+    else:
+        if generator is not None:
+            raise ValueError("generator is only used with random_start=True")
+        default_start = start_index is None or (type(start_index) is int and start_index == 0)
+        start = None if default_start else _per_cloud(start_index, "start_index", batch, device)
+
+    indices, distances = _fps.call(
+        points=points,
+        lengths=lengths_t,
+        num_samples=ks,
+        start=start,
+        max_samples=max_samples,
+    )
+    if unbatched:
+        indices, distances = indices[0], distances[0]
+    return (indices, distances) if return_distances else indices
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -98,8 +198,8 @@ def _fps_impl(
         ) from error
     if n == 0 or max_samples == 0 or batch == 0:
         return indices.fill_(SENTINEL_INDEX), distances.fill_(float("nan")).to(points.dtype)
-    empty = _no_tensor(device)
-    key = _KEY[compute.dtype]
+    empty = _launch.empty(torch.int64, device)
+    key = _warp.KEY[compute.dtype]
     args = {
         "points": compute,
         "lengths": empty if lengths is None else lengths,
@@ -138,7 +238,9 @@ def _fps_impl(
         )
     if shift is not None:  # back to the caller's units: exact, a power of two
         half = shift // 2
-        distances = distances * _power_of_two(-half)[:, None] * _power_of_two(half - shift)[:, None]
+        distances = (
+            distances * _scale.power_of_two(-half)[:, None] * _scale.power_of_two(half - shift)[:, None]
+        )
     return indices, (distances if distances.dtype == points.dtype else distances.to(points.dtype))
 
 
@@ -271,23 +373,12 @@ def _launch_persistent(args, key, batch, n, max_samples, groups, device, *, time
 _CUDA_DESIGNS = {"block": _launch_block, "steps": _launch_steps, "persistent": _launch_persistent}
 
 
-@functools.cache
-def _no_tensor(device: torch.device) -> torch.Tensor:
-    """An empty int64 tensor on ``device``: a per-cloud argument left at its default (never written)."""
-    return _launch.constant(torch.empty(0, dtype=torch.int64, device=device))
-
-
 def _fps_fake(points, lengths, num_samples, start, max_samples):
     batch = points.shape[0]
     return (
         points.new_empty(batch, max_samples, dtype=torch.int64),
         points.new_empty(batch, max_samples),
     )
-
-
-def _power_of_two(exponent: torch.Tensor) -> torch.Tensor:
-    """``2.0 ** exponent`` in float64, exact for |exponent| <= 1023."""
-    return torch.ldexp(torch.ones_like(exponent, dtype=torch.float64), exponent)
 
 
 def _normalise(
@@ -307,7 +398,9 @@ def _normalise(
     _, exponent = torch.frexp(torch.maximum(-low, high))  # largest |x| = m * 2**exponent, m in [0.5, 1)
     shift = (_SCALED_EXPONENT - exponent).to(torch.int64)
     half = shift // 2
-    scaled = points * _power_of_two(half)[:, None, None] * _power_of_two(shift - half)[:, None, None]
+    scaled = (
+        points * _scale.power_of_two(half)[:, None, None] * _scale.power_of_two(shift - half)[:, None, None]
+    )
     return scaled, shift
 
 
@@ -316,17 +409,20 @@ def _check_values(points, lengths, num_samples, start, max_samples) -> None:
     n = points.shape[1]
     # the usual call: only the points to test. Their float64 sum is finite unless one of them is not (NaN
     # and inf propagate; only float64 values near the top of their range can overflow the sum, and then the
-    # exact test below decides)
+    # exact test below decides). float64 clouds also have their span checked (_scale.MAX_SPAN)
+    wide = points.dtype == torch.float64 and points.numel() > 0
     only_points = lengths is None and num_samples is None and start is None and points.numel() > 0
-    if only_points and math.isfinite(_warp.sum64(points).item()):
+    if only_points and not wide and math.isfinite(_warp.sum64(points).item()):
         return
     zero = torch.zeros((), dtype=torch.bool, device=points.device)
+    too_wide, top, low = _scale.span_flags([(points, lengths)]) if wide else (None, None, None)
     flags = torch.stack(
         [
             _non_finite(points, lengths) if points.numel() else zero,
             ((lengths < 0) | (lengths > n)).any() if lengths is not None else zero,
             ((num_samples < 0) | (num_samples > max_samples)).any() if num_samples is not None else zero,
             _bad_start(start, lengths, n) if start is not None else zero,
+            too_wide if wide else zero,
         ]
     ).tolist()
     if flags[1]:
@@ -340,6 +436,8 @@ def _check_values(points, lengths, num_samples, start, max_samples) -> None:
         raise IndexError(
             f"start_index must lie in [0, lengths[b]) for every cloud; got {start.tolist()}{shown}"
         )
+    if flags[4]:
+        raise ValueError(_scale.span_message("points", top, low))
 
 
 def _valid_only(points: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
@@ -400,105 +498,6 @@ FarthestPointSampling = _fps.function(
 )
 
 
-# --------------------------------------------------------------------------------------------------------
-# the public function
-# --------------------------------------------------------------------------------------------------------
-
-
-def farthest_point_sampling(
-    points: torch.Tensor,
-    num_samples: int | Sequence[int] | torch.Tensor,
-    *,
-    lengths: torch.Tensor | None = None,
-    start_index: int | torch.Tensor | None = None,
-    random_start: bool = False,
-    generator: torch.Generator | None = None,
-    return_distances: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Greedy farthest point sampling.
-
-    Starting from one point per cloud, repeatedly pick the point farthest from those already picked (ties
-    go to the lowest index). Distances are compared in float64 whatever the input dtype, so half-precision
-    clouds with large coordinates do not overflow and the order does not depend on the dtype or on the
-    scale of the coordinates; a float64 cloud is first scaled by a power of two (exact), so that the order
-    is exact at any finite scale, from subnormal coordinates to 1e308.
-
-    On the CPU, large clouds (N * K >= 2**22) are sampled through a tree of boxes over small buckets of
-    nearby points that skips whatever a new sample cannot change (the QuickFPS idea): the same order as
-    the brute-force loop, at a fraction of its work. A batch is split among torch's CPU threads. On CUDA a
-    small cloud is sampled by one thread block; a large one (N >= 16384, with at least two SMs per cloud) by a
-    group of blocks spread over the GPU, in one launch whose blocks meet at a barrier after each step (the
-    same order again: ties to the lowest index, bit for bit the CPU's).
-
-    Args:
-        points: ``(B, N, 3)`` or ``(N, 3)``; float16, bfloat16, float32 or float64.
-        num_samples: K, an int >= 1; or a per-cloud K >= 0 as a list of B ints or an integer tensor
-            ``(B,)``. A cloud asked for 0 samples gets a row of -1. The int and list forms make no device
-            sync; the tensor form reads its maximum on the host (the output's width).
-        lengths: optional integer ``(B,)``; cloud ``b`` uses only its first ``lengths[b]`` points.
-        start_index: the first sample, an int or an integer ``(B,)`` tensor; 0 by default.
-        random_start: draw the first sample uniformly among the valid points of each cloud.
-        generator: the ``torch.Generator`` for ``random_start`` (same state, same output).
-        return_distances: also return the coverage radius of each step.
-
-    Returns:
-        int64 indices ``(B, K)`` (``(K,)`` for ``(N, 3)`` input), K = the largest per-cloud K. Where a
-        cloud asks for more samples than it has valid points, its row holds each valid point once, then
-        ``-1``. With ``return_distances=True``, ``(indices, distances)``: ``distances[b, i]`` is the
-        distance from sample ``i`` to the samples before it (``inf`` for the first, ``nan`` for padding),
-        in the dtype of ``points``.
-
-    Raises:
-        TypeError: ``points`` is not a float tensor; ``num_samples``, ``lengths`` or ``start_index`` is not
-            an integer (tensor).
-        ValueError: bad shapes, an int ``num_samples < 1`` or a per-cloud one < 0, ``lengths`` outside
-            ``[0, N]``, non-finite coordinates among the valid points, tensors on different devices,
-            ``random_start`` together with ``start_index``; sizes beyond Warp's int32 byte strides (a
-            row of 2**31 bytes): ``num_samples`` above 268435455, more than 89478485 float64 points (or
-            178956970 of another dtype) per cloud; an output larger than the device can allocate.
-        IndexError: ``start_index`` outside ``[0, lengths[b])``.
-
-    Example:
-        >>> pts = torch.rand(2, 1000, 3)
-        >>> idx = farthest_point_sampling(pts, 64)                  # (2, 64) int64
-        >>> centres = torch.gather(pts, 1, idx[..., None].expand(-1, -1, 3))
-    """
-    checks.check_float(points, "points")
-    if points.dim() not in (2, 3) or points.shape[-1] != 3:
-        raise ValueError(f"points must have shape (B, N, 3) or (N, 3); got {tuple(points.shape)}")
-    unbatched = points.dim() == 2
-    if unbatched:
-        points = points.unsqueeze(0)
-    batch, n = points.shape[0], points.shape[1]
-    device = points.device
-    if n == 0:
-        raise ValueError(f"points must hold at least one point; got shape {tuple(points.shape)}")
-    if not isinstance(return_distances, bool):
-        raise TypeError(f"return_distances must be a bool; got {type(return_distances).__name__}")
-    ks, max_samples = _per_cloud_samples(num_samples, batch, device)
-    lengths_t = _per_cloud(lengths, "lengths", batch, device)
-    if random_start:
-        if start_index is not None:
-            raise ValueError("give either start_index or random_start=True, not both")
-        start = _random_start(lengths_t, n, batch, generator, device)
-    else:
-        if generator is not None:
-            raise ValueError("generator is only used with random_start=True")
-        default_start = start_index is None or (type(start_index) is int and start_index == 0)
-        start = None if default_start else _per_cloud(start_index, "start_index", batch, device)
-
-    indices, distances = _fps.call(
-        points=points,
-        lengths=lengths_t,
-        num_samples=ks,
-        start=start,
-        max_samples=max_samples,
-    )
-    if unbatched:
-        indices, distances = indices[0], distances[0]
-    return (indices, distances) if return_distances else indices
-
-
 def _per_cloud_samples(num_samples, batch: int, device: torch.device) -> tuple[torch.Tensor | None, int]:
     """Per-cloud K as None (every cloud the same) or a (B,) tensor, and the largest K.
 
@@ -518,11 +517,11 @@ def _per_cloud_samples(num_samples, batch: int, device: torch.device) -> tuple[t
                 f"num_samples as a list must hold {batch} ints (one per cloud); got {num_samples!r}"
             )
         if any(k < 0 for k in num_samples):
-            raise ValueError(f"num_samples must be >= 0 for every cloud; got {_shown(num_samples)}")
+            raise ValueError(f"num_samples must be >= 0 for every cloud; got {checks.shown(num_samples)}")
         if max(num_samples, default=0) > _MAX_ROW_BYTES // _SAMPLE_BYTES:  # before an int64 holds them
             raise ValueError(
                 f"num_samples may be at most {_MAX_ROW_BYTES // _SAMPLE_BYTES} per cloud (an output row of "
-                f"{_SAMPLE_BYTES}-byte entries must stay below 2**31 bytes); got {_shown(num_samples)}"
+                f"{_SAMPLE_BYTES}-byte entries must stay below 2**31 bytes); got {checks.shown(num_samples)}"
             )
         ks = torch.tensor(num_samples, dtype=torch.int64)
         if device.type == "cuda":  # from pinned memory, asynchronously: no stall of the stream
@@ -557,17 +556,8 @@ def _per_cloud(value, name: str, batch: int, device: torch.device) -> torch.Tens
         raise TypeError(f"{name} must be an int or an integer tensor; got {type(value).__name__}")
     if not _INT64_MIN <= value <= _INT64_MAX:  # beyond every cloud: out of range, as any other such value
         error = IndexError if name == "start_index" else ValueError
-        raise error(f"{name} must lie within the cloud's points; got {_shown(value)} (beyond int64)")
+        raise error(f"{name} must lie within the cloud's points; got {checks.shown(value)} (beyond int64)")
     return torch.full((batch,), value, dtype=torch.int64, device=device)
-
-
-def _shown(value: Any) -> str:
-    """``value`` for a message; ints too long to print in full by their size."""
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_shown(v) for v in value) + "]"
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"<an int of {len(str(abs(value)))} digits>"
-    return repr(value)
 
 
 def _random_start(lengths, n: int, batch: int, generator, device: torch.device) -> torch.Tensor:

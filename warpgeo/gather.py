@@ -35,6 +35,69 @@ _INDEX = {torch.int32: "int32", torch.int64: "int64"}
 
 
 # --------------------------------------------------------------------------------------------------------
+# the public function
+# --------------------------------------------------------------------------------------------------------
+
+
+def gather_points(
+    features: torch.Tensor,
+    idx: torch.Tensor,
+    *,
+    weight: torch.Tensor | None = None,
+    deterministic: bool = False,
+) -> torch.Tensor:
+    """Gather point features by index: ``out[b, c, m(, k)] = features[b, c, idx[b, m(, k)]]``.
+
+    With ``weight`` (the shape of a ``(B, M, K)`` idx), the weighted sum over K instead:
+    ``out[b, c, m] = sum_k weight[b, m, k] * features[b, c, idx[b, m, k]]`` — pointnet2's
+    ``three_interpolate`` for any K (kNN + inverse-distance weights is feature interpolation). It is fused:
+    no ``(B, C, M, K)`` tensor is formed. It is computed in the precision of ``features`` (float32 for half
+    inputs), differentiable w.r.t. ``features`` and ``weight`` (not twice), and ``-1`` entries contribute
+    nothing.
+
+    The backward scatter-adds ``grad_out`` into ``grad_features``: duplicated indices accumulate and ``-1``
+    (padding, e.g. from FPS or a ball query) gives 0 in the output and contributes no gradient.
+
+    Determinism of the backward: on the CPU both settings run the same race-free kernel (one thread per
+    ``(b, c)`` row, summing in index order), so gradients are bit-identical run to run. On CUDA the default
+    uses float atomics (fastest; the last bits can change from run to run where indices repeat), and
+    ``deterministic=True`` sums each ``grad_features[b, c, n]`` in a fixed order through a sorted-index
+    segment sum (bit-identical run to run, and to the CPU result). Half-precision gradients are accumulated
+    in float32; results are returned in the dtype of ``features``. Double backward is supported.
+
+    Args:
+        features: ``(B, C, N)`` float16, bfloat16, float32 or float64.
+        idx: ``(B, M)`` or grouped ``(B, M, K)`` (e.g. from a ball query / kNN), int32 or int64, values in
+            ``[-1, N)``; ``-1`` means "no point".
+        weight: optional floating ``(B, M, K)``, the shape of ``idx`` and on the device of ``features``.
+        deterministic: bit-identical gradients run to run on every device (see above).
+
+    Returns:
+        ``(B, C, M)`` or ``(B, C, M, K)`` (``(B, C, M)`` with ``weight``) in the dtype and on the device of
+        ``features``; a fresh tensor (callers may modify it in place).
+
+    Raises:
+        TypeError: ``features`` is not a float tensor, ``idx`` is not an int32/int64 tensor, ``weight``
+            is not a floating tensor, or ``deterministic`` is not a bool.
+        ValueError: ``features`` is not 3-d, ``idx`` is not 2-d or 3-d (3-d with ``weight``), their batch
+            sizes differ, ``weight`` does not have the shape of ``idx``, or they lie on different devices.
+        IndexError: an index lies outside ``[-1, N)`` (one device-to-host check of the index range).
+
+    Example:
+        >>> feats = torch.randn(2, 32, 1000, requires_grad=True)           # (B, C, N)
+        >>> idx = farthest_point_sampling(torch.rand(2, 1000, 3), 128)     # (B, M) int64
+        >>> out = gather_points(feats, idx)                                # (2, 32, 128)
+        >>> out.sum().backward()                                           # feats.grad: (2, 32, 1000)
+        >>> dists, nn = knn(torch.rand(2, 500, 3), torch.rand(2, 1000, 3), 3)
+        >>> w = 1.0 / (dists + 1e-8)
+        >>> up = gather_points(feats, nn, weight=w / w.sum(-1, keepdim=True))  # (2, 32, 500)
+    """
+    if weight is not None:
+        return _weighted_op.call(features=features, idx=idx, weight=weight, deterministic=deterministic)
+    return _gather_op.call(features=features, idx=idx, deterministic=deterministic)
+
+
+# --------------------------------------------------------------------------------------------------------
 # the gather's declarations: shape checks, implementation (value checks, launches), fake
 # --------------------------------------------------------------------------------------------------------
 
@@ -538,69 +601,6 @@ GatherPoints = _gather_op.function(
     needs a gradient and a gradient arrives (``None`` grad_output -> ``None``).
     """,
 )
-
-
-# --------------------------------------------------------------------------------------------------------
-# the public function
-# --------------------------------------------------------------------------------------------------------
-
-
-def gather_points(
-    features: torch.Tensor,
-    idx: torch.Tensor,
-    *,
-    weight: torch.Tensor | None = None,
-    deterministic: bool = False,
-) -> torch.Tensor:
-    """Gather point features by index: ``out[b, c, m(, k)] = features[b, c, idx[b, m(, k)]]``.
-
-    With ``weight`` (the shape of a ``(B, M, K)`` idx), the weighted sum over K instead:
-    ``out[b, c, m] = sum_k weight[b, m, k] * features[b, c, idx[b, m, k]]`` — pointnet2's
-    ``three_interpolate`` for any K (kNN + inverse-distance weights is feature interpolation). It is fused:
-    no ``(B, C, M, K)`` tensor is formed. It is computed in the precision of ``features`` (float32 for half
-    inputs), differentiable w.r.t. ``features`` and ``weight`` (not twice), and ``-1`` entries contribute
-    nothing.
-
-    The backward scatter-adds ``grad_out`` into ``grad_features``: duplicated indices accumulate and ``-1``
-    (padding, e.g. from FPS or a ball query) gives 0 in the output and contributes no gradient.
-
-    Determinism of the backward: on the CPU both settings run the same race-free kernel (one thread per
-    ``(b, c)`` row, summing in index order), so gradients are bit-identical run to run. On CUDA the default
-    uses float atomics (fastest; the last bits can change from run to run where indices repeat), and
-    ``deterministic=True`` sums each ``grad_features[b, c, n]`` in a fixed order through a sorted-index
-    segment sum (bit-identical run to run, and to the CPU result). Half-precision gradients are accumulated
-    in float32; results are returned in the dtype of ``features``. Double backward is supported.
-
-    Args:
-        features: ``(B, C, N)`` float16, bfloat16, float32 or float64.
-        idx: ``(B, M)`` or grouped ``(B, M, K)`` (e.g. from a ball query / kNN), int32 or int64, values in
-            ``[-1, N)``; ``-1`` means "no point".
-        weight: optional floating ``(B, M, K)``, the shape of ``idx`` and on the device of ``features``.
-        deterministic: bit-identical gradients run to run on every device (see above).
-
-    Returns:
-        ``(B, C, M)`` or ``(B, C, M, K)`` (``(B, C, M)`` with ``weight``) in the dtype and on the device of
-        ``features``; a fresh tensor (callers may modify it in place).
-
-    Raises:
-        TypeError: ``features`` is not a float tensor, ``idx`` is not an int32/int64 tensor, ``weight``
-            is not a floating tensor, or ``deterministic`` is not a bool.
-        ValueError: ``features`` is not 3-d, ``idx`` is not 2-d or 3-d (3-d with ``weight``), their batch
-            sizes differ, ``weight`` does not have the shape of ``idx``, or they lie on different devices.
-        IndexError: an index lies outside ``[-1, N)`` (one device-to-host check of the index range).
-
-    Example:
-        >>> feats = torch.randn(2, 32, 1000, requires_grad=True)           # (B, C, N)
-        >>> idx = farthest_point_sampling(torch.rand(2, 1000, 3), 128)     # (B, M) int64
-        >>> out = gather_points(feats, idx)                                # (2, 32, 128)
-        >>> out.sum().backward()                                           # feats.grad: (2, 32, 1000)
-        >>> dists, nn = knn(torch.rand(2, 500, 3), torch.rand(2, 1000, 3), 3)
-        >>> w = 1.0 / (dists + 1e-8)
-        >>> up = gather_points(feats, nn, weight=w / w.sum(-1, keepdim=True))  # (2, 32, 500)
-    """
-    if weight is not None:
-        return _weighted_op.call(features=features, idx=idx, weight=weight, deterministic=deterministic)
-    return _gather_op.call(features=features, idx=idx, deterministic=deterministic)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ __all__ = ["PRIMITIVES", "Capsule", "Cuboid", "Cylinder", "Primitive", "Sphere"]
 #: The smallest size a primitive may have: float32's smallest normal number (its sizes are stored in float32).
 MIN_SIZE = 2.0**-126
 #: The largest coordinate of a primitive's box: as for mesh vertices, where Warp's float32 queries can square
-#: distances (``warpgeo._mesh_prep._COORDINATE_LIMIT``).
+#: distances (``warpgeo._world.loading._COORDINATE_LIMIT``).
 MAX_SIZE = 2.0**60
 
 

@@ -18,19 +18,16 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import _launch, _warp, checks
+from . import _warp, checks
 from ._kernels import raycasting as kernels
-from ._mesh_ids import check_mesh_ids, refuse_changed_mesh_ids
 from ._op import Op
-
-# ---- the world's op machinery, as named today (the world refactor may move these to _world/query.py) ----
-from .sdf import _KEYS, _ROWS_PER_CPU_THREAD, _check_query, _env, _world_struct
+from ._world_query import check_query, launch_query, prepare_launch, world_args
 from .world import MeshWorld
 
 __all__ = ["RayHits", "camera_rays", "grid_rays", "lidar_rays", "raycast", "render_depth"]
 
 #: Cost of casting one ray against one slot in launch_rows' work units (a BVH ray query costs about what a
-#: closest-point query does; see ``warpgeo.sdf._QUERY_WORK``).
+#: closest-point query does; see ``warpgeo._world_query.QUERY_WORK``).
 _RAY_WORK = 256
 
 
@@ -133,7 +130,7 @@ def raycast(
     limit = _check_max_distance(max_distance)
     o = _rows(origins, shape)
     d = _rows(directions, shape)
-    args = world.kernel_args(_warp.compute_dtype(o.dtype))
+    args = world_args(world, o.dtype)
     distance, point, normal, entry = _raycast.call(
         origins=o,
         directions=d,
@@ -166,7 +163,7 @@ def _check_max_distance(max_distance: Any) -> float:
 
 def _check_raycast(origins, directions, env_index, world, all_cuboids, max_distance) -> None:
     """Shapes, dtypes and devices of the rays, ``env_index`` and the world; reads no tensor values."""
-    _check_query(origins, "origins", 3, 3, env_index, world, all_cuboids)
+    check_query(origins, "origins", 3, 3, env_index, world, all_cuboids)
     checks.check_float(directions, "directions")
     if directions.dtype != origins.dtype:
         raise TypeError(
@@ -183,35 +180,22 @@ def _check_raycast(origins, directions, env_index, world, all_cuboids, max_dista
     _check_max_distance(max_distance)
 
 
-def _check_values(origins, directions, env_index, num_envs: int, ids_changed) -> None:
-    """The checks that need tensor values, in one device-to-host read: finite rays, no zero direction,
-    ``env_index`` in range, the world's mesh ids unchanged."""
-    parts = [_warp.sum64(origins), _warp.sum64(directions)]
+def _direction_checks(directions: torch.Tensor) -> list:
+    """The rays' own value checks (``extra`` of ``_world_query.check_values``, read with the origins', the
+    environments' and the mesh ids' in one device-to-host transfer): finite directions, none zero."""
+
+    def finite(total: float) -> None:
+        if not math.isfinite(total) and not bool(torch.isfinite(directions).all()):
+            raise ValueError("directions must be finite: found NaN or inf")
+
+    def nonzero(any_zero: float) -> None:
+        if any_zero:
+            raise ValueError("directions must be nonzero: found a zero direction")
+
+    checks_ = [(_warp.sum64(directions), finite)]
     if directions.numel() > 0:
-        parts.append(_any_zero_row(directions))
-    check_env = env_index is not None and env_index.numel() > 0
-    if check_env:
-        parts.extend(torch.aminmax(env_index))
-    if ids_changed is not None:
-        parts.append(ids_changed)
-    if origins.device.type == "cpu":
-        values = [v.item() for v in parts]
-    else:
-        values = torch.stack([v.to(torch.float64) for v in parts]).tolist()
-    if ids_changed is not None and values.pop():
-        refuse_changed_mesh_ids()
-    if not math.isfinite(values[0]) and not bool(torch.isfinite(origins).all()):
-        raise ValueError("origins must be finite: found NaN or inf")
-    if not math.isfinite(values[1]) and not bool(torch.isfinite(directions).all()):
-        raise ValueError("directions must be finite: found NaN or inf")
-    if directions.numel() > 0 and values[2]:
-        raise ValueError("directions must be nonzero: found a zero direction")
-    if check_env:
-        low, high = values[-2], values[-1]
-        if low < 0 or high >= num_envs:
-            raise IndexError(
-                f"env_index must lie in [0, num_envs={num_envs}); got values {env_index.unique().tolist()}"
-            )
+        checks_.append((_any_zero_row(directions), nonzero))
+    return checks_
 
 
 def _any_zero_row(directions: torch.Tensor) -> torch.Tensor:
@@ -240,24 +224,22 @@ def _raycast_impl(
     """origins, directions (B, S, 3), env_index (B,) or None, the world's tensors -> distance (B, S), point
     (B, S, 3), normal (B, S, 3) in the rays' dtype, entry (B, S) int64."""
     device = origins.device
-    checking = checks.checking_values(device)
-    ids_changed = check_mesh_ids(world[0], by_value=checking)
-    if checking:
-        _check_values(origins, directions, env_index, world[0].shape[0], ids_changed)
-    o = _dense(_warp.to_compute(origins))
+    o = _dense(
+        prepare_launch(origins, "origins", env_index, world, None, lambda: _direction_checks(directions))
+    )
     d = _dense(_warp.to_compute(directions))
     lead = o.shape[:-1]
     distance = torch.empty(lead, dtype=o.dtype, device=device)
     point = torch.empty_like(o, memory_format=torch.contiguous_format)
     normal = torch.empty_like(point)
     entry = torch.empty(lead, dtype=torch.int64, device=device)
-    key = _KEYS[o.dtype, all_cuboids]
-    per = 1 if _warp.cuda_algorithms(device) else _ROWS_PER_CPU_THREAD
-    _launch.launch_blocks(
-        kernels.RAYCAST[key].raycast,
-        lead,
-        device=device,
-        sliced={
+    launch_query(
+        kernels.RAYCAST,
+        o,
+        env_index,
+        world,
+        all_cuboids,
+        {
             "origins": o,
             "directions": d,
             "distance": distance,
@@ -265,13 +247,8 @@ def _raycast_impl(
             "normal": normal,
             "entry": entry,
         },
-        per_batch={"env_index": _env(env_index, o)},
-        rows_per_thread=per,
-        work_per_row=_RAY_WORK * max(world[0].shape[1], 1),
-        what="origins",
-        world=_world_struct(key, world),
+        work_per_row=_RAY_WORK,
         max_distance=max_distance,
-        per_thread=per,
     )
     dtype = origins.dtype
     return distance.to(dtype), point.to(dtype), normal.to(dtype), entry

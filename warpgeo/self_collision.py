@@ -161,6 +161,10 @@ def self_collision_cost(
     checks.check_float(spheres, "spheres")
     if spheres.dim() < 2 or spheres.shape[-1] != 4:
         raise ValueError(f"spheres must have shape (..., S, 4); got {tuple(spheres.shape)}")
+    if reduction is not None and not isinstance(reduction, str):
+        raise TypeError(
+            f'reduction must be "max", "sum" or None; got {type(reduction).__name__} {reduction!r:.60}'
+        )
     if reduction not in _REDUCTIONS:
         raise ValueError(f'reduction must be "max", "sum" or None; got {reduction!r}')
     lead, count = spheres.shape[:-2], spheres.shape[-2]
@@ -312,8 +316,8 @@ def _check_cost(spheres, pairs, margin, margin_value, reduction) -> None:
         raise TypeError(f"margin_value must be a float; got {type(margin_value).__name__}")
     if not math.isfinite(margin_value):
         raise ValueError(f"margin must be finite; got {margin_value}")
-    if reduction not in _MODES:
-        raise ValueError(f'reduction must be "max", "sum" or "none"; got {reduction!r}')
+    if not isinstance(reduction, str) or reduction not in _MODES:
+        raise ValueError(f'reduction must be "max", "sum" or "none"; got {reduction!r:.60}')
     checks.check_device("spheres", spheres=spheres, pairs=pairs, margin=margin)
 
 
@@ -392,7 +396,11 @@ def _check_values(spheres, pairs, margin) -> None:
 
 
 def _pair_rows(pairs: torch.Tensor) -> torch.Tensor:
-    """``pairs`` as the kernels read them: each row one vector of two indices (a dense last dimension)."""
+    """``pairs`` as the kernels read them: each row one vector of two indices (a dense last dimension). No
+    pairs: a fresh ``(0, 2)`` tensor (an empty one from NumPy has strides ``(0, 0)``, which ``.contiguous()``
+    keeps and Warp refuses as vectors)."""
+    if pairs.shape[0] == 0:
+        return torch.empty(0, 2, dtype=pairs.dtype, device=pairs.device)
     return pairs if pairs.stride(-1) == 1 else pairs.contiguous()
 
 

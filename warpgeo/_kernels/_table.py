@@ -18,18 +18,20 @@ only the one looked up is created.
 ``types[key]`` gives the Warp type of each generic parameter, by name; each body takes those it has.
 ``funcs`` may instead be a function of the key returning the bodies (variants of one source, e.g. with
 ``wp.static`` branches). Every table registers itself in :data:`TABLES`: ``warpgeo warmup`` and the code
-generation test compile every module of every table. Pure Warp: no torch here.
+generation test compile every module of every table. Pure Warp (no torch ops; its lock is fork-safe:
+``warpgeo._threads.ForkSafeLock``).
 """
 
 from __future__ import annotations
 
 import inspect
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import warp as wp
+
+from warpgeo._threads import ForkSafeLock
 
 #: Options of every warpgeo module. ``cuda_output``: Warp's cache holds each CUDA module as a cubin, machine
 #: code for the device's architecture, not PTX that the driver compiles again in every new process where
@@ -81,7 +83,7 @@ class KernelTable:
         self.cuda_only = cuda_only
         self.host_too = host_too
         self._built: dict[Any, SimpleNamespace] = {}
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         TABLES.append(self)
 
     def keys(self) -> list[Any]:

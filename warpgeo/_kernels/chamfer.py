@@ -2,9 +2,9 @@
 the backward in one.
 
 * :func:`chamfer_grid_rows` / :func:`chamfer_grid_block`: the kNN grids of both clouds in one launch (a
-  thread / a block per cloud and side: ``warpgeo/_kernels/neighbors.py``'s builds), when the clouds are large;
+  thread / a block per cloud and side: the shared ``warpgeo/_kernels/grid.py``'s builds), when the clouds are large;
 * :func:`chamfer_nearest`: a thread per point of ``x`` (rows ``b * N + i``) and of ``y`` (the rows after):
-  its nearest point of the other cloud (L2: the kNN search with ``k = 1``, on the grid or by a scan; L1: a
+  its nearest point of the other cloud (L2: the grid's kNN search with ``k = 1``, on the grid or by a scan; L1: a
   scan by ``|dx| + |dy| + |dz|``, which the grid's Euclidean pruning cannot serve), its index and distance;
 * :func:`chamfer_loss_rows` / :func:`chamfer_loss_block`: the loss from the per-point distances, summed in a
   fixed order (the same bits run to run);
@@ -23,11 +23,10 @@ import warp as wp
 
 from warpgeo import _constants
 from warpgeo._kernels._table import KernelTable
-from warpgeo._kernels.neighbors import (
+from warpgeo._kernels.grid import (
     BUILD_BLOCK_DIM,
     MODE_KNN,
     OPTIONS,
-    TYPES,
     build_block,
     build_rows,
     cloud_scale_rows,
@@ -37,6 +36,7 @@ from warpgeo._kernels.neighbors import (
     scaled_point,
     valid_count,
 )
+from warpgeo._kernels.grid import TYPES as GRID_TYPES
 
 #: Index written where a row has no neighbour (padding, or an empty cloud).
 SENTINEL_INDEX = wp.constant(wp.int64(_constants.SENTINEL_INDEX))
@@ -53,16 +53,8 @@ def chamfer_grid_rows(
     y_lengths: wp.array(dtype=wp.int64),
     points_per_cell: wp.float64,
     scaled: int,
-    params_x: wp.array2d(dtype=wp.float64),
-    dims_x: wp.array2d(dtype=wp.int32),
-    start_x: wp.array2d(dtype=wp.int32),
-    sorted_x: wp.array2d(dtype=Any),
-    index_x: wp.array2d(dtype=wp.int32),
-    params_y: wp.array2d(dtype=wp.float64),
-    dims_y: wp.array2d(dtype=wp.int32),
-    start_y: wp.array2d(dtype=wp.int32),
-    sorted_y: wp.array2d(dtype=Any),
-    index_y: wp.array2d(dtype=wp.int32),
+    grid_x: Any,
+    grid_y: Any,
     row_start: wp.int32,
 ):
     """Thread ``s * B + b``: the grid of ``y`` (s = 0) or of ``x`` (s = 1) of cloud b (both get the scale
@@ -72,13 +64,11 @@ def chamfer_grid_rows(
     b = r % batch
     if r < batch:
         build_rows(
-            b, x, x_lengths, y, y_lengths, MODE_KNN, wp.float64(0.0), points_per_cell, scaled, params_y, dims_y,
-            start_y, sorted_y, index_y,
+            b, x, x_lengths, y, y_lengths, MODE_KNN, wp.float64(0.0), points_per_cell, scaled, grid_y,
         )  # fmt: skip
     else:
         build_rows(
-            b, y, y_lengths, x, x_lengths, MODE_KNN, wp.float64(0.0), points_per_cell, scaled, params_x, dims_x,
-            start_x, sorted_x, index_x,
+            b, y, y_lengths, x, x_lengths, MODE_KNN, wp.float64(0.0), points_per_cell, scaled, grid_x,
         )  # fmt: skip
 
 
@@ -89,18 +79,8 @@ def chamfer_grid_block(
     y_lengths: wp.array(dtype=wp.int64),
     points_per_cell: wp.float64,
     scaled: int,
-    params_x: wp.array2d(dtype=wp.float64),
-    dims_x: wp.array2d(dtype=wp.int32),
-    start_x: wp.array2d(dtype=wp.int32),
-    sorted_x: wp.array2d(dtype=Any),
-    index_x: wp.array2d(dtype=wp.int32),
-    rank_x: wp.array2d(dtype=wp.int32),
-    params_y: wp.array2d(dtype=wp.float64),
-    dims_y: wp.array2d(dtype=wp.int32),
-    start_y: wp.array2d(dtype=wp.int32),
-    sorted_y: wp.array2d(dtype=Any),
-    index_y: wp.array2d(dtype=wp.int32),
-    rank_y: wp.array2d(dtype=wp.int32),
+    grid_x: Any,
+    grid_y: Any,
 ):
     """Block ``s * B + b`` (CUDA; launched tiled): the grid of ``y`` (s = 0) or of ``x`` (s = 1) of cloud b."""
     g, lane = wp.tid()
@@ -109,12 +89,12 @@ def chamfer_grid_block(
     if g < batch:
         build_block(
             b, lane, wp.block_dim(), x, x_lengths, y, y_lengths, MODE_KNN, wp.float64(0.0), points_per_cell,
-            scaled, params_y, dims_y, start_y, sorted_y, index_y, rank_y,
+            scaled, grid_y,
         )  # fmt: skip
     else:
         build_block(
             b, lane, wp.block_dim(), y, y_lengths, x, x_lengths, MODE_KNN, wp.float64(0.0), points_per_cell,
-            scaled, params_x, dims_x, start_x, sorted_x, index_x, rank_x,
+            scaled, grid_x,
         )  # fmt: skip
 
 
@@ -163,23 +143,19 @@ def nearest_of(
     norm: int,
     squared: int,
     scale: wp.array2d(dtype=wp.float64),
-    params: wp.array2d(dtype=wp.float64),
-    dims: wp.array2d(dtype=wp.int32),
-    cell_start: wp.array2d(dtype=wp.int32),
-    sorted_points: wp.array2d(dtype=Any),
-    sorted_index: wp.array2d(dtype=wp.int32),
+    grid: Any,
     work_idx: wp.array2d(dtype=wp.int64),
     work_d2: wp.array2d(dtype=wp.float64),
 ):
     """Point ``i`` of ``q_cloud``'s cloud ``b``: (its nearest valid point of ``p_cloud``, the distance);
-    ``(-1, 0)`` for padding or an empty other cloud. ``params``: the grid of ``p_cloud`` (with the scale)
+    ``(-1, 0)`` for padding or an empty other cloud. ``grid``: the grid of ``p_cloud`` (with the scale)
     where ``use_grid``, else ``scale`` holds the scale (empty: not scaled)."""
     best = SENTINEL_INDEX
     dist = wp.float64(0.0)
     if i < valid_count(b, q_lengths, q_cloud.shape[1]):
         f1, f2, g1, g2 = factors(scale, b)
         if use_grid != 0:
-            f1, f2, g1, g2 = factors(params, b)
+            f1, f2, g1, g2 = factors(grid.params, b)
         q = scaled_point(q_cloud[b, i], f1, f2)
         n = valid_count(b, p_lengths, p_cloud.shape[1])
         if norm == 1:
@@ -189,9 +165,7 @@ def nearest_of(
         else:
             count = int(0)
             if use_grid != 0:
-                count = knn_search_grid(
-                    q, b, row, sorted_points, sorted_index, cell_start, params, dims, work_idx, work_d2
-                )
+                count = knn_search_grid(q, b, row, grid, work_idx, work_d2)
             else:
                 count = knn_search_brute(q, b, row, p_cloud, n, f1, f2, work_idx, work_d2)
             if count > 0:
@@ -209,16 +183,8 @@ def chamfer_nearest(
     norm: int,
     squared: int,
     scale: wp.array2d(dtype=wp.float64),
-    params_x: wp.array2d(dtype=wp.float64),
-    dims_x: wp.array2d(dtype=wp.int32),
-    start_x: wp.array2d(dtype=wp.int32),
-    sorted_x: wp.array2d(dtype=Any),
-    index_x: wp.array2d(dtype=wp.int32),
-    params_y: wp.array2d(dtype=wp.float64),
-    dims_y: wp.array2d(dtype=wp.int32),
-    start_y: wp.array2d(dtype=wp.int32),
-    sorted_y: wp.array2d(dtype=Any),
-    index_y: wp.array2d(dtype=wp.int32),
+    grid_x: Any,
+    grid_y: Any,
     work_idx: wp.array2d(dtype=wp.int64),
     work_d2: wp.array2d(dtype=wp.float64),
     out_dist_xy: wp.array2d(dtype=Any),
@@ -237,8 +203,7 @@ def chamfer_nearest(
         b = r // n
         i = r % n
         best, dist = nearest_of(
-            x, x_lengths, y, y_lengths, b, i, r, use_grid, norm, squared, scale, params_y, dims_y, start_y,
-            sorted_y, index_y, work_idx, work_d2,
+            x, x_lengths, y, y_lengths, b, i, r, use_grid, norm, squared, scale, grid_y, work_idx, work_d2,
         )  # fmt: skip
         out_idx_xy[b, i] = best
         out_dist_xy[b, i] = out_dist_xy.dtype(dist)
@@ -248,8 +213,8 @@ def chamfer_nearest(
         j = s % m
         if b < out_idx_yx.shape[0]:
             best, dist = nearest_of(
-                y, y_lengths, x, x_lengths, b, j, r, use_grid, norm, squared, scale, params_x, dims_x, start_x,
-                sorted_x, index_x, work_idx, work_d2,
+                y, y_lengths, x, x_lengths, b, j, r, use_grid, norm, squared, scale, grid_x, work_idx,
+                work_d2,
             )  # fmt: skip
             out_idx_yx[b, j] = best
             out_dist_yx[b, j] = out_dist_yx.dtype(dist)
@@ -481,6 +446,23 @@ def chamfer_backward(
                 grad_y, grad_x,
             )  # fmt: skip
 
+
+#: The Warp types of the generic parameters, per point precision (the table's keys): the shared clouds and
+#: grids, the per-point distances, the loss and the gradients.
+TYPES = {
+    precision: {
+        **GRID_TYPES[precision],
+        **dict.fromkeys(
+            ("out_dist_xy", "out_dist_yx", "dist_xy", "dist_yx", "grad_dist_xy", "grad_dist_yx"),
+            wp.array2d(dtype=scalar),
+        ),
+        "out_loss": wp.array(dtype=scalar),
+        "grad_loss": wp.array(dtype=scalar),
+        "grad_x": wp.array2d(dtype=vec),
+        "grad_y": wp.array2d(dtype=vec),
+    }
+    for precision, vec, scalar in (("float32", wp.vec3f, wp.float32), ("float64", wp.vec3d, wp.float64))
+}
 
 #: Forward and backward of a chamfer call, per precision: one Warp module (the grid builds and the scale
 #: included).

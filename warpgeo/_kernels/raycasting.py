@@ -24,9 +24,7 @@ import warp as wp
 
 from warpgeo import _constants
 from warpgeo._kernels._table import KernelTable
-
-# ---- the world's declaration, as named today (the world refactor moves these to _kernels/world.py) ----
-from warpgeo._kernels.sdf import (
+from warpgeo._kernels.world import (
     FLAG_BOX,
     KEYS,
     KIND_CAPSULE,
@@ -416,6 +414,7 @@ def raycast(
     env_index: wp.array(dtype=wp.int64),
     world: Any,
     max_distance: Any,
+    surface_eps: Any,
     distance: wp.array2d(dtype=Any),
     point: wp.array2d(dtype=Any),
     normal: wp.array2d(dtype=Any),
@@ -426,7 +425,8 @@ def raycast(
     """Ray ``(b, s)``: ``origins[b, s] + t * directions[b, s] / |directions[b, s]|``, against environment
     ``env_index[b]`` (0 when empty). Writes ``distance`` (inf on a miss), ``point`` and ``normal`` (zeros on
     a miss) and ``entry`` (the slot, -1 on a miss). Thread ``t`` casts rays ``(row_start + t) * per_thread``
-    onwards (``per_thread`` of them) of the flattened ``(B, S)`` grid."""
+    onwards (``per_thread`` of them) of the flattened ``(B, S)`` grid. ``surface_eps`` (the world ops'
+    common launch argument, ``_world_query.launch_query``) is not read."""
     rows = origins.shape[0] * origins.shape[1]
     if (
         directions.shape[0] != origins.shape[0]
@@ -479,6 +479,7 @@ def _types(key) -> dict:
         "origins": wp.array2d(dtype=v3),
         "directions": wp.array2d(dtype=v3),
         "max_distance": s,
+        "surface_eps": s,
         "distance": wp.array2d(dtype=s),
         "point": wp.array2d(dtype=v3),
         "normal": wp.array2d(dtype=v3),

@@ -15,6 +15,18 @@ def shape_of(t) -> str:
     return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
 
 
+def positive_int(value, name: str) -> int:
+    """``value`` as an int > 0: an int, or an integer tensor of one element (the CUDA extensions' callers pass
+    either). TypeError / ValueError naming ``name`` otherwise."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive; got {value}")
+    return value
+
+
 def pad3(t: torch.Tensor) -> torch.Tensor:
     """``(..., D)`` with D <= 3 -> ``(..., 3)``, zeros appended (distances are unchanged)."""
     if t.shape[-1] == 3:

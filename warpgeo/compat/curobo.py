@@ -14,7 +14,8 @@ and ``world.set_enabled({"bin": False})`` work by name. Poses are cuRobo's ``[x,
 the same as warpgeo's.
 
 :func:`load_robot_spheres` reads a cuRobo *robot* configuration's collision spheres (with its self-collision
-ignore list and buffers) for :func:`warpgeo.self_collision_cost` and :func:`warpgeo.sphere_mesh_cost`.
+ignore list and buffers) for :func:`warpgeo.self_collision_cost` and :func:`warpgeo.sphere_mesh_cost`;
+:func:`load_robot` reads the whole robot (its URDF too) into a :class:`warpgeo.Robot`, joint angles to spheres.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ..world import QUAT_NORM_TOL, MeshWorld, compose_poses
+import warpgeo
 
-__all__ = ["RobotSpheres", "load_robot_spheres", "load_world"]
+__all__ = ["RobotSpheres", "load_robot", "load_robot_spheres", "load_world"]
 
 #: Per-object fields of cuRobo's obstacles that carry no geometry (visualisation, cuRobo's tensor device):
 #: accepted and ignored.
@@ -55,7 +56,7 @@ def load_world(
     device: torch.device | str = "cpu",
     mesh_root: str | os.PathLike | None = None,
     sign_method: str = "ray",
-) -> MeshWorld:
+) -> warpgeo.MeshWorld:
     """A one-environment :class:`~warpgeo.MeshWorld` from a cuRobo world configuration.
 
     Obstacle types (each maps names to obstacles; the order of the configuration is the order of the
@@ -104,8 +105,6 @@ def load_world(
         >>> world.names
         [['table']]
     """
-    from .. import primitives
-
     root = None if mesh_root is None else os.fspath(mesh_root)
     if isinstance(config, (str, os.PathLike)):
         path = os.fspath(config)
@@ -141,10 +140,10 @@ def load_world(
                 raise TypeError(f"{where} must be a dict of fields; got {type(fields).__name__}")
             _check_fields(kind, name, fields, where)
             pose = _pose(fields.get("pose"), f"{where}.pose")
-            entry, local = _entry(kind, fields, where, root, primitives)
+            entry, local = _entry(kind, fields, where, root)
             entries[name] = entry
-            poses[name] = pose if local is None else compose_poses(pose, local)
-    return MeshWorld(entries, poses=poses, device=device, sign_method=sign_method)
+            poses[name] = pose if local is None else _compose(pose, local)
+    return warpgeo.MeshWorld(entries, poses=poses, device=device, sign_method=sign_method)
 
 
 def _check_fields(kind: str, name: str, fields: Mapping, where: str) -> None:
@@ -165,7 +164,7 @@ def _check_fields(kind: str, name: str, fields: Mapping, where: str) -> None:
             )
 
 
-def _entry(kind: str, fields: Mapping, where: str, root: str | None, primitives: Any) -> tuple[Any, Any]:
+def _entry(kind: str, fields: Mapping, where: str, root: str | None) -> tuple[Any, Any]:
     """``(entry, local pose or None)``: the obstacle as a world entry, and its pose in the obstacle's frame."""
 
     def need(key: str) -> Any:
@@ -174,9 +173,9 @@ def _entry(kind: str, fields: Mapping, where: str, root: str | None, primitives:
         return fields[key]
 
     if kind == "cuboid":
-        return primitives.Cuboid(_vector(need("dims"), 3, f"{where}.dims").tolist()), None
+        return warpgeo.Cuboid(_vector(need("dims"), 3, f"{where}.dims").tolist()), None
     if kind == "cylinder":
-        return primitives.Cylinder(
+        return warpgeo.Cylinder(
             _number(need("radius"), f"{where}.radius"), _number(need("height"), f"{where}.height")
         ), None
     if kind == "sphere":
@@ -188,23 +187,23 @@ def _entry(kind: str, fields: Mapping, where: str, root: str | None, primitives:
                 raise ValueError(f"{where}: 'position' {position.tolist()} and 'pose' disagree; give one")
             if fields.get("pose") is None:
                 local = np.concatenate([position, [1.0, 0.0, 0.0, 0.0]])
-        return primitives.Sphere(radius), local
+        return warpgeo.Sphere(radius), local
     if kind == "capsule":
         radius = _number(need("radius"), f"{where}.radius")
         base = _vector(need("base"), 3, f"{where}.base")
         tip = _vector(need("tip"), 3, f"{where}.tip")
-        return _capsule(radius, base, tip, primitives)
+        return _capsule(radius, base, tip)
     return _mesh(fields, where, root), None
 
 
-def _capsule(radius: float, base: np.ndarray, tip: np.ndarray, primitives: Any) -> tuple[Any, np.ndarray]:
+def _capsule(radius: float, base: np.ndarray, tip: np.ndarray) -> tuple[Any, np.ndarray]:
     """cuRobo's capsule (the points within ``radius`` of the segment ``base``-``tip``) as a centred z capsule
     and its pose in the obstacle's frame: at the segment's middle, its z axis rotated onto ``tip - base``."""
     axis = tip - base
     length = float(np.linalg.norm(axis))
     middle = (base + tip) / 2
-    if length < primitives.MIN_SIZE:
-        return primitives.Sphere(radius), np.concatenate([middle, [1.0, 0.0, 0.0, 0.0]])
+    if length < _MIN_LENGTH:
+        return warpgeo.Sphere(radius), np.concatenate([middle, [1.0, 0.0, 0.0, 0.0]])
     u = axis / length
     # the shortest rotation taking z onto u: half the angle between them, about z x u
     w = 1.0 + u[2]
@@ -213,7 +212,7 @@ def _capsule(radius: float, base: np.ndarray, tip: np.ndarray, primitives: Any) 
     else:
         q = np.array([w, -u[1], u[0], 0.0])  # (1 + z.u, z x u), normalised below
         q /= np.linalg.norm(q)
-    return primitives.Capsule(radius, length), np.concatenate([middle, q])
+    return warpgeo.Capsule(radius, length), np.concatenate([middle, q])
 
 
 def _mesh(fields: Mapping, where: str, root: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -277,6 +276,26 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
+#: a capsule shorter than this is a sphere (warpgeo's primitives refuse sizes below 2**-126)
+_MIN_LENGTH = 2.0**-126
+
+#: how far from 1 a pose's quaternion norm may be (MeshWorld's tolerance for the poses it is given)
+_QUAT_NORM_TOL = 1.0e-3
+
+
+def _compose(outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """``outer ∘ inner`` of poses ``[x, y, z, qw, qx, qy, qz]`` (float64, unit quaternions): the world pose of
+    a geometry that ``inner`` places in a frame, itself placed in the world by ``outer``."""
+    w, v = outer[3], outer[4:]
+    cross = np.cross(v, inner[:3])
+    rotated = inner[:3] + 2.0 * (
+        w * cross + np.cross(v, cross)
+    )  # inner's position turned by outer's rotation
+    w2, v2 = inner[3], inner[4:]
+    q = np.concatenate([[w * w2 - v @ v2], w * v2 + w2 * v + np.cross(v, v2)])  # Hamilton product
+    return np.concatenate([outer[:3] + rotated, q / np.linalg.norm(q)])
+
+
 def _pose(value: Any, where: str) -> np.ndarray:
     """A pose ``[x, y, z, qw, qx, qy, qz]`` with a unit quaternion (within the world's tolerance,
     renormalised); identity for None."""
@@ -284,7 +303,7 @@ def _pose(value: Any, where: str) -> np.ndarray:
         return _IDENTITY.copy()
     pose = _vector(value, 7, where)
     norm = math.sqrt(float(pose[3:] @ pose[3:]))
-    if abs(norm - 1.0) > QUAT_NORM_TOL:
+    if abs(norm - 1.0) > _QUAT_NORM_TOL:
         raise ValueError(
             f"{where} must be [x, y, z, qw, qx, qy, qz] with a unit quaternion; got {pose.tolist()} (norm {norm:.6g})"
         )
@@ -320,6 +339,12 @@ class RobotSpheres(NamedTuple):
 _SPHERE_FIELDS = ("center", "radius")
 #: The radius of the disabled spheres ``extra_collision_spheres`` adds (cuRobo's; any negative radius is off).
 _DISABLED_RADIUS = -10.0
+#: The most disabled spheres ``extra_collision_spheres`` may add to one link (cuRobo's configurations use
+#: 4-100; a count beyond this is a typo or a hostile file, not an attached object).
+MAX_EXTRA_SPHERES = 2**16
+#: The largest magnitude a sphere's centre, radius or a buffer may have: the spheres are computed in float32,
+#: where a larger value would be inf.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def load_robot_spheres(
@@ -357,12 +382,16 @@ def load_robot_spheres(
         :class:`RobotSpheres` ``(link_names, sphere_links, local_spheres, pairs, self_margin)``, on the CPU.
 
     Raises:
-        TypeError: a configuration that is not a dict or a path; an ignore list that is not a list of link
-            names, a buffer that is not a number.
-        ValueError: no ``collision_spheres``; a malformed sphere (not ``{center, radius}``, a centre not of
-            three finite numbers, a radius not a finite number, an unknown field: the message names the link
-            and the entry); a missing or unreadable file; a link of ``collision_link_names`` with no spheres;
-            a count of ``extra_collision_spheres`` not an int >= 0; a non-finite buffer.
+        TypeError: a configuration that is not a dict or a path, a ``root`` that is not a path; an ignore
+            list that is not a list of link names, a buffer that is not a number, a ``collision_link_names``
+            entry that is not a name.
+        ValueError: no ``collision_spheres`` (missing or null); a malformed sphere (not ``{center, radius}``,
+            a centre not of three finite numbers, a radius not a finite number, an unknown field: the message
+            names the link and the entry); a centre, radius or buffer beyond float32's range (the spheres are
+            computed in float32); a missing or unreadable file (not UTF-8, not YAML), a spheres file whose
+            ``collision_spheres`` is a path again; a link of ``collision_link_names`` with no spheres; a count
+            of ``extra_collision_spheres`` not an int in ``[0, MAX_EXTRA_SPHERES]`` (65,536); a non-finite
+            buffer.
         ImportError: a YAML path without PyYAML installed.
 
     Example:
@@ -384,15 +413,13 @@ def load_robot_spheres(
     """
     from .. import collision_pairs
 
-    root_dir = None if root is None else os.fspath(root)
-    if isinstance(config, (str, os.PathLike)):
-        path = os.fspath(config)
-        config = _yaml_mapping(path, "config", "a robot configuration (a mapping)")
-        if root_dir is None:
-            root_dir = os.path.dirname(os.path.abspath(path))
-    elif not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict or a YAML file path; got {type(config).__name__}")
+    config, root_dir = _robot_config(config, root)
     kinematics = _kinematics_section(config)
+    if kinematics["collision_spheres"] is None:
+        raise ValueError(
+            "collision_spheres is null: the configuration has no collision spheres (cuRobo's template and "
+            "mimic examples); give them, or use load_robot for the kinematics alone"
+        )
     table = _sphere_table(kinematics["collision_spheres"], root_dir)
     extra = _extra_spheres(kinematics.get("extra_collision_spheres"))
     order = _collision_links(kinematics.get("collision_link_names"), table, extra)
@@ -418,6 +445,97 @@ def load_robot_spheres(
     )
 
 
+def load_robot(
+    config: Mapping[str, Any] | str | os.PathLike,
+    *,
+    root: str | os.PathLike | None = None,
+    device: torch.device | str = "cpu",
+):
+    """A :class:`warpgeo.Robot` from a cuRobo robot configuration and its URDF: joint angles to spheres.
+
+    Reads from ``robot_cfg: kinematics:`` (or ``kinematics:``, or the top level):
+
+    * ``urdf_path``: the URDF, relative to ``root`` (cuRobo's ``content/assets``), else to the YAML file's
+      folder, else the current directory; read with yourdfpy (``pip install "warpgeo[robot]"``), meshes not
+      loaded;
+    * ``base_link`` (the base frame), ``ee_link`` or the first of ``tool_frames`` (``robot.ee_link``);
+    * ``collision_spheres`` (inline, or a spheres file relative to the YAML file's folder, else ``root``;
+      null: no spheres), ``collision_link_names``, ``extra_collision_spheres`` (disabled slots, filled by
+      :meth:`~warpgeo.Robot.attach`), ``self_collision_ignore``, ``self_collision_buffer`` — as
+      :func:`load_robot_spheres` reads them;
+    * ``collision_sphere_buffer``: metres added to every enabled sphere's radius (a number, or
+      ``{link: metres}``);
+    * ``extra_links``: links such as ``attached_object`` (``parent_link_name``, ``link_name``,
+      ``fixed_transform`` ``[x, y, z, qw, qx, qy, qz]``, ``joint_type`` ``FIXED`` or a joint along an axis,
+      ``X_PRISM`` ... ``Z_ROT``, ``X_PRISM_NEG`` ..., with ``joint_limits``; ``child_link_name`` re-parents
+      that URDF link under the extra one: cuRobo's floating bases);
+    * ``lock_joints`` ``{joint: value}`` (held, not in ``q``) and ``cspace.joint_names`` (the order of ``q``;
+      the locked joints it lists are left out).
+
+    As in cuRobo, the tree keeps the links the robot needs: the collision links, the tool frame, the extra
+    links and their ancestors (a gripper without spheres past them is dropped with its joints). Other keys
+    are not read.
+
+    Args:
+        config: a dict, or the path of a YAML file (PyYAML: ``pip install "warpgeo[curobo]"``).
+        root: the folder ``urdf_path`` starts from.
+        device: where the robot's tables live.
+
+    Returns:
+        The :class:`warpgeo.Robot`; ``robot.spheres(q)`` feeds ``sphere_mesh_cost`` /
+        ``swept_sphere_mesh_cost``, and ``self_collision_cost(spheres, robot.pairs, margin=robot.self_margin)``
+        is cuRobo's self-collision check.
+
+    Raises:
+        TypeError, ValueError: as :func:`load_robot_spheres` and :meth:`warpgeo.Robot.from_urdf`; no
+            ``urdf_path`` or no such file; an ``extra_links`` entry of an unknown joint type, parent or child,
+            or without a unit-quaternion ``fixed_transform``; ``cspace.joint_names`` that miss a moving joint.
+        ImportError: yourdfpy (or, for a YAML path, PyYAML) is not installed.
+
+    Example:
+        >>> content = "curobo/content"                                  # a cuRobo checkout's content folder
+        >>> robot = load_robot(f"{content}/configs/robot/franka.yml", root=f"{content}/assets")  # doctest: +SKIP
+        >>> robot.joint_names[:2], robot.dof                           # doctest: +SKIP
+        (['panda_joint1', 'panda_joint2'], 7)
+        >>> spheres = robot.spheres(torch.zeros(32, 32, 7))            # doctest: +SKIP
+        >>> cost = warpgeo.self_collision_cost(spheres, robot.pairs, margin=robot.self_margin)  # doctest: +SKIP
+    """
+    from . import _curobo_robot
+
+    return _curobo_robot.load(config, root, device)
+
+
+def _robot_config(config: Any, root: Any) -> tuple[Mapping, str | None]:
+    """A robot configuration (a dict, or read from a YAML path) and the folder relative paths start from."""
+    if root is not None and not isinstance(root, (str, os.PathLike)):
+        raise TypeError(f"root must be a folder path; got {type(root).__name__} {root!r:.60}")
+    root_dir = None if root is None else os.fspath(root)
+    if isinstance(config, (str, os.PathLike)):
+        path = os.fspath(config)
+        config = _yaml_mapping(path, "config", "a robot configuration (a mapping)")
+        if root_dir is None:
+            root_dir = os.path.dirname(os.path.abspath(path))
+    elif not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict or a YAML file path; got {type(config).__name__}")
+    return config, root_dir
+
+
+def _float_value(value: Any, where: str) -> float:
+    """A number of a robot configuration as a float within float32's range (an int beyond float64's range,
+    inf, NaN or a value float32 cannot hold: ValueError naming ``where``; not a number: TypeError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{where} must be a number; got {type(value).__name__} {value!r:.60}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValueError(
+            f"{where} must be finite and within float32's range; got an int of {len(str(value))} digits"
+        ) from None
+    if not math.isfinite(number) or abs(number) > _FLOAT32_MAX:
+        raise ValueError(f"{where} must be finite and within float32's range (|x| <= 3.4e38); got {number}")
+    return number
+
+
 def _yaml_mapping(path: str, where: str, what: str) -> Mapping:
     """The mapping a YAML file holds; ValueError naming ``where`` for a missing file, bad YAML or no mapping."""
     if not os.path.isfile(path):
@@ -434,6 +552,10 @@ def _yaml_mapping(path: str, where: str, what: str) -> Mapping:
             loaded = yaml.safe_load(f)
         except yaml.YAMLError as exc:
             raise ValueError(f"{where}: {path!r} is not valid YAML: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{where}: {path!r} is not UTF-8 text: {exc}") from exc
+        except RecursionError as exc:
+            raise ValueError(f"{where}: {path!r} nests too deeply to read") from exc
     if not isinstance(loaded, Mapping):
         raise ValueError(f"{where}: {path!r} must hold {what}; got {type(loaded).__name__}")
     return loaded
@@ -468,7 +590,13 @@ def _sphere_table(spheres: Any, root: str | None) -> dict[str, list]:
         loaded = _yaml_mapping(path, where, "a mapping of links to spheres")
         if "collision_spheres" not in loaded:
             raise ValueError(f"{where}: the spheres file {path!r} has no collision_spheres key")
-        return _sphere_table(loaded["collision_spheres"], None)
+        inner = loaded["collision_spheres"]
+        if inner is None or isinstance(inner, (str, os.PathLike)):
+            raise ValueError(
+                f"{where}: the spheres file {path!r} must give the spheres themselves under collision_spheres "
+                f"(a spheres file does not refer to another, nor to itself); got {inner!r:.80}"
+            )
+        return _sphere_table(inner, None)
     items: list[tuple[Any, Any]] = []
     if isinstance(spheres, Mapping):
         items = list(spheres.items())
@@ -512,16 +640,16 @@ def _sphere(entry: Any, link: str, n: int) -> list[float]:
         if isinstance(center, (str, bytes, Mapping)):
             raise TypeError
         values = np.asarray(center, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: 'center' must be three numbers; got {center!r:.80}") from None
-    if values.shape != (3,) or not np.isfinite(values).all():
-        raise ValueError(f"{where}: 'center' must be three finite numbers; got {center!r:.80}")
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{where}: 'center' must be three finite numbers; got {center!r:.80}") from None
+    if values.shape != (3,) or not np.isfinite(values).all() or np.abs(values).max() > _FLOAT32_MAX:
+        raise ValueError(
+            f"{where}: 'center' must be three finite numbers within float32's range; got {center!r:.80}"
+        )
     radius = entry["radius"]
     if isinstance(radius, bool) or not isinstance(radius, (int, float, np.integer, np.floating)):
         raise ValueError(f"{where}: 'radius' must be a number; got {radius!r:.60}")
-    if not math.isfinite(radius):
-        raise ValueError(f"{where}: 'radius' must be finite; got {radius}")
-    return [*values.tolist(), float(radius)]
+    return [*values.tolist(), _float_value(radius, f"{where}: 'radius'")]
 
 
 def _extra_spheres(extra: Any) -> dict[str, int]:
@@ -534,6 +662,11 @@ def _extra_spheres(extra: Any) -> dict[str, int]:
     for link, count in extra.items():
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
             raise ValueError(f"{where}[{link!r}] must be a count (an int >= 0); got {count!r:.60}")
+        if count > MAX_EXTRA_SPHERES:
+            raise ValueError(
+                f"{where}[{link!r}] must be at most {MAX_EXTRA_SPHERES} (disabled slots for an attached "
+                f"object); got {count}"
+            )
         counts[str(link)] = int(count)
     return counts
 
@@ -546,6 +679,10 @@ def _collision_links(names: Any, table: dict[str, list], extra: dict[str, int]) 
         raise ValueError(f"collision_link_names must be a list of link names; got {type(names).__name__}")
     seen: set[str] = set()
     for name in names:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"collision_link_names must hold link names; got {type(name).__name__} {name!r:.60}"
+            )
         if name not in table and name not in extra:
             raise ValueError(
                 f"collision_link_names names {name!r}, which has no collision_spheres (nor "
@@ -565,11 +702,7 @@ def _buffers(buffers: Any) -> dict[str, float]:
         raise TypeError(f"{where} must map links to metres; got {type(buffers).__name__}")
     found = {}
     for link, value in buffers.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{where}[{link!r}] must be a number (metres); got {value!r:.60}")
-        if not math.isfinite(value):
-            raise ValueError(f"{where}[{link!r}] must be finite; got {value}")
-        found[str(link)] = float(value)
+        found[str(link)] = _float_value(value, f"{where}[{link!r}]")
     return found
 
 

@@ -59,7 +59,7 @@ import math
 import torch
 
 import warpgeo
-from warpgeo.compat._common import shape_of
+from warpgeo.compat._common import positive_int, shape_of
 
 __all__ = [
     "aggregation",
@@ -202,7 +202,7 @@ def _pad(xyz: torch.Tensor, sizes: list[int], starts: torch.Tensor) -> torch.Ten
 def _packed_knn(nsample, xyz, offset, new_xyz, new_offset):
     """k nearest neighbours of packed queries among packed points: global int64 idx ``(M, k)`` (-1 padded),
     local-cloud starts of each query row ``(M,)`` and distances ``(M, k)`` (inf padded)."""
-    nsample = _positive(nsample, "nsample")
+    nsample = positive_int(nsample, "nsample")
     if new_xyz is None:
         new_xyz, new_offset = xyz, offset
     sizes, starts = _packed(xyz, offset, "xyz")
@@ -262,7 +262,7 @@ def ball_query(nsample, max_radius, min_radius, xyz, offset, new_xyz=None, new_o
     max_radius, min_radius = float(max_radius), float(min_radius)
     if not (math.isfinite(max_radius) and max_radius > 0 and 0 <= min_radius < max_radius):
         raise ValueError(f"need 0 <= min_radius < max_radius (finite); got {min_radius}, {max_radius}")
-    nsample = _positive(nsample, "nsample")
+    nsample = positive_int(nsample, "nsample")
     k = nsample
     while True:
         idx, _, dist = _packed_knn(k, xyz, offset, new_xyz, new_offset)
@@ -416,16 +416,6 @@ def aggregation(input: torch.Tensor, position, weight, idx) -> torch.Tensor:
     share = channels // weight.shape[-1]
     values = (_group(input, idx) + position).view(n, nsample, share, weight.shape[-1])
     return (values * weight[:, :, None, :]).sum(dim=1).reshape(n, channels)
-
-
-def _positive(value, name: str) -> int:
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive; got {value}")
-    return value
 
 
 def _batched(xyz: torch.Tensor, m) -> torch.Tensor:

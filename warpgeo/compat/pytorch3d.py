@@ -37,6 +37,7 @@ pytorch3d's.
 
 from __future__ import annotations
 
+import math
 from collections import namedtuple
 
 import torch
@@ -206,7 +207,8 @@ def ball_query(
 ):
     """The first K points of ``p2`` (in index order) within ``radius`` of each point of ``p1``, as
     ``pytorch3d.ops.ball_query`` (strictly within: squared distance ``< radius**2``; ``radius=0`` finds
-    nothing, as in pytorch3d).
+    nothing, as in pytorch3d). ``radius=inf`` holds every point at a finite distance: each valid query gets
+    the first K valid points with finite coordinates (no distance is computed to choose them).
 
     Returns:
         ``_KNN(dists, idx, knn)``: squared distances ``(N, P1, K)`` (0 padding, differentiable w.r.t. p1 and
@@ -226,6 +228,8 @@ def ball_query(
     lengths2 = _lengths_or_full(lengths2, batch, p2.shape[1], p1.device, "lengths2")
     if radius == 0:  # no squared distance is < 0
         idx = torch.full((batch, p1.shape[1], K), -1, dtype=torch.int64, device=p1.device)
+    elif math.isinf(float(radius)):  # every finite point is within: the first K (warpgeo.ball_query: finite)
+        idx = _first_k(p1, p2, lengths1, lengths2, K)
     elif d <= 3:
         idx = warpgeo.ball_query(
             pad3(p1),
@@ -252,6 +256,20 @@ def ball_query(
     dists = (p1[:, :, None, :] - neighbours).square().sum(-1)
     dists = torch.where(idx >= 0, dists, 0.0)
     return _KNN(dists=dists, idx=idx, knn=neighbours if return_nn else None)
+
+
+def _first_k(p1, p2, lengths1, lengths2, k: int) -> torch.Tensor:
+    """``(N, P1, K)`` int64: for each valid query with finite coordinates the first ``k`` valid points of
+    ``p2`` with finite coordinates (ascending), then ``-1``: a ball query of infinite radius."""
+    batch, m, n = p1.shape[0], p1.shape[1], p2.shape[1]
+    usable = valid_mask(lengths2, batch, n, p1.device) & torch.isfinite(p2).all(dim=-1)
+    key = torch.where(usable, torch.arange(n, device=p1.device), n)
+    first = torch.sort(key, dim=-1).values[:, :k]
+    first = torch.where(first < n, first, -1)
+    if first.shape[-1] < k:
+        first = F.pad(first, (0, k - first.shape[-1]), value=-1)
+    asking = valid_mask(lengths1, batch, m, p1.device) & torch.isfinite(p1).all(dim=-1)
+    return torch.where(asking[..., None], first[:, None, :], -1)
 
 
 # --------------------------------------------------------------------------------------------------------

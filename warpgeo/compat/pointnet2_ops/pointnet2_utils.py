@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 import warpgeo
-from warpgeo.compat._common import shape_of
+from warpgeo.compat._common import positive_int, shape_of
 
 __all__ = [
     "BallQuery",
@@ -77,7 +77,7 @@ def furthest_point_sample(xyz: torch.Tensor, npoint: int) -> torch.Tensor:
     """
     if not isinstance(xyz, torch.Tensor) or xyz.dim() != 3 or xyz.shape[-1] != 3:
         raise ValueError(f"xyz must have shape (B, N, 3); got {shape_of(xyz)}")
-    npoint = _as_int(npoint, "npoint")
+    npoint = positive_int(npoint, "npoint")
     idx = warpgeo.farthest_point_sampling(xyz, npoint)
     if npoint > xyz.shape[1]:
         idx = torch.where(idx < 0, idx[:, :1], idx)
@@ -147,7 +147,7 @@ def ball_query(radius: float, nsample: int, xyz: torch.Tensor, new_xyz: torch.Te
         raise ValueError(
             f"xyz and new_xyz must have the same batch size; got {xyz.shape[0]} and {new_xyz.shape[0]}"
         )
-    nsample = _as_int(nsample, "nsample")
+    nsample = positive_int(nsample, "nsample")
     if isinstance(radius, torch.Tensor) and radius.numel() == 1:
         radius = float(radius)
     # the extension's test is strict (d < radius); warpgeo's ball_query is inclusive unless told otherwise
@@ -202,16 +202,6 @@ def three_interpolate(features: torch.Tensor, idx: torch.Tensor, weight: torch.T
     if not isinstance(idx, torch.Tensor) or idx.dim() != 3:
         raise ValueError(f"idx must have shape (B, n, 3); got {shape_of(idx)}")
     return warpgeo.gather_points(features, idx, weight=weight)
-
-
-def _as_int(value, name: str) -> int:
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive; got {value}")
-    return value
 
 
 class _Apply:
