@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=720, help="lidar azimuth samples (default: 720)")
     parser.add_argument("--quick", action="store_true", help="smaller images and scans (for tests)")
     parser.add_argument(
-        "--out", default="depth_camera.png", help="output picture (default: depth_camera.png)"
+        "--out",
+        default="depth_camera.png",
+        help="output picture (default: depth_camera.png, in the current folder)",
     )
     args = parser.parse_args(argv)
     if args.quick:  # smaller sizes; flags given explicitly still win
