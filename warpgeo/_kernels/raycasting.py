@@ -394,6 +394,37 @@ def cast(o: Any, u: Any, e: int, world: Any, max_distance: wp.float64):
 
 
 @wp.func
+def environment_box(world: Any, e: int):
+    """``(test, any, lower, upper)``: the union of the posed boxes (``world_bounds``) of the slots in use in
+    environment ``e``; ``any``: whether there is such a slot; ``test``: whether the box may be tested (not
+    where ``world_bounds`` lacks the entries, nor where a bound is not finite)."""
+    wb = world.world_bounds
+    lower = wp.vec3d(inf64(), inf64(), inf64())
+    upper = -lower
+    found = bool(False)
+    if e >= wb.shape[0] or wb.shape[1] < world.mesh_ids.shape[1] or wb.shape[2] < 2:
+        return False, True, lower, upper
+    for m in range(world.mesh_ids.shape[1]):
+        if slot_in_use(world, e, m):
+            found = True
+            lower = wp.min(lower, wp.vec3d(wb[e, m, 0]))
+            upper = wp.max(upper, wp.vec3d(wb[e, m, 1]))
+    test = bool(found)
+    for k in range(3):
+        if not (wp.isfinite(lower[k]) and wp.isfinite(upper[k])):
+            test = False
+    return test, found, lower, upper
+
+
+@wp.func
+def misses_box(o: Any, u: Any, lower: wp.vec3d, upper: wp.vec3d, max_distance: wp.float64):
+    """Whether the ray ``o + t u`` (``t`` in ``[0, max_distance]``) misses the box ``[lower, upper]``."""
+    uw = wp.vec3d(u)
+    b_in, b_out = box_span(wp.vec3d(o), uw, inverse(uw), lower, upper)
+    return not (b_in <= b_out) or b_out < wp.float64(0.0) or b_in > max_distance
+
+
+@wp.func
 def unit_ray(d: Any):
     """``(ok, d / |d|)`` without overflow or underflow of the squares; not ok for a zero or non-finite ``d``."""
     m = wp.max(wp.max(wp.abs(d[0]), wp.abs(d[1])), wp.abs(d[2]))
@@ -444,12 +475,28 @@ def raycast(
     first, stop = thread_rows(wp.tid() + row_start, per_thread, rows)
     bi, si = grid_index(first, stop, origins.shape[1])
     limit = wp.float64(max_distance)
+    # a thread of several rays (the CPU's) first tests each ray against the union of its environment's
+    # boxes, made once per environment it meets (rays of one environment come in a row): a ray that misses
+    # it skips the environment's slots (32 environments x 10 objects, a 64 x 64 camera each: 38 -> 31 ms).
+    # Not for one slot (its own box is the broad phase), nor on CUDA (a thread per ray: nothing to share).
+    boxed = per_thread > 1 and world.mesh_ids.shape[1] > 1
+    box_e = int(-1)
+    box_test = bool(False)
+    box_any = bool(True)
+    box_lo = wp.vec3d()
+    box_hi = wp.vec3d()
     for _flat in range(first, stop):
         o = origins[bi, si]
         ok, u = unit_ray(directions[bi, si])
         e = int(-1)
         if ok and wp.isfinite(o[0]) and wp.isfinite(o[1]) and wp.isfinite(o[2]):
             e = world_environment(bi, env_index, world)
+        if boxed and e >= 0:
+            if e != box_e:
+                box_e = e
+                box_test, box_any, box_lo, box_hi = environment_box(world, e)
+            if not box_any or (box_test and misses_box(o, u, box_lo, box_hi, limit)):
+                e = -1
         found, t, n = cast(o, u, e, world, limit)
         if found >= 0:
             distance[bi, si] = type(max_distance)(t)
