@@ -41,6 +41,8 @@ BUDGETS = {
     "signed distance fwd+bwd": 6,
     "self collision fwd+bwd": 7,
     "robot spheres fwd+bwd": 8,
+    "raycast fwd": 5,
+    "raycast fwd+bwd": 42,  # the tangent-plane backward in torch ops (a Warp backward: ~6)
 }
 
 
@@ -218,6 +220,27 @@ def test_self_collision(device, monkeypatch):
         _check("self collision fwd+bwd", call, monkeypatch)
 
 
+def test_raycast(device, monkeypatch):
+    """Rays into a world of a mesh and a primitive: the forward (outputs, one launch) and the distance's
+    gradient w.r.t. origins and directions (the tangent-plane backward, torch ops)."""
+    import trimesh
+
+    ball = trimesh.creation.icosphere(subdivisions=2, radius=0.5)
+    world = warpgeo.MeshWorld(
+        [ball, warpgeo.Capsule(0.2, 1.0)], poses=[[0, 0, 0, 1, 0, 0, 0], [0, 1, 0, 1, 0, 0, 0]], device=device
+    )
+    g = torch.Generator().manual_seed(6)
+    origins = (torch.rand(8, 256, 3, generator=g) - torch.tensor([2.5, 0.5, 0.5])).to(device)
+    directions = (torch.tensor([1.0, 0.0, 0.0]) + 0.2 * torch.randn(8, 256, 3, generator=g)).to(device)
+    leaf = origins.clone().requires_grad_()
+    with _cuda_algorithms(device), warpgeo.value_checks(False):
+        _check("raycast fwd", lambda: warpgeo.raycast(world, origins, directions), monkeypatch)
+        call = _fwd_bwd(
+            lambda: warpgeo.raycast(world, leaf, directions).distance.nan_to_num(posinf=0.0), leaf
+        )
+        _check("raycast fwd+bwd", call, monkeypatch)
+
+
 #: every op -> the test above that counts its work (a backward op: in its forward's fwd+bwd case)
 COVERS = {
     "warpgeo::farthest_point_sampling": test_fps,
@@ -234,6 +257,7 @@ COVERS = {
     "warpgeo::signed_distance": test_swept_cost_and_signed_distance,
     "warpgeo::self_collision_cost": test_self_collision,
     "warpgeo::self_collision_cost_backward": test_self_collision,
+    "warpgeo::raycast": test_raycast,
 }
 
 

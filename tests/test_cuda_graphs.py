@@ -348,6 +348,15 @@ def _signed_distance(points):
     return _with_grads(warpgeo.signed_distance(points, _one_world()), points)
 
 
+def _raycast(origins, directions):
+    """Rays from x = -2 towards the world's meshes (leaves in [0, 1)): hits, normals, entries, and the
+    distance's gradients (misses: distance 0 in the weighted sum)."""
+    o = origins - torch.tensor([2.0, 0.5, 0.5], device=origins.device)
+    d = directions + torch.tensor([1.0, -0.5, -0.5], device=directions.device)
+    hits = warpgeo.raycast(_one_world(), o, d)
+    return (hits.normal, hits.entry, *_with_grads(hits.distance.nan_to_num(posinf=0.0), origins, directions))
+
+
 #: case -> (its inputs for a seed, the graph's body: the op's outputs and gradients)
 _OP_CASES = {
     "knn": (lambda s: (_leaf(s, 2, 30, 3), _leaf(s + 50, 2, 80, 3)), _knn),
@@ -361,6 +370,7 @@ _OP_CASES = {
         lambda s: ((_leaf(s, 2, 64, 3) - 0.5).detach().requires_grad_(True),),
         _signed_distance,
     ),
+    "raycast": (lambda s: (_leaf(s, 2, 64, 3), _leaf(s + 50, 2, 64, 3)), _raycast),
 }
 
 
@@ -405,6 +415,7 @@ COVERS = {
     "warpgeo::signed_distance": "test_op_replays[signed_distance]",
     "warpgeo::forward_kinematics": test_robot_spheres_replay,
     "warpgeo::forward_kinematics_backward": test_robot_spheres_replay,
+    "warpgeo::raycast": "test_op_replays[raycast]",
 }
 
 

@@ -85,6 +85,25 @@ def test_arm_trajectory(tmp_path):
     assert len(re.findall(r"^step\s+\d+\s+world", out, flags=re.M)) >= 3  # prints the costs as it goes
 
 
+def test_depth_camera(tmp_path):
+    """Three environments, the obstacle elsewhere in each: every camera sees the scene (not every pixel),
+    the lidar returns hits, and the number of beams the obstacle takes changes as it moves."""
+    out = run_example("depth_camera.py", tmp_path)
+    assert out.startswith("Casting rays in 3 environments")
+    rows = re.findall(
+        r"^env (\d) \(obstacle at y = ([+-][\d.]+)\): camera sees (\d+)/(\d+) pixels, depth ([\d.]+)-([\d.]+) m; "
+        r"lidar returns (\d+)/(\d+), obstacle (\d+)$",
+        out,
+        flags=re.M,
+    )
+    assert [int(r[0]) for r in rows] == [0, 1, 2], out
+    for _, _, seen, pixels, near, far, returns, beams, _ in rows:
+        assert 0.3 * int(pixels) < int(seen) < int(pixels)  # the table and floor, and sky above them
+        assert 0 < float(near) < float(far) < 10.0
+        assert 0 < int(returns) < int(beams)
+    assert len({r[8] for r in rows}) > 1, out  # the moving obstacle is hit by a different number of beams
+
+
 def test_collision_avoidance_with_the_torus_of_the_docstring(tmp_path):
     """The line its docstring shows: the torus stands on edge (not a hole the path is caught in), and the
     picture counts four obstacles."""
@@ -123,6 +142,7 @@ EXAMPLE_SCRIPTS = [
     "ddp_training.py",
     "self_collision.py",
     "arm_trajectory.py",
+    "depth_camera.py",
 ]
 
 
@@ -158,6 +178,7 @@ def test_examples_say_what_every_flag_does():
         "ddp_training.py",
         "self_collision.py",
         "arm_trajectory.py",
+        "depth_camera.py",
     ):
         help_text = subprocess.run(
             [sys.executable, str(EXAMPLES / script), "--help"], capture_output=True, text=True, timeout=60
@@ -275,6 +296,7 @@ def test_readme_tour_computes_what_its_comments_say():
         "ddp_training.py",
         "self_collision.py",
         "arm_trajectory.py",
+        "depth_camera.py",
     ],
 )
 def test_example_names_the_demo_extra_without_matplotlib(tmp_path, script):

@@ -554,6 +554,22 @@ def test_self_collision(device, reduction):
     )
 
 
+def test_raycast(device):
+    """Rays of two environments, and a depth image whose gradient reaches the camera poses."""
+    world = _world(device)
+    gen = torch.Generator().manual_seed(3)
+    origins = (torch.rand(2, 40, 3, generator=gen) - 0.5).to(device).requires_grad_(True)
+    directions = (torch.randn(2, 40, 3, generator=gen) + 0.1).to(device).requires_grad_(True)
+    env = torch.tensor([1, 0], device=device)
+    _assert_sync_free(
+        lambda: warpgeo.raycast(world, origins, directions, env_index=env)[:2], leaves=[origins, directions]
+    )
+    poses = torch.tensor([[0.0, 0.0, -1.0, 1, 0, 0, 0], [0.1, 0.0, -1.0, 1, 0, 0, 0]], device=device)
+    poses.requires_grad_(True)
+    K = torch.tensor([20.0, 20.0, 7.5, 5.5], device=device)
+    _assert_sync_free(lambda: warpgeo.render_depth(world, K, 16, 12, poses, env_index=env), leaves=[poses])
+
+
 #: every op -> the test above that runs it (forward and, for a backward op, its forward's gradient)
 COVERS = {
     "warpgeo::farthest_point_sampling": test_fps,
@@ -572,6 +588,7 @@ COVERS = {
     "warpgeo::self_collision_cost_backward": test_self_collision,
     "warpgeo::forward_kinematics": test_robot_spheres_and_link_poses,
     "warpgeo::forward_kinematics_backward": test_robot_spheres_and_link_poses,
+    "warpgeo::raycast": test_raycast,
 }
 
 
@@ -661,6 +678,10 @@ def _bad_calls(device):
         "swept inf spheres": (ValueError, lambda: warpgeo.swept_sphere_mesh_cost(nan_spheres[None], world)),
         "signed_distance NaN": (ValueError, lambda: warpgeo.signed_distance(nan_points, world)),
         "set_poses quaternion": (ValueError, lambda: world.set_poses(bad_pose)),
+        "raycast zero direction": (
+            ValueError,
+            lambda: warpgeo.raycast(world, points, torch.zeros_like(points)),
+        ),
     }
 
 
@@ -674,6 +695,7 @@ _BAD_CALLS = [
     "swept inf spheres",
     "signed_distance NaN",
     "set_poses quaternion",
+    "raycast zero direction",
 ]
 
 

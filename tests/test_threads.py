@@ -62,6 +62,13 @@ _CASES = {
         "q = torch.rand(64, r.dof, requires_grad=True)\n"
         "call = lambda: torch.autograd.grad(r.spheres(q).sum(), q)[0]"
     ),
+    "raycast": (
+        "import trimesh\nw = g.MeshWorld([trimesh.creation.icosphere(radius=0.5), g.Capsule(0.2, 1.0)],"
+        " poses=[[0, 0, 0, 1, 0, 0, 0], [0, 1, 0, 1, 0, 0, 0]])\n"
+        "o = (torch.rand(1, 48, 3) * 0.2 + torch.tensor([-2.0, 0.4, 0.0])).requires_grad_()\n"
+        "d = torch.tensor([1.0, 0.0, 0.0]) + 0.1 * torch.rand(1, 48, 3)\n"
+        "call = lambda: both(g.raycast(w, o, d).distance, o)"
+    ),
     "self_collision": (
         "s = torch.cat([torch.rand(4, 12, 3), torch.full((4, 12, 1), 0.2)], -1).requires_grad_()\n"
         "pairs = g.collision_pairs([k // 3 for k in range(12)])\n"
@@ -87,6 +94,7 @@ COVERS = {
     "warpgeo::self_collision_cost_backward": "self_collision",
     "warpgeo::forward_kinematics": "robot",
     "warpgeo::forward_kinematics_backward": "robot",
+    "warpgeo::raycast": "raycast",
 }
 
 

@@ -22,17 +22,23 @@ __all__ = [
     "FarthestPointSampling",
     "GatherPoints",
     "MeshWorld",
+    "RayHits",
     "Robot",
     "SdfMesh",
     "Sphere",
     "SweptSdfMesh",
     "ball_query",
+    "camera_rays",
     "chamfer_distance",
     "collision_pairs",
     "farthest_point_sampling",
     "gather_points",
+    "grid_rays",
     "knn",
+    "lidar_rays",
     "load_ops",
+    "raycast",
+    "render_depth",
     "self_collision_cost",
     "set_value_checks",
     "signed_distance",
@@ -64,6 +70,12 @@ _HOME = {
     "signed_distance": "sdf",
     "sphere_mesh_cost": "sdf",
     "swept_sphere_mesh_cost": "sdf",
+    "RayHits": "raycasting",
+    "raycast": "raycasting",
+    "camera_rays": "raycasting",
+    "render_depth": "raycasting",
+    "lidar_rays": "raycasting",
+    "grid_rays": "raycasting",
     "Robot": "robot",
     "collision_pairs": "self_collision",
     "self_collision_cost": "self_collision",
@@ -78,6 +90,7 @@ if TYPE_CHECKING:
     from .gather import GatherPoints, gather_points
     from .neighbors import KNN, ball_query, knn
     from .primitives import Capsule, Cuboid, Cylinder, Sphere
+    from .raycasting import RayHits, camera_rays, grid_rays, lidar_rays, raycast, render_depth
     from .robot import Robot
     from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
     from .self_collision import collision_pairs, self_collision_cost
