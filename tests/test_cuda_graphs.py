@@ -348,8 +348,44 @@ def _signed_distance(points):
     return _with_grads(warpgeo.signed_distance(points, _one_world()), points)
 
 
+@functools.cache
+def _one_grid() -> warpgeo.DistanceGrid:
+    gen = torch.Generator().manual_seed(7)
+    return warpgeo.DistanceGrid(
+        (torch.rand(9, 8, 7, generator=gen) - 0.5).cuda(), 0.1, origin=(-0.4, -0.4, -0.3)
+    )
+
+
+def _grid_query(points):
+    return _with_grads(_one_grid().query(points).distance, points)
+
+
+def _grid_build(occupancy_source, cloud):
+    occupied = occupancy_source.detach() > 0.7
+    bounds = ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    return (
+        warpgeo.DistanceGrid.from_occupancy(occupied, 0.1).values,
+        warpgeo.DistanceGrid.from_points(cloud.detach(), 0.1, bounds=bounds).values,
+    )
+
+
+def _fusion_inputs(seed: int):
+    k = torch.tensor([[40.0, 0.0, 31.5], [0.0, 40.0, 23.5], [0.0, 0.0, 1.0]]).cuda()
+    pose = torch.tensor([0.0, 0.0, -0.4, 1.0, 0.0, 0.0, 0.0]).cuda()
+    return _leaf(seed, 48, 64), k, pose
+
+
+def _depth_fusion(depth_source, k, pose):
+    fusion = warpgeo.DepthFusion(((-0.5, -0.5, 0.0), (0.5, 0.5, 0.8)), 0.05, device="cuda")
+    fusion.integrate(0.9 + 0.1 * depth_source.detach(), k, pose)
+    return fusion.tsdf, fusion.weight, fusion.distance_grid().values
+
+
 #: case -> (its inputs for a seed, the graph's body: the op's outputs and gradients)
 _OP_CASES = {
+    "grid_query": (lambda s: ((_leaf(s, 2, 64, 3) - 0.2).detach().requires_grad_(True),), _grid_query),
+    "grid_build": (lambda s: (_leaf(s, 10, 8, 6), _leaf(s + 50, 100, 3)), _grid_build),
+    "depth_fusion": (_fusion_inputs, _depth_fusion),
     "knn": (lambda s: (_leaf(s, 2, 30, 3), _leaf(s + 50, 2, 80, 3)), _knn),
     "ball_query": (lambda s: (_leaf(s, 2, 30, 3), _leaf(s + 50, 2, 80, 3)), _ball_query),
     "chamfer": (lambda s: (_leaf(s, 2, 60, 3), _leaf(s + 50, 2, 45, 3)), _chamfer),
@@ -405,6 +441,11 @@ COVERS = {
     "warpgeo::signed_distance": "test_op_replays[signed_distance]",
     "warpgeo::forward_kinematics": test_robot_spheres_replay,
     "warpgeo::forward_kinematics_backward": test_robot_spheres_replay,
+    "warpgeo::distance_grid_query": "test_op_replays[grid_query]",
+    "warpgeo::distance_grid_from_occupancy": "test_op_replays[grid_build]",
+    "warpgeo::distance_grid_from_points": "test_op_replays[grid_build]",
+    "warpgeo::depth_fusion_integrate": "test_op_replays[depth_fusion]",
+    "warpgeo::depth_fusion_distance": "test_op_replays[depth_fusion]",
 }
 
 
