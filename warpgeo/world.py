@@ -22,7 +22,7 @@ from ._mesh_ids import register_mesh_ids
 from ._world import builder as _builder
 from ._world import loading as _loading
 from ._world import prepare as _prepare
-from ._world.entries import _layout, _named_slots, _sign_methods, _slot_poses, _warn_open
+from ._world.entries import _layout, _named_slot, _named_slots, _sign_methods, _slot_poses, _warn_open
 from ._world.loading import MeshLike
 from ._world.poses import (  # noqa: F401 (compat.curobo takes them from here)
     _IDENTITY_POSE,
@@ -280,6 +280,8 @@ class MeshWorld:
         mesh_ids = self._tables["mesh_ids"]
         register_mesh_ids(mesh_ids, list(self._wp_meshes), mesh_ids.cpu().numpy())
         self._all_cuboids = prepared.all_cuboids
+        #: the distance grids' slots (e, m) -> (first row in voxel_values, (X, Y, Z)): what set_grid writes
+        self._grids = dict(prepared.grids)
         if prepared.open_signed:
             _warn_open(prepared.open_signed, methods, self._names, single)
 
@@ -455,6 +457,55 @@ class MeshWorld:
             )
         value = value.to(self._device).bool() & self._present
         self._enabled.copy_(value.to(torch.int32))
+
+    def set_grid(self, entry: int | str, values: torch.Tensor, *, env: int = 0) -> None:
+        """Write new values into a distance grid entry (a :class:`~warpgeo.DistanceGrid` given to the world),
+        in place: the same shape, no reallocation (the rows of the world's ``voxel_values`` it was given), so
+        a captured CUDA graph reads the new values on its next replay, and ``set_grid`` itself may be captured.
+
+        Args:
+            entry: the entry's index in environment ``env`` (an int) or its name (see :attr:`names`).
+            values: ``(X, Y, Z)`` signed distances (float32 or float64, any device: copied to the world's in
+                float32, as it stores them), the shape of the grid the entry was built with.
+            env: the environment (an int).
+
+        Raises:
+            TypeError: ``values`` not a float tensor; ``entry`` or ``env`` not an int (or a name).
+            ValueError: an unknown name, an index or ``env`` out of range, an entry that is no distance grid,
+                a shape other than the entry's; NaN or inf in ``values`` (with value checks on: one read).
+
+        Not to be called while another thread queries this world (the update is in place, see
+        :meth:`set_poses`).
+        """
+        if isinstance(env, bool) or not isinstance(env, (int, np.integer)):
+            raise TypeError(f"env must be an int; got {type(env).__name__}")
+        if not 0 <= env < self.num_envs:
+            raise ValueError(f"env must be in [0, {self.num_envs}); got {env}")
+        env = int(env)
+        if isinstance(entry, str):
+            _, m = _named_slot((env, entry), self._names, "entry")
+        elif isinstance(entry, (int, np.integer)) and not isinstance(entry, bool):
+            if not 0 <= entry < self._num_meshes[env]:
+                raise ValueError(
+                    f"entry must be in [0, {self._num_meshes[env]}) in environment {env}; got {entry}"
+                )
+            m = int(entry)
+        else:
+            raise TypeError(f"entry must be an int index or a name; got {type(entry).__name__}")
+        slot = self._grids.get((env, m))
+        if slot is None:
+            raise ValueError(f"entry {entry!r} of environment {env} is not a DistanceGrid")
+        first, shape = slot
+        if not isinstance(values, torch.Tensor) or values.dtype not in (torch.float32, torch.float64):
+            got = values.dtype if isinstance(values, torch.Tensor) else type(values).__name__
+            raise TypeError(f"values must be a float32 or float64 tensor; got {got}")
+        if tuple(values.shape) != tuple(shape):
+            raise ValueError(f"values must have the grid's shape {tuple(shape)}; got {tuple(values.shape)}")
+        checks.check_device("values", values=values)
+        if checks.checking_values(values.device) and not bool(torch.isfinite(values).all()):
+            raise ValueError("values must be finite (signed distances in metres); found NaN or inf")
+        rows = self._tables["voxel_values"].narrow(0, first, values.numel())
+        rows.copy_(values.reshape(-1))
 
     # ----------------------------------------------------------------------------------------------------
     # by name: the dict forms of set_poses / set_enabled build the full tensor and take the tensor path
