@@ -1028,6 +1028,37 @@ CASES: list[Case] = [
         "fusion_nan_depth",
         "DepthFusion(((0, 0, 0), (1, 1, 1)), 0.1).integrate(torch.full((8, 8), float('nan')), torch.eye(3), IDENTITY)",
     ),
+    # ---- a DistanceGrid in a world: NaN values, forged voxel rows, set_grid
+    R(
+        "world_grid_nan",
+        "signed_distance(torch.rand(1, 5, 3), MeshWorld([DistanceGrid(torch.full((2, 2, 2), float('nan')), 0.1)]))",
+        V,
+        "values",
+        value=True,
+    ),
+    OK(
+        "world_grid_forged_rows",
+        "torch.ops.warpgeo.signed_distance(torch.full((1, 2, 3), 0.05), None, FORGE(MeshWorld([DistanceGrid(torch.ones(2, 2, 2), 0.1)]).kernel_args()._asdict(), voxel_dims=lambda t: t * 1000 + 7), True, False)",
+        "r[0].flatten().tolist() == [0.0, 0.0]",
+    ),
+    OK(
+        "world_grid_forged_kind",
+        "torch.ops.warpgeo.signed_distance(torch.rand(1, 4, 3), None, FORGE(ARGS, slot_kind=lambda t: t + 5), True, False)",
+        "r[0].shape == (1, 4)",
+    ),
+    R(
+        "world_set_grid_shape",
+        "MeshWorld({'map': DistanceGrid(torch.ones(2, 2, 2), 0.1)}).set_grid('map', torch.ones(2, 2, 3))",
+        V,
+        "shape",
+    ),
+    R(
+        "world_set_grid_nan",
+        "MeshWorld({'map': DistanceGrid(torch.ones(2, 2, 2), 0.1)}).set_grid('map', torch.full((2, 2, 2), float('nan')))",
+        V,
+        "values",
+        value=True,
+    ),
 ]
 
 #: What every case may use. charset_normalizer is hidden so that trimesh's "guess the text encoding" path
