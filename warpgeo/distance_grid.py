@@ -67,6 +67,10 @@ class DistanceGrid:
     Attributes:
         values, voxel_size, origin (a tuple of 3 floats), shape ``(X, Y, Z)``, device, dtype.
 
+    A grid is also a world entry: ``MeshWorld([mesh, warpgeo.Cuboid(...), grid])`` (posed, enabled, named,
+    per environment like a primitive; its values copied into the world in float32, read as :meth:`query`
+    reads them, in the frame of the entry's pose); ``MeshWorld.set_grid`` writes new values in place.
+
     Raises:
         TypeError: ``values`` not a float32 / float64 tensor; a non-number ``voxel_size`` or ``origin``.
         ValueError: ``values`` not 3-D, empty, too large or not finite; ``voxel_size`` not positive and

@@ -138,7 +138,9 @@ class MeshWorld:
         meshes: the entries of a one-environment world, a list or a dict ``{name: entry}``; each a
             ``trimesh.Trimesh``, a ``trimesh.Scene`` (its geometries, see Scenes), a file path (obj, stl,
             ply, off: one mesh; glb, gltf, dae, 3mf: a scene), a ``(vertices (V, 3), faces (F, 3))`` pair of
-            arrays or tensors, or an analytic primitive (:mod:`warpgeo.primitives`).
+            arrays or tensors, an analytic primitive (:mod:`warpgeo.primitives`), or a
+            :class:`~warpgeo.DistanceGrid` (its values copied in float32; trilinear distance and the exact
+            gradient of the interpolant, the distance to its box outside it; new values by :meth:`set_grid`).
         poses: ``(M, 7)`` world-from-mesh poses, one per entry as given (identity by default); any
             array-like, or a dict ``{name: pose}`` for named entries (the others: identity).
         device: where the meshes live; every query must be on this device.
