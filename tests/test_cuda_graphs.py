@@ -105,6 +105,51 @@ def test_costs_replay_with_new_spheres_and_poses(checks):
     assert hits > 0, "no sphere collides in any replay: the comparison would show nothing"
 
 
+def test_grid_world_replays_with_set_grid():
+    """A world holding a DistanceGrid beside a mesh: sphere cost fwd+bwd captured; set_grid between replays
+    (in place) and set_grid captured itself (from a static values tensor); every replay equals eager."""
+    gen = torch.Generator().manual_seed(3)
+    grid = warpgeo.DistanceGrid((torch.rand(8, 8, 8, generator=gen) - 0.3).cuda(), 0.1, origin=(-0.35,) * 3)
+    world = warpgeo.MeshWorld(
+        {"map": grid, "ball": trimesh.creation.icosphere(subdivisions=2, radius=0.2)},
+        poses=[[0.0, 0.0, 0.0, 1, 0, 0, 0], [0.4, 0.0, 0.0, 1, 0, 0, 0]],
+        device="cuda",
+    )
+    static = _spheres(0).requires_grad_(True)
+    values = (torch.rand(8, 8, 8, generator=gen) - 0.3).cuda()
+
+    def step():
+        world.set_grid("map", values)
+        static.grad = None
+        cost = warpgeo.sphere_mesh_cost(static, world, activation_distance=_ETA)
+        cost.sum().backward()
+        return cost, static.grad
+
+    _warm_up(step)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for _ in range(3):
+        new = (torch.rand(8, 8, 8, generator=gen) - 0.3).cuda()
+        values.copy_(new)
+        graph.replay()
+        torch.cuda.synchronize()
+        leaf = static.detach().clone().requires_grad_(True)
+        eager_world = warpgeo.MeshWorld(
+            {
+                "map": warpgeo.DistanceGrid(new, 0.1, origin=(-0.35,) * 3),
+                "ball": trimesh.creation.icosphere(subdivisions=2, radius=0.2),
+            },
+            poses=[[0.0, 0.0, 0.0, 1, 0, 0, 0], [0.4, 0.0, 0.0, 1, 0, 0, 0]],
+            device="cuda",
+        )
+        cost = warpgeo.sphere_mesh_cost(leaf, eager_world, activation_distance=_ETA)
+        cost.sum().backward()
+        torch.testing.assert_close(out[0], cost)
+        torch.testing.assert_close(out[1], leaf.grad)
+        assert float(cost.detach().sum()) > 0
+
+
 def test_world_updates_captured():
     """set_poses / set_enabled captured in the graph, from static pose and mask tensors."""
     world = _world()

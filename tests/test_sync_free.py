@@ -669,6 +669,22 @@ def test_world_updates(device):
     assert world.enabled.tolist() == [[True, False], [True, False]]
 
 
+def test_set_grid(device):
+    """MeshWorld.set_grid with checks off: no host read (a grid entry, by name and by index, then queried)."""
+    grid = warpgeo.DistanceGrid(torch.rand(5, 4, 3, device=device) - 0.5, 0.1)
+    world = warpgeo.MeshWorld({"map": grid, "ball": warpgeo.Sphere(0.1)}, device=device)
+    values = torch.rand(5, 4, 3, device=device)
+    points = torch.rand(1, 20, 3, device=device) * 0.4
+    with warpgeo.value_checks(False):
+        world.set_grid("map", values)
+        with no_host_reads():
+            world.set_grid("map", values)
+            world.set_grid(0, values.double())
+    got = warpgeo.signed_distance(points, world)
+    want = torch.minimum(warpgeo.DistanceGrid(values, 0.1).query(points).distance, points.norm(dim=-1) - 0.1)
+    torch.testing.assert_close(got, want)
+
+
 # --------------------------------------------------------------------------------------------------------
 # checks on: the documented errors, and the reads that make them
 # --------------------------------------------------------------------------------------------------------

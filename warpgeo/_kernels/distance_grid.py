@@ -105,7 +105,7 @@ def grid_distance_at(
         norm = wp.length(unit)
         return big * norm, unit / norm
     fits = bool(False)
-    if first >= 0 and dims[0] >= 1 and dims[1] >= 1 and dims[2] >= 1:  # noqa: SIM102
+    if first >= 0 and dims[0] >= 1 and dims[1] >= 1 and dims[2] >= 1:
         count = wp.int64(dims[0]) * wp.int64(dims[1]) * wp.int64(dims[2])
         if count <= wp.int64(values.shape[0]) - wp.int64(first):
             fits = True

@@ -55,8 +55,8 @@ class Prepared(NamedTuple):
     #: the slots ``(e, m)`` of open meshes (their directed edges do not pair up with reversed ones: see
     #: :func:`_face_checks`) given a signed method that reads them as closed (``"ray"``, ``"normal"``)
     open_signed: tuple[tuple[int, int], ...] = ()
-    #: the distance grids' slots ``(e, m)`` -> (first row in ``voxel_values``, ``(X, Y, Z)``)
-    grids: dict = {}
+    #: the distance grids: ``((e, m), (first row in voxel_values, (X, Y, Z)))`` per grid slot
+    grids: tuple = ()
 
 
 def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *, single: bool) -> Prepared:
@@ -201,7 +201,7 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
         later = _builder.Later(
             assembly, [(specs[job], job_slots) for job, job_slots in deferred.items()], device
         )
-    return Prepared(meshes, tables, bool(closed_forms), later, open_signed, grids)
+    return Prepared(meshes, tables, bool(closed_forms), later, open_signed, tuple(grids.items()))
 
 
 def _grid_values(grid: DistanceGrid, device: torch.device, where: str) -> torch.Tensor:
