@@ -333,3 +333,73 @@ def test_forged_voxel_rows_read_nothing():
         forged[i] = torch.tensor([[dims]], dtype=torch.int32)
         dist, _ = torch.ops.warpgeo.signed_distance(torch.full((1, 2, 3), 0.1), None, forged, True, True)
         assert dist.flatten().tolist() == [0.0, 0.0]
+
+
+# --------------------------------------------------------------------------------------------------------
+# cuRobo's voxel entries (compat.curobo.load_world)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _curobo_centres(dims, h) -> list[np.ndarray]:
+    """cuRobo's VoxelGrid voxel centres per axis: round(d / h) voxels, voxel i at
+    (i + 1 - round(d / (2 h))) h - h / 2 (its create_xyzr_tensor)."""
+    return [(np.arange(round(d / h)) + 1 - round(0.5 * d / h)) * h - 0.5 * h for d in dims]
+
+
+@pytest.mark.parametrize("dims", [(0.4, 0.3, 0.2), (0.25, 0.35, 0.15)], ids=["even", "odd"])
+def test_curobo_voxel_entry(dims):
+    """A cuRobo ESDF (positive inside: a ball of radius 0.08 at the grid's centre) posed beside a cuboid: the
+    world's distance at cuRobo's voxel centres is minus the feature, and between them the ball's distance
+    within the interpolation error; names kept, set_grid by name."""
+    from warpgeo.compat.curobo import load_world
+
+    h = 0.05
+    axes = _curobo_centres(dims, h)
+    centres = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3)
+    feature = 0.08 - np.linalg.norm(centres, axis=1)  # cuRobo's sign: positive inside
+    pose = [0.3, -0.2, 0.1, *(Rotation.from_euler("z", 0.4).as_quat()[[3, 0, 1, 2]])]
+    config = {
+        "cuboid": {"table": {"dims": [0.2, 0.2, 0.2], "pose": [1.5, 0, 0, 1, 0, 0, 0]}},
+        "voxel": {
+            "esdf": {"dims": list(dims), "voxel_size": h, "pose": pose, "feature_tensor": feature.tolist()}
+        },
+    }
+    world = load_world(config)
+    assert world.names == [["table", "esdf"]] and world.kernel_args().all_cuboids
+    rot = Rotation.from_quat([pose[4], pose[5], pose[6], pose[3]]).as_matrix()
+    at_centres = centres @ rot.T + np.asarray(pose[:3])
+    # the centres off the box's faces (on a face, a rounding of the pose may put a point just outside,
+    # where the entry is the distance to its box, by design)
+    inside = np.all([(c > a[0]) & (c < a[-1]) for c, a in zip(centres.T, axes, strict=True)], axis=0)
+    got = warpgeo.signed_distance(torch.from_numpy(at_centres[inside]), world)
+    torch.testing.assert_close(got, torch.from_numpy(-feature[inside]), atol=1e-7, rtol=0)
+    unposed = load_world({"voxel": {"esdf": {**config["voxel"]["esdf"], "pose": [0, 0, 0, 1, 0, 0, 0]}}})
+    got = warpgeo.signed_distance(torch.from_numpy(centres), unposed)
+    torch.testing.assert_close(got, torch.from_numpy(-feature), atol=1e-7, rtol=0)
+    # between the centres: the ball's distance, within the trilinear interpolation error of |x| - r
+    rng = np.random.default_rng(0)
+    inner = rng.uniform([a[0] for a in axes], [a[-1] for a in axes], (200, 3))
+    got = warpgeo.signed_distance(torch.from_numpy(inner @ rot.T + np.asarray(pose[:3])), world)
+    ball = np.linalg.norm(inner, axis=1) - 0.08
+    assert np.abs(got.numpy() - ball).max() < 0.6 * h
+    world.set_grid("esdf", torch.zeros(*[len(a) for a in axes], dtype=torch.float64))
+    assert warpgeo.signed_distance(torch.from_numpy(at_centres[inside]), world).abs().max() == 0
+
+
+def test_curobo_voxel_without_features_and_blox():
+    from warpgeo.compat.curobo import load_world
+
+    world = load_world({"voxel": {"v": {"dims": [0.4, 0.4, 0.2], "voxel_size": 0.1}}})
+    got = warpgeo.signed_distance(
+        torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]], dtype=torch.float64), world
+    )
+    # free space: inside the box the box's diagonal, outside the distance to the box of voxel centres
+    torch.testing.assert_close(got, torch.tensor([0.6, 0.85], dtype=torch.float64), atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="DepthFusion"):
+        load_world({"blox": {"map": {"map_path": "x.nvblx"}}})
+    with pytest.raises(ValueError, match="finite"):
+        load_world(
+            {"voxel": {"v": {"dims": [0.1, 0.1, 0.1], "voxel_size": 0.1, "feature_tensor": [float("nan")]}}}
+        )
+    with pytest.raises(ValueError, match="at least voxel_size"):
+        load_world({"voxel": {"v": {"dims": [0.01, 0.1, 0.1], "voxel_size": 0.1}}})

@@ -34,6 +34,10 @@ OPTIONS = {"enable_backward": False}
 
 #: The longest axis a transform takes: the envelope's fraction products stay below 2**63 (3 * 2**61).
 MAX_AXIS = 2**20
+#: A point within this many voxels outside a face of a grid's box reads as on the face (the interpolated
+#: value there), not as outside: a voxel centre on the face, moved by a pose or an origin's rounding
+#: (float32: ~1e-5 voxels at 2 m from the origin at 1 cm), keeps its value.
+FACE_SLACK = wp.constant(1.0e-4)
 #: "No seed on this line (in this grid)" in a squared-distance array.
 NO_SEED = wp.constant(-1)
 
@@ -82,7 +86,8 @@ def grid_distance_at(
     and the exact gradient of that interpolant (in the cell with the lower index on a cell boundary; an axis
     of one voxel contributes nothing). Outside: ``|p - q|`` for ``q`` the box's closest point, with gradient
     ``(p - q) / |p - q|`` -- the distance to the box, a lower bound of the distance to anything the grid
-    holds (the grid says nothing about space outside it). Sizes are never trusted: ``first`` and ``dims`` that
+    holds (the grid says nothing about space outside it); a point less than ``FACE_SLACK`` voxels out along
+    an axis is taken on the face along it. Sizes are never trusted: ``first`` and ``dims`` that
     do not fit ``values`` (a negative ``first``, a size below 1, or more voxels than rows from ``first`` on)
     read no value (the box distance, 0 inside).
     """
@@ -94,10 +99,12 @@ def grid_distance_at(
     c = type(p)(wp.clamp(u[0], zero, hi[0]), wp.clamp(u[1], zero, hi[1]), wp.clamp(u[2], zero, hi[2]))
     # from the box's closest point, along the axes where p is out (not (u - c) * h: u overflows far out)
     edge = origin + c * h
+    # within FACE_SLACK voxels of a face counts as on it (poses and origins round points off the box)
+    slack = type(h)(FACE_SLACK)
     away = type(p)(
-        wp.where(u[0] != c[0], p[0] - edge[0], zero),
-        wp.where(u[1] != c[1], p[1] - edge[1], zero),
-        wp.where(u[2] != c[2], p[2] - edge[2], zero),
+        wp.where(wp.abs(u[0] - c[0]) > slack, p[0] - edge[0], zero),
+        wp.where(wp.abs(u[1] - c[1]) > slack, p[1] - edge[1], zero),
+        wp.where(wp.abs(u[2] - c[2]) > slack, p[2] - edge[2], zero),
     )
     big = wp.max(wp.max(wp.abs(away[0]), wp.abs(away[1])), wp.abs(away[2]))
     if big > zero:  # |away| scaled: no overflow of the squares for a point far out
