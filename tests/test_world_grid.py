@@ -403,3 +403,82 @@ def test_curobo_voxel_without_features_and_blox():
         )
     with pytest.raises(ValueError, match="at least voxel_size"):
         load_world({"voxel": {"v": {"dims": [0.01, 0.1, 0.1], "voxel_size": 0.1}}})
+
+
+# --------------------------------------------------------------------------------------------------------
+# compile, opcheck, threads
+# --------------------------------------------------------------------------------------------------------
+
+
+def _grid_world_costs(spheres, world, eta):
+    traj = spheres.reshape(1, 2, -1, 4)
+    return (
+        warpgeo.sphere_mesh_cost(spheres, world, activation_distance=eta).sum()
+        + warpgeo.swept_sphere_mesh_cost(traj, world, sweep_steps=2, activation_distance=eta).sum()
+        + warpgeo.signed_distance(spheres[..., :3], world).square().sum()
+    )
+
+
+def test_compile_fullgraph_and_opcheck(device):
+    from warpgeo import sdf as sdf_module
+
+    world = warpgeo.MeshWorld(
+        [_grid(_grid_values(13), device), warpgeo.Cuboid((0.2, 0.2, 0.2))],
+        poses=[POSE_GRID, POSE_BOX],
+        device=device,
+    )
+    spheres = torch.cat([_points(8, 14, torch.float32, device), torch.full((8, 1), 0.08, device=device)], -1)
+    spheres = spheres.reshape(1, 8, 4).requires_grad_(True)
+    eta = torch.tensor(0.05, device=device)
+    compiled = torch.compile(_grid_world_costs, backend="aot_eager", fullgraph=True)
+    out = compiled(spheres, world, eta)
+    (g_compiled,) = torch.autograd.grad(out, spheres)
+    ref = _grid_world_costs(spheres, world, eta)
+    (g_eager,) = torch.autograd.grad(ref, spheres)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(g_compiled, g_eager)
+    assert g_eager.abs().sum() > 0
+    args = world.kernel_args(torch.float64)._asdict()
+    x = spheres.detach().double().clone().requires_grad_(True)
+    params = torch.tensor([0.05, 1.5], dtype=torch.float64, device=device)
+    torch.library.opcheck(
+        sdf_module._cost.custom, (x, None), dict(args, params=params, max_distance=0.0, compute_grad=True)
+    )
+    p = x[..., :3].detach().clone().requires_grad_(True)
+    torch.library.opcheck(sdf_module._distance.custom, (p, None), dict(args, compute_grad=True))
+
+
+def test_grid_world_from_four_threads_at_once():
+    """A grid world's first queries from four threads in a fresh process: every answer the same."""
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    code = textwrap.dedent(
+        """
+        import threading, torch, warpgeo as g
+        torch.manual_seed(0)
+        grid = g.DistanceGrid(torch.rand(7, 6, 5) - 0.5, 0.1, origin=(-0.3, -0.25, -0.2))
+        w = g.MeshWorld([grid, g.Sphere(0.1)], poses=[[0, 0, 0, 1, 0, 0, 0], [0.5, 0, 0, 1, 0, 0, 0]])
+        s = torch.cat([torch.rand(1, 64, 3) - 0.3, torch.full((1, 64, 1), 0.05)], -1)
+        call = lambda: g.sphere_mesh_cost(s, w, activation_distance=0.02)
+        results, errors = [], []
+        start = threading.Barrier(4)
+        def body():
+            try:
+                start.wait()
+                results.extend(call() for _ in range(20))
+            except BaseException as error:
+                errors.append(repr(error))
+        threads = [threading.Thread(target=body) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert not errors, errors
+        assert all(torch.equal(r, call()) for r in results) and len(results) == 80
+        print("ok")
+        """
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-3000:])
