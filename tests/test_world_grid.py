@@ -291,6 +291,8 @@ def test_set_grid_in_place(device):
     assert not torch.equal(before, after)
     world.set_grid(0, torch.from_numpy(values).double().to(device))  # by index, float64 values
     torch.testing.assert_close(warpgeo.signed_distance(points, world), before)
+    world.set_grid("map", torch.from_numpy(values).to(device).requires_grad_(True) * 1.0)  # the values only
+    assert not table.requires_grad and table.grad_fn is None
 
 
 def test_set_grid_refusals(device):

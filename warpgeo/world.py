@@ -507,7 +507,7 @@ class MeshWorld:
         if checks.checking_values(values.device) and not bool(torch.isfinite(values).all()):
             raise ValueError("values must be finite (signed distances in metres); found NaN or inf")
         rows = self._tables["voxel_values"].narrow(0, first, values.numel())
-        rows.copy_(values.reshape(-1))
+        rows.copy_(values.detach().reshape(-1))
 
     # ----------------------------------------------------------------------------------------------------
     # by name: the dict forms of set_poses / set_enabled build the full tensor and take the tensor path
