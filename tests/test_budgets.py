@@ -43,6 +43,11 @@ BUDGETS = {
     "robot spheres fwd+bwd": 8,
     "raycast fwd": 5,
     "raycast fwd+bwd": 42,  # the tangent-plane backward in torch ops (a Warp backward: ~6)
+    "grid query fwd+bwd": 6,
+    "grid from occupancy": 11,
+    "grid from points": 9,
+    "depth fusion integrate": 2,
+    "depth fusion distance": 13,
 }
 
 
@@ -286,5 +291,41 @@ COVERS.update(
     {
         "warpgeo::forward_kinematics": test_robot_spheres,
         "warpgeo::forward_kinematics_backward": test_robot_spheres,
+    }
+)
+
+
+def test_distance_grid(device, monkeypatch):
+    """DistanceGrid's query (fwd+bwd), its builders and DepthFusion's two ops, value checks off."""
+    g = torch.Generator().manual_seed(6)
+    grid = warpgeo.DistanceGrid((torch.rand(16, 12, 10, generator=g) - 0.5).to(device), 0.05)
+    points = (torch.rand(8, 64, 3, generator=g) * 0.6).to(device).requires_grad_()
+    occupied = (torch.rand(24, 20, 16, generator=g) > 0.8).to(device)
+    cloud = torch.rand(500, 3, generator=g).to(device)
+    fusion = warpgeo.DepthFusion(((-0.5, -0.5, 0.0), (0.5, 0.5, 0.8)), 0.05, device=device)
+    k = torch.tensor([[40.0, 0.0, 31.5], [0.0, 40.0, 23.5], [0.0, 0.0, 1.0]], device=device)
+    depth = (0.9 + 0.1 * torch.rand(48, 64, generator=g)).to(device)
+    pose = torch.tensor([0.0, 0.0, -0.4, 1.0, 0.0, 0.0, 0.0], device=device)
+    with _cuda_algorithms(device), warpgeo.value_checks(False):
+        _check("grid query fwd+bwd", _fwd_bwd(lambda: grid.query(points).distance, points), monkeypatch)
+        _check(
+            "grid from occupancy", lambda: warpgeo.DistanceGrid.from_occupancy(occupied, 0.05), monkeypatch
+        )
+        _check(
+            "grid from points",
+            lambda: warpgeo.DistanceGrid.from_points(cloud, 0.05, bounds=((0, 0, 0), (1, 1, 1))),
+            monkeypatch,
+        )
+        _check("depth fusion integrate", lambda: fusion.integrate(depth, k, pose), monkeypatch)
+        _check("depth fusion distance", fusion.distance_grid, monkeypatch)
+
+
+COVERS.update(
+    {
+        "warpgeo::distance_grid_query": test_distance_grid,
+        "warpgeo::distance_grid_from_occupancy": test_distance_grid,
+        "warpgeo::distance_grid_from_points": test_distance_grid,
+        "warpgeo::depth_fusion_integrate": test_distance_grid,
+        "warpgeo::depth_fusion_distance": test_distance_grid,
     }
 )

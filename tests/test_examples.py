@@ -104,6 +104,17 @@ def test_depth_camera(tmp_path):
     assert len({r[8] for r in rows}) > 1, out  # the moving obstacle is hit by a different number of beams
 
 
+def test_sensor_world(tmp_path):
+    out = run_example("sensor_world.py", tmp_path)
+    assert out.startswith("Fusing ")  # says what it does before its numbers
+    median, p90 = number(r"median ([\d.]+) m, 90th percentile ([\d.]+) m", out)
+    assert median < 0.03 and p90 < 0.06  # within about a voxel (3 cm at --quick's default of 2 cm: 1.5)
+    initial, final = number(r"initial cost ([\d.eE+-]+)\s+final ([\d.eE+-]+)", out)
+    assert initial > 0.3 and final < 0.2 * initial
+    assert "collision-free in the true world: yes" in out
+    assert len(re.findall(r"^iter\s+\d+\s+cost", out, flags=re.M)) >= 3
+
+
 def test_collision_avoidance_with_the_torus_of_the_docstring(tmp_path):
     """The line its docstring shows: the torus stands on edge (not a hole the path is caught in), and the
     picture counts four obstacles."""
@@ -143,6 +154,7 @@ EXAMPLE_SCRIPTS = [
     "self_collision.py",
     "arm_trajectory.py",
     "depth_camera.py",
+    "sensor_world.py",
 ]
 
 

@@ -1112,6 +1112,114 @@ CASES: list[Case] = [
         "cli(['sample', BOX_OBJ, '--device', 'tpu', '-o', OUT_NPY])",
         "r[0] == 2 and 'device' in r[1]",
     ),
+    # ---- DistanceGrid / GridQuery / DepthFusion and their ops (torch.ops.warpgeo.distance_grid_*, depth_fusion_*)
+    R("grid_int_values", "DistanceGrid(torch.zeros(2, 2, 2, dtype=torch.int64), 0.1)", T, "values"),
+    R("grid_2d_values", "DistanceGrid(torch.zeros(2, 2), 0.1)", V, "values"),
+    R("grid_voxel_zero", "DistanceGrid(torch.zeros(2, 2, 2), 0.0)", V, "voxel_size"),
+    R("grid_nan_values", "DistanceGrid(torch.full((2, 2, 2), float('nan')), 0.1)", V, "values", value=True),
+    R(
+        "grid_query_nan",
+        "DistanceGrid(torch.zeros(2, 2, 2), 0.1).query(torch.tensor([[float('nan'), 0.0, 0.0]]))",
+        V,
+        "points",
+        value=True,
+    ),
+    OK(
+        "grid_query_far",
+        "GridQuery(*DistanceGrid(torch.zeros(2, 2, 2), 0.1).query(torch.tensor([[3e38, -3e38, 0.0]])))",
+        "isinstance(r, GridQuery) and not bool(torch.isnan(r.distance).any())",
+    ),
+    R(
+        "grid_op_query_values_2d",
+        "torch.ops.warpgeo.distance_grid_query(torch.zeros(4, 3), torch.zeros(2, 2), 0.1, [0.0, 0.0, 0.0])",
+        V,
+        "values",
+    ),
+    R(
+        "grid_op_query_voxel",
+        "torch.ops.warpgeo.distance_grid_query(torch.zeros(4, 3), torch.zeros(2, 2, 2), -1.0, [0.0, 0.0, 0.0])",
+        V,
+        "voxel_size",
+    ),
+    R(
+        "grid_op_occupancy_float",
+        "torch.ops.warpgeo.distance_grid_from_occupancy(torch.zeros(3, 3, 3), 0.1, torch.float32)",
+        T,
+        "occupied",
+    ),
+    R(
+        "grid_op_points_dims",
+        "torch.ops.warpgeo.distance_grid_from_points(torch.rand(5, 3), [4, 4, 0], [0.0, 0.0, 0.0], 0.1, torch.float32)",
+        V,
+        "dims",
+    ),
+    OK(
+        "grid_op_points_outside",
+        "torch.ops.warpgeo.distance_grid_from_points(torch.tensor([[1e30, -1e30, 5.0], [0.1, 0.1, 0.1]]), [4, 4, 4], [0.0, 0.0, 0.0], 0.1, torch.float32)",
+        "r.shape == (4, 4, 4) and float(r[1, 1, 1]) == 0.0",
+    ),
+    R(
+        "fusion_op_weight_shape",
+        "torch.ops.warpgeo.depth_fusion_integrate(torch.ones(4, 4, 4), torch.zeros(4, 4, 3), torch.ones(1, 8, 8), torch.eye(3)[None], torch.tensor([IDENTITY]), [0.0, 0.0, 0.0], 0.1, 0.4, float('inf'))",
+        V,
+        "weight",
+    ),
+    R(
+        "fusion_op_zero_focal",
+        "torch.ops.warpgeo.depth_fusion_integrate(torch.ones(4, 4, 4), torch.zeros(4, 4, 4), torch.ones(1, 8, 8), torch.zeros(1, 3, 3), torch.tensor([IDENTITY]), [0.0, 0.0, 0.0], 0.1, 0.4, float('inf'))",
+        V,
+        "intrinsics",
+        value=True,
+    ),
+    R(
+        "fusion_op_distance_weight_dtype",
+        "torch.ops.warpgeo.depth_fusion_distance(torch.ones(4, 4, 4), torch.zeros(4, 4, 4, dtype=torch.float64), 0.1, 0.4, torch.float32)",
+        T,
+        "weight",
+    ),
+    R("fusion_bounds_inverted", "DepthFusion(((0, 0, 0), (-1, 1, 1)), 0.1)", V, "bounds"),
+    R(
+        "fusion_pose_not_unit",
+        "DepthFusion(((0, 0, 0), (1, 1, 1)), 0.1).integrate(torch.ones(8, 8), torch.eye(3), [0, 0, 0, 2, 0, 0, 0])",
+        V,
+        "camera_pose",
+        value=True,
+    ),
+    OK(
+        "fusion_nan_depth",
+        "DepthFusion(((0, 0, 0), (1, 1, 1)), 0.1).integrate(torch.full((8, 8), float('nan')), torch.eye(3), IDENTITY)",
+    ),
+    # ---- a DistanceGrid in a world: NaN values, forged voxel rows, set_grid
+    R(
+        "world_grid_nan",
+        "signed_distance(torch.rand(1, 5, 3), MeshWorld([DistanceGrid(torch.full((2, 2, 2), float('nan')), 0.1)]))",
+        V,
+        "values",
+        value=True,
+    ),
+    OK(
+        "world_grid_forged_rows",
+        "torch.ops.warpgeo.signed_distance(torch.full((1, 2, 3), 0.05), None, FORGE(MeshWorld([DistanceGrid(torch.ones(2, 2, 2), 0.1)]).kernel_args()._asdict(), voxel_dims=lambda t: t * 1000 + 7), True, False)",
+        "r[0].flatten().tolist() == [0.0, 0.0]",
+    ),
+    OK(
+        "world_grid_forged_kind",
+        "torch.ops.warpgeo.signed_distance(torch.rand(1, 4, 3), None, FORGE(ARGS, slot_kind=lambda t: t + 5), True, False)",
+        "r[0].shape == (1, 4)",
+    ),
+    R(
+        "world_set_grid_shape",
+        "MeshWorld({'map': DistanceGrid(torch.ones(2, 2, 2), 0.1)}).set_grid('map', torch.ones(2, 2, 3))",
+        V,
+        "shape",
+    ),
+    R(
+        "world_set_grid_nan",
+        "MeshWorld({'map': DistanceGrid(torch.ones(2, 2, 2), 0.1)}).set_grid('map', torch.full((2, 2, 2), float('nan')))",
+        V,
+        "values",
+        value=True,
+    ),
 ]
 
 #: What every case may use. charset_normalizer is hidden so that trimesh's "guess the text encoding" path

@@ -74,6 +74,24 @@ _CASES = {
         "pairs = g.collision_pairs([k // 3 for k in range(12)])\n"
         "call = lambda: both(g.self_collision_cost(s, pairs, reduction='sum'), s)"
     ),
+    "grid_query": (
+        "grid = g.DistanceGrid(torch.rand(6, 5, 4) - 0.5, 0.1, origin=(-0.2, -0.2, -0.1))\n"
+        "p = (torch.rand(64, 3) * 0.6 - 0.25).requires_grad_()\n"
+        "call = lambda: both(grid.query(p).distance, p)"
+    ),
+    "grid_build": (
+        "occ = torch.rand(12, 9, 7) > 0.7\np = torch.rand(80, 3)\n"
+        "call = lambda: torch.cat([g.DistanceGrid.from_occupancy(occ, 0.1).values.flatten(),"
+        " g.DistanceGrid.from_points(p, 0.1, bounds=((0, 0, 0), (1, 1, 1))).values.flatten()])"
+    ),
+    "depth_fusion": (
+        "import math\nK = torch.tensor([[40.0, 0, 31.5], [0, 40.0, 23.5], [0, 0, 1]])\n"
+        "depth = torch.full((48, 64), 1.0)\nq = [0, 0, -0.6, 1, 0, 0, 0]\n"
+        "def call():\n"
+        "    f = g.DepthFusion(((-0.5, -0.5, 0.0), (0.5, 0.5, 0.6)), 0.05)\n"
+        "    f.integrate(depth, K, q)\n"
+        "    return f.distance_grid().values"
+    ),
 }
 
 #: every op -> the case above that calls it (a backward op: through its forward's gradient, ``both``)
@@ -95,6 +113,11 @@ COVERS = {
     "warpgeo::forward_kinematics": "robot",
     "warpgeo::forward_kinematics_backward": "robot",
     "warpgeo::raycast": "raycast",
+    "warpgeo::distance_grid_query": "grid_query",
+    "warpgeo::distance_grid_from_occupancy": "grid_build",
+    "warpgeo::distance_grid_from_points": "grid_build",
+    "warpgeo::depth_fusion_integrate": "depth_fusion",
+    "warpgeo::depth_fusion_distance": "depth_fusion",
 }
 
 

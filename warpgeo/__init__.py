@@ -19,8 +19,11 @@ __all__ = [
     "ChamferResult",
     "Cuboid",
     "Cylinder",
+    "DepthFusion",
+    "DistanceGrid",
     "FarthestPointSampling",
     "GatherPoints",
+    "GridQuery",
     "MeshWorld",
     "RayHits",
     "Robot",
@@ -81,11 +84,15 @@ _HOME = {
     "self_collision_cost": "self_collision",
     "value_checks": "checks",
     "set_value_checks": "checks",
+    "DistanceGrid": "distance_grid",
+    "DepthFusion": "distance_grid",
+    "GridQuery": "distance_grid",
 }
 
 if TYPE_CHECKING:
     from .chamfer import ChamferResult, chamfer_distance
     from .checks import set_value_checks, value_checks
+    from .distance_grid import DepthFusion, DistanceGrid, GridQuery
     from .fps import FarthestPointSampling, farthest_point_sampling
     from .gather import GatherPoints, gather_points
     from .neighbors import KNN, ball_query, knn

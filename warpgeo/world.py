@@ -23,7 +23,7 @@ from ._world import builder as _builder
 from ._world import editing as _editing
 from ._world import loading as _loading
 from ._world import prepare as _prepare
-from ._world.entries import _layout, _named_slots, _sign_methods, _slot_poses, _warn_open
+from ._world.entries import _layout, _named_slot, _named_slots, _sign_methods, _slot_poses, _warn_open
 from ._world.loading import MeshLike
 from ._world.poses import (  # noqa: F401 (compat.curobo takes them from here)
     _IDENTITY_POSE,
@@ -148,7 +148,9 @@ class MeshWorld:
         meshes: the entries of a one-environment world, a list or a dict ``{name: entry}``; each a
             ``trimesh.Trimesh``, a ``trimesh.Scene`` (its geometries, see Scenes), a file path (obj, stl,
             ply, off: one mesh; glb, gltf, dae, 3mf: a scene), a ``(vertices (V, 3), faces (F, 3))`` pair of
-            arrays or tensors, or an analytic primitive (:mod:`warpgeo.primitives`).
+            arrays or tensors, an analytic primitive (:mod:`warpgeo.primitives`), or a
+            :class:`~warpgeo.DistanceGrid` (its values copied in float32; trilinear distance and the exact
+            gradient of the interpolant, the distance to its box outside it; new values by :meth:`set_grid`).
         poses: ``(M, 7)`` world-from-mesh poses, one per entry as given (identity by default); any
             array-like, or a dict ``{name: pose}`` for named entries (the others: identity).
         device: where the meshes live; every query must be on this device.
@@ -309,6 +311,8 @@ class MeshWorld:
         register_mesh_ids(mesh_ids, list(self._wp_meshes), self._ids_host.view(np.int64))
         # a world with room for meshes runs the general kernels from the start (a captured graph stays valid)
         self._all_cuboids = prepared.all_cuboids and not self._capacity.get("mesh", 0)
+        #: the distance grids' slots (e, m) -> (first row in voxel_values, (X, Y, Z)): what set_grid writes
+        self._grids = dict(prepared.grids)
         if prepared.open_signed:
             _warn_open(prepared.open_signed, methods, self._names, single)
 
@@ -563,6 +567,55 @@ class MeshWorld:
     def capacity(self) -> dict[str, int]:
         """The room kept per environment for entries added later, ``{kind: count}`` as given (empty: none)."""
         return dict(self._capacity)
+
+    def set_grid(self, entry: int | str, values: torch.Tensor, *, env: int = 0) -> None:
+        """Write new values into a distance grid entry (a :class:`~warpgeo.DistanceGrid` given to the world),
+        in place: the same shape, no reallocation (the rows of the world's ``voxel_values`` it was given), so
+        a captured CUDA graph reads the new values on its next replay, and ``set_grid`` itself may be captured.
+
+        Args:
+            entry: the entry's index in environment ``env`` (an int) or its name (see :attr:`names`).
+            values: ``(X, Y, Z)`` signed distances (float32 or float64, any device: copied to the world's in
+                float32, as it stores them), the shape of the grid the entry was built with.
+            env: the environment (an int).
+
+        Raises:
+            TypeError: ``values`` not a float tensor; ``entry`` or ``env`` not an int (or a name).
+            ValueError: an unknown name, an index or ``env`` out of range, an entry that is no distance grid,
+                a shape other than the entry's; NaN or inf in ``values`` (with value checks on: one read).
+
+        Not to be called while another thread queries this world (the update is in place, see
+        :meth:`set_poses`).
+        """
+        if isinstance(env, bool) or not isinstance(env, (int, np.integer)):
+            raise TypeError(f"env must be an int; got {type(env).__name__}")
+        if not 0 <= env < self.num_envs:
+            raise ValueError(f"env must be in [0, {self.num_envs}); got {env}")
+        env = int(env)
+        if isinstance(entry, str):
+            _, m = _named_slot((env, entry), self._names, "entry")
+        elif isinstance(entry, (int, np.integer)) and not isinstance(entry, bool):
+            if not 0 <= entry < self._num_meshes[env]:
+                raise ValueError(
+                    f"entry must be in [0, {self._num_meshes[env]}) in environment {env}; got {entry}"
+                )
+            m = int(entry)
+        else:
+            raise TypeError(f"entry must be an int index or a name; got {type(entry).__name__}")
+        slot = self._grids.get((env, m))
+        if slot is None:
+            raise ValueError(f"entry {entry!r} of environment {env} is not a DistanceGrid")
+        first, shape = slot
+        if not isinstance(values, torch.Tensor) or values.dtype not in (torch.float32, torch.float64):
+            got = values.dtype if isinstance(values, torch.Tensor) else type(values).__name__
+            raise TypeError(f"values must be a float32 or float64 tensor; got {got}")
+        if tuple(values.shape) != tuple(shape):
+            raise ValueError(f"values must have the grid's shape {tuple(shape)}; got {tuple(values.shape)}")
+        checks.check_device("values", values=values)
+        if checks.checking_values(values.device) and not bool(torch.isfinite(values).all()):
+            raise ValueError("values must be finite (signed distances in metres); found NaN or inf")
+        rows = self._tables["voxel_values"].narrow(0, first, values.numel())
+        rows.copy_(values.detach().reshape(-1))
 
     # ----------------------------------------------------------------------------------------------------
     # by name: the dict forms of set_poses / set_enabled build the full tensor and take the tensor path

@@ -212,6 +212,7 @@ def remove(world: Any, name_or_index: Any, env: Any) -> None:
     if kind is not None and world._counts:
         world._counts[e][kind] -= 1
     names[m] = None
+    world._grids.pop((e, m), None)  # a removed distance grid's rows are no entry's any more
     _refresh_counts(world, e)
 
 

@@ -42,11 +42,13 @@ _FIELDS = {
     "capsule": ("radius", "base", "tip", "scale"),
     "cylinder": ("radius", "height", "scale"),
     "mesh": ("file_path", "vertices", "faces", "scale", "file_string"),
+    # xyzr_tensor (the voxel centres, implied by dims and voxel_size) and feature_dtype are accepted, unread
+    "voxel": ("dims", "voxel_size", "feature_tensor", "feature_dtype", "xyzr_tensor"),
 }
 #: A mesh's fields for visualisation only (cuRobo's ``urdf_path`` is for Isaac Gym's viewer).
 _MESH_COSMETIC = ("vertex_colors", "vertex_normals", "face_colors", "urdf_path")
-#: cuRobo's map types, which are not obstacles warpgeo can build.
-_MAPS = ("blox", "voxel")
+#: cuRobo's map types, which are not obstacles warpgeo can build (nvblox's maps: see DepthFusion).
+_MAPS = ("blox",)
 _IDENTITY = np.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
 
 
@@ -74,6 +76,15 @@ def load_world(
     * ``mesh``: ``file_path`` (relative to ``mesh_root``; loaded as one mesh, as cuRobo does, a scene file
       concatenated) or ``vertices`` and ``faces``; optional ``scale`` (one factor or one per axis, > 0,
       applied in the mesh's frame before ``pose``).
+    * ``voxel`` (cuRobo's ``VoxelGrid``, an ESDF): ``dims`` (the box's full side lengths, centred on the
+      obstacle's frame), ``voxel_size``, optional ``feature_tensor`` -> :class:`warpgeo.DistanceGrid` of
+      ``round(dims / voxel_size)`` voxels per axis, voxel ``i``'s centre at ``(i + 1 - round(dims / (2
+      voxel_size))) * voxel_size - voxel_size / 2`` along each axis (cuRobo's voxel centres). The
+      ``feature_tensor`` (``X * Y * Z`` numbers, any shape, x-major, z fastest: cuRobo's order) holds
+      cuRobo's ESDF, positive inside obstacles; the grid holds its negation (warpgeo's distances are
+      negative inside). Without one, the grid is free space: every voxel holds the box's diagonal (fill
+      it later with ``world.set_grid(name, values)``). ``xyzr_tensor`` and ``feature_dtype`` are accepted
+      and not read (values are stored in float32).
 
     Every obstacle takes ``pose`` ``[x, y, z, qw, qx, qy, qz]`` (identity when absent). The fields that
     carry no geometry (``color``, ``texture_id``, ``texture``, ``material``, ``tensor_args``; for meshes
@@ -100,7 +111,8 @@ def load_world(
 
     Raises:
         TypeError: a configuration that is not a dict or a path; a field of the wrong type.
-        ValueError: an unknown obstacle type or field (named), ``blox`` / ``voxel`` maps (not supported),
+        ValueError: an unknown obstacle type or field (named), ``blox`` maps (not supported: see
+            :class:`warpgeo.DepthFusion`), a ``feature_tensor`` of the wrong size or with NaN / inf,
             a missing field, a bad size or pose, a mesh file that does not exist or does not load, and what
             :class:`~warpgeo.MeshWorld` refuses.
         ImportError: a YAML path without PyYAML installed.
@@ -142,8 +154,9 @@ def _read_config(config: Any, mesh_root: Any, arg: str) -> tuple[dict[str, Any],
     for kind, obstacles in config.items():
         if kind in _MAPS:
             raise ValueError(
-                f"{arg}[{kind!r}]: cuRobo's {kind} maps (nvblox / voxel grids) are not supported; give the "
-                "scene as meshes or primitives (e.g. a mesh exported from the map)"
+                f"{arg}[{kind!r}]: cuRobo's {kind} maps (nvblox) are not supported; fuse the depth frames "
+                "with warpgeo.DepthFusion (integrate(), then distance_grid()) and give the DistanceGrid to a "
+                "MeshWorld, or give the map as a 'voxel' entry (an ESDF feature_tensor)"
             )
         if kind not in _FIELDS:
             known = ", ".join(repr(k) for k in _FIELDS)
@@ -212,12 +225,51 @@ def _entry(kind: str, fields: Mapping, where: str, root: str | None) -> tuple[An
             if fields.get("pose") is None:
                 local = np.concatenate([position, [1.0, 0.0, 0.0, 0.0]])
         return warpgeo.Sphere(radius), local
+    if kind == "voxel":
+        return _voxel(need("dims"), need("voxel_size"), fields.get("feature_tensor"), where), None
     if kind == "capsule":
         radius = _number(need("radius"), f"{where}.radius")
         base = _vector(need("base"), 3, f"{where}.base")
         tip = _vector(need("tip"), 3, f"{where}.tip")
         return _capsule(radius, base, tip)
     return _mesh(fields, where, root), None
+
+
+def _voxel(dims: Any, voxel_size: Any, feature: Any, where: str) -> warpgeo.DistanceGrid:
+    """cuRobo's ``VoxelGrid`` (an ESDF, positive inside) as a :class:`warpgeo.DistanceGrid` (negative inside),
+    with cuRobo's grid shape and voxel centres (see :func:`load_world`)."""
+    sides = _vector(dims, 3, f"{where}.dims")
+    h = _number(voxel_size, f"{where}.voxel_size")
+    if not (math.isfinite(h) and h > 0):
+        raise ValueError(f"{where}.voxel_size must be finite and > 0; got {h!r}")
+    shape = [round(float(side) / h) for side in sides]
+    if min(shape) < 1:
+        raise ValueError(
+            f"{where}.dims must be at least voxel_size along each axis (round(dims / voxel_size) voxels); "
+            f"got dims {sides.tolist()}, voxel_size {h}"
+        )
+    origin = [(1 - round(0.5 * float(side) / h)) * h - 0.5 * h for side in sides]
+    if feature is None:
+        values = torch.full(shape, float(np.linalg.norm(sides)), dtype=torch.float32)
+        return warpgeo.DistanceGrid(values, h, origin=origin)
+    if isinstance(feature, (str, bytes, Mapping)):
+        raise TypeError(f"{where}.feature_tensor must be numbers; got {type(feature).__name__}")
+    try:
+        tensor = torch.as_tensor(feature)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise TypeError(f"{where}.feature_tensor must be numbers; got {feature!r:.80}") from exc
+    if not (tensor.is_floating_point() or tensor.dtype in (torch.int32, torch.int64)):
+        raise TypeError(f"{where}.feature_tensor must be real numbers; got {tensor.dtype}")
+    if tensor.numel() != math.prod(shape):
+        raise ValueError(
+            f"{where}.feature_tensor must hold {math.prod(shape)} values (round(dims / voxel_size) = {shape}); "
+            f"got {tensor.numel()} (shape {tuple(tensor.shape)})"
+        )
+    dtype = torch.float64 if tensor.dtype == torch.float64 else torch.float32
+    values = -tensor.detach().reshape(shape).to(dtype)
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError(f"{where}.feature_tensor must be finite; found NaN or inf")
+    return warpgeo.DistanceGrid(values, h, origin=origin)
 
 
 def _capsule(radius: float, base: np.ndarray, tip: np.ndarray) -> tuple[Any, np.ndarray]:
