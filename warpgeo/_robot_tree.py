@@ -317,7 +317,8 @@ def build(
     link's own (links without spheres at the end). ``ignore_unknown``: ignore-list links not in the tree
     are skipped (cuRobo's lists name links of other variants) instead of refused. ``keep_links``: only
     these links and their ancestors are kept (cuRobo's kinematic chain: the tool frames and the collision
-    links); default: every link below the base."""
+    links); default: every link below the base. ``Robot.from_urdf`` documents each option (and checks
+    ``slots`` and ``self_margin`` first: :func:`check_slots`, :func:`check_margins`)."""
     from .self_collision import collision_pairs
 
     known = set(links)
@@ -343,6 +344,10 @@ def build(
         children[j.parent].append(j)
     if not links:
         raise ValueError("the URDF has no links")
+    for option, named in (("spheres", spheres), ("sphere_slots", slots)):
+        for link in named if isinstance(named, Mapping) else ():
+            if link not in known:  # before the pruning: the message says the link is nowhere
+                raise ValueError(f"{option} names link {link!r}, which is not a link of the robot")
     explicit_base = base_link is not None
     if base_link is None:
         roots = [name for name in links if name not in by_child]
@@ -561,7 +566,10 @@ def _place_spheres(
     for link in [*spheres, *(name for name in slots if name not in spheres)]:
         if link not in index:
             option = "spheres" if link in spheres else "sphere_slots"
-            raise ValueError(f"{option} names link {link!r}, which is not a link of the tree")
+            raise ValueError(
+                f"{option} names link {link!r}, which is not a link of the tree (not below base_link, or "
+                "not kept by keep_links)"
+            )
         own = spheres.get(link)
         own = np.zeros((0, 4)) if own is None or len(own) == 0 else np.asarray(own, dtype=np.float64)
         if own.ndim != 2 or own.shape[1] != 4 or not np.isfinite(own).all():
