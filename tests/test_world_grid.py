@@ -484,3 +484,18 @@ def test_grid_world_from_four_threads_at_once():
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-3000:])
+
+
+def test_grids_and_world_editing():
+    """A grid is not added in place (a clear error); a removed grid slot is no grid for set_grid."""
+    grid = warpgeo.DistanceGrid(torch.rand(4, 4, 4, dtype=torch.float64) - 0.5, 0.1)
+    world = warpgeo.MeshWorld([warpgeo.Cuboid((1.0, 1.0, 1.0)), grid], capacity={"cuboid": 2})
+    with pytest.raises(ValueError, match="DistanceGrid cannot be added"):
+        world.add(grid)
+    world.set_grid(1, torch.zeros(4, 4, 4))
+    world.remove(1)
+    with pytest.raises(ValueError):
+        world.set_grid(1, torch.zeros(4, 4, 4))
+    world.add(warpgeo.Cuboid((0.5, 0.5, 0.5)))  # the freed slot takes a cuboid: still no grid there
+    with pytest.raises(ValueError, match="not a DistanceGrid"):
+        world.set_grid(1, torch.zeros(4, 4, 4))

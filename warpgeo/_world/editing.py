@@ -125,6 +125,13 @@ def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any
             raise ValueError(f"name {name!r} names an entry of environment {e} already (names are unique)")
     if _as_scene(entry) is not None:
         raise ValueError("entry is a scene (several geometries): add its geometries one at a time")
+    from ..distance_grid import DistanceGrid
+
+    if isinstance(entry, DistanceGrid):
+        raise ValueError(
+            "entry: a DistanceGrid cannot be added in place (its values live in a table shared by the world's "
+            "grids); build the world with it, and change its values in place with world.set_grid"
+        )
     kind = kind_of(entry)
     held, limit = world._counts[e][kind], world._limits[e][kind]
     if held >= limit:
