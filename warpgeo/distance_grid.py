@@ -34,6 +34,8 @@ from ._grid_args import (
 )
 from ._kernels import distance_grid as kernels
 from ._op import Op
+from .sdf import signed_distance
+from .world import MeshWorld
 
 __all__ = ["DepthFusion", "DistanceGrid", "GridQuery"]
 
@@ -81,6 +83,9 @@ class DistanceGrid:
         >>> grid.query(torch.tensor([[0.0, 0.0, 0.0]])).distance
         tensor([0.])
     """
+
+    #: how a MeshWorld recognises a grid entry (its builder reads values, voxel_size and origin)
+    WORLD_ENTRY = "distance_grid"
 
     def __init__(self, values: torch.Tensor, voxel_size: float, *, origin: Any = (0.0, 0.0, 0.0)) -> None:
         if not isinstance(values, torch.Tensor) or values.dtype not in GRID_DTYPES:
@@ -288,8 +293,6 @@ class DistanceGrid:
             TypeError / ValueError: a bad mesh, ``voxel_size``, ``padding`` or ``dtype``; a grid beyond the
             size limits.
         """
-        from warpgeo import MeshWorld, signed_distance  # the public names (their modules may move)
-
         h = positive(voxel_size, "voxel_size")
         pad = MESH_PADDING_VOXELS * h if padding is None else non_negative(padding, "padding")
         check_dtype(dtype)

@@ -108,7 +108,7 @@ def _pose(pose: Any) -> torch.Tensor:
 def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any) -> int:
     """``MeshWorld.add`` (see there): the entry written into the first free slot of ``env``; its index."""
     from .entries import _as_scene, _warn_open
-    from .prepare import SIGN_METHODS
+    from .prepare import SIGN_METHODS, is_grid
 
     if not world._limits:
         raise ValueError(
@@ -125,9 +125,7 @@ def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any
             raise ValueError(f"name {name!r} names an entry of environment {e} already (names are unique)")
     if _as_scene(entry) is not None:
         raise ValueError("entry is a scene (several geometries): add its geometries one at a time")
-    from ..distance_grid import DistanceGrid
-
-    if isinstance(entry, DistanceGrid):
+    if is_grid(entry):
         raise ValueError(
             "entry: a DistanceGrid cannot be added in place (its values live in a table shared by the world's "
             "grids); build the world with it, and change its values in place with world.set_grid"

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from .. import _constants, _warp, checks
-from ..distance_grid import DistanceGrid
 from ..primitives import PRIMITIVES
 from . import builder as _builder
 from . import loading as _loading
@@ -89,7 +88,7 @@ def prepare(
     wdev = _warp.warp_device(device)
     num_envs, max_meshes = len(envs), max(slots, *(len(env) for env in envs))
     if any(
-        method == "winding" and not isinstance(item, (*PRIMITIVES, DistanceGrid))
+        method == "winding" and not (isinstance(item, PRIMITIVES) or is_grid(item))
         for env, env_methods in zip(envs, methods, strict=True)
         for item, method in zip(env, env_methods, strict=True)
     ):
@@ -112,7 +111,7 @@ def prepare(
     grids: dict[tuple[int, int], tuple[int, tuple[int, int, int]]] = {}
     for e, env in enumerate(envs):
         for m, item in enumerate(env):
-            if isinstance(item, DistanceGrid):
+            if is_grid(item):
                 values = _grid_values(item, device, f"meshes[{m}]" if single else f"envs[{e}][{m}]")
                 kinds[e, m], bounds[e, m] = _constants.KIND_GRID, _grid_box(item)
                 grids[e, m] = (assembly.add_grid(e, m, values, item.origin, item.voxel_size), item.shape)
@@ -207,7 +206,14 @@ def prepare(
     return Prepared(meshes, tables, bool(closed_forms), later, open_signed, tuple(grids.items()))
 
 
-def _grid_values(grid: DistanceGrid, device: torch.device, where: str) -> torch.Tensor:
+def is_grid(entry: Any) -> bool:
+    """Whether ``entry`` is a distance grid (:class:`warpgeo.DistanceGrid`, which says so by its class attribute
+    ``WORLD_ENTRY``: the wing reads its ``values``, ``voxel_size`` and ``origin`` and imports nothing of the op
+    module above it)."""
+    return getattr(type(entry), "WORLD_ENTRY", None) == "distance_grid"
+
+
+def _grid_values(grid: Any, device: torch.device, where: str) -> torch.Tensor:
     """A distance grid's values as a world stores them: ``(X, Y, Z)`` float32 on ``device`` (a copy is made
     when the world's table is put together); with value checks on, NaN / inf is a ValueError naming it."""
     values = grid.values.detach().to(device=device, dtype=torch.float32)
@@ -216,7 +222,7 @@ def _grid_values(grid: DistanceGrid, device: torch.device, where: str) -> torch.
     return values
 
 
-def _grid_box(grid: DistanceGrid) -> np.ndarray:
+def _grid_box(grid: Any) -> np.ndarray:
     """The box of a grid's voxel centres ``(lower, upper)`` in its frame, float32 rounded outwards (the
     queries' broad phase must not cut off a point the grid's own box reaches)."""
     lower = np.asarray(grid.origin, dtype=np.float64)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import curobo
+from . import _curobo_yaml as curobo
 
 #: cuRobo's joint types of an ``extra_links`` entry (its ``JointType``): ``Robot.from_urdf``'s type and axis.
 _EXTRA_JOINTS = {
