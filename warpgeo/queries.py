@@ -96,8 +96,10 @@ def closest_point(
     environment has no enabled entry gets ``distance = inf``, zeros and ``entry = -1``.
 
     Differentiable w.r.t. ``points``: ``distance``'s gradient is ``normal`` (as for
-    :func:`~warpgeo.signed_distance`), ``point``'s is the projection ``I - normal normal^T`` (the local
-    tangent plane: ``normal`` held fixed). ``normal`` and ``entry`` are not differentiable.
+    :func:`~warpgeo.signed_distance`), ``point``'s is the projection ``I - normal normal^T`` onto the tangent
+    plane (``point = p - d * normal`` with ``normal`` held fixed): exact on a flat face, it leaves out the
+    surface's curvature (on a sphere of radius ``R`` the true derivative is ``R / (R + d)`` times it; at a
+    mesh's edge or vertex, smaller still). ``normal`` and ``entry`` are not differentiable.
 
     Args:
         points: ``(..., 3)`` in the world frame; float16, bfloat16, float32 or float64, on ``world.device``.
