@@ -209,13 +209,13 @@ def _backward_closest(ctx, grad_point, grad_distance, _grad_normal, _grad_entry)
         return _closest.grads(ctx)
     normal, entry = ctx.saved_tensors
     n = normal.to(_warp.compute_dtype(normal.dtype))
-    grad = torch.zeros_like(n)
+    grad = None
     if grad_distance is not None:
-        grad = grad + grad_distance.to(n.dtype)[..., None] * n
+        grad = _warp.scale_rows(grad_distance.to(n.dtype), n)  # zero where there is no entry (n = 0)
     if grad_point is not None:
         g = grad_point.to(n.dtype)
-        g = g - n * (g * n).sum(-1, keepdim=True)
-        grad = grad + torch.where((entry >= 0)[..., None], g, torch.zeros_like(g))
+        g = torch.where((entry >= 0)[..., None], g - n * (g * n).sum(-1, keepdim=True), 0.0)
+        grad = g if grad is None else grad + g
     return _closest.grads(ctx, points=grad.to(normal.dtype))
 
 
