@@ -28,6 +28,7 @@ MODULES = [
     "warpgeo.primitives",
     "warpgeo.compat.curobo",
     "warpgeo.robot",
+    "warpgeo.queries",
 ]
 
 
