@@ -228,6 +228,46 @@ def test_closest_point_of_each_primitive_is_exact():
         assert (got.entry == 0).all()
 
 
+def test_closest_point_of_far_points_is_where_it_lies():
+    """``p - d * n`` loses every digit of the foot for a point far away: the foot is computed on the entry
+    (closed forms, the closest face, the nearest vertex beyond the far path's reach)."""
+    mesh = trimesh.creation.icosphere(subdivisions=2, radius=1.0)
+    world = warpgeo.MeshWorld(
+        [
+            warpgeo.Cuboid((1.0, 1.0, 1.0)),
+            warpgeo.Sphere(0.5),
+            warpgeo.Capsule(0.2, 1.0),
+            warpgeo.Cylinder(0.3, 0.4),
+            mesh,
+        ]
+    )
+    p = torch.tensor(
+        [[1e300, 0.1, 0.2], [0.0, 1e200, 0.0], [1e30, 3e30, 0.7], [1e25, 1e25, 1e25]], dtype=torch.float64
+    )
+    want = [
+        [0.5, 0.1, 0.2],
+        [0.0, 0.5, 0.0],
+        [0.0632455532, 0.1897366596, 0.5],
+        [0.2121320344, 0.2121320344, 0.2],
+    ]
+    for m, (x, q) in enumerate(zip(p, want, strict=True)):
+        mask = torch.zeros(5, dtype=torch.bool)
+        mask[m] = True
+        world.set_enabled(mask)
+        got = warpgeo.closest_point(x[None], world)
+        assert got.entry.item() == m
+        torch.testing.assert_close(got.point[0], torch.tensor(q, dtype=torch.float64), atol=1e-7, rtol=0)
+    mask = torch.zeros(5, dtype=torch.bool)
+    mask[4] = True
+    world.set_enabled(mask)
+    far = torch.tensor([[40.0, 7.0, -3.0], [3e4, 1e4, 2e4], [1e12, -3e11, 5e11]], dtype=torch.float64)
+    got = warpgeo.closest_point(far, world)
+    q, _, _ = trimesh.proximity.closest_point(mesh, far.numpy()[:1])
+    np.testing.assert_allclose(got.point[0].numpy(), q[0], atol=1e-6)  # the closest face's point
+    vertex = mesh.vertices[np.linalg.norm(mesh.vertices[None] - far.numpy()[1:, None], axis=-1).argmin(-1)]
+    np.testing.assert_allclose(got.point[1:].numpy(), vertex, atol=1e-6)  # beyond the far path's reach
+
+
 def test_closest_point_with_no_entry():
     world, *_ = _scene("cpu", disable=[(1, 0), (1, 1), (1, 2)])
     p = torch.rand(2, 5, 3, dtype=torch.float64, requires_grad=True)

@@ -838,7 +838,7 @@ CASES: list[Case] = [
     OK(
         "cp_far_1e300",
         "ClosestPoint(*closest_point(torch.tensor([[1e300, 0, 0]], dtype=torch.float64), W))",
-        "abs(r.distance.item() / 1e300 - 1) < 1e-6 and r.entry.item() == 0",
+        "abs(r.distance.item() / 1e300 - 1) < 1e-6 and r.entry.item() == 0 and r.point.tolist() == [[0.5, 0, 0]]",
     ),
     # ---- swept_sphere_mesh_cost's speed metric
     R("swept_dt_zero", "swept_sphere_mesh_cost(TRAJ, W, speed_metric=True, dt=0.0)", V, "dt"),

@@ -92,7 +92,8 @@ def closest_point(
     ``distance`` its signed distance ``d`` (negative inside). ``normal`` is the unit gradient of ``d`` there,
     the outward normal of the surface at the closest point, outward for a point inside too (on the surface,
     the face normal; for a mesh of ``sign_method="unsigned"``, which has no inside, it points from the
-    surface towards the point). ``point = p - d * normal``, the foot of ``p`` on that surface. A point whose
+    surface towards the point). ``point = p - d * normal``, the foot of ``p`` on that surface (computed on the
+    surface, so that a far point's foot keeps its digits). A point whose
     environment has no enabled entry gets ``distance = inf``, zeros and ``entry = -1``.
 
     Differentiable w.r.t. ``points``: ``distance``'s gradient is ``normal`` (as for

@@ -17,16 +17,22 @@ import warp as wp
 
 from warpgeo import _constants
 from warpgeo._kernels._table import KernelTable
-from warpgeo._kernels.mesh_distance import cell_bounds, padded, slot_distance
+from warpgeo._kernels.mesh_distance import cell_bounds, closest_point_on_triangle, padded, slot_distance
 from warpgeo._kernels.world import (
+    FAR_ABS,
+    FAR_RATIO,
     FLAG_BOX,
     FLAG_CLOSED,
     KEYS,
+    KIND_CAPSULE,
+    KIND_CYLINDER,
     KIND_MESH,
+    KIND_SPHERE,
     SIGN_UNSIGNED,
     UNBOUNDED,
     WORLD,
     beyond_world_box,
+    box_distance,
     cuboid_mesh_distance,
     grid_index,
     slot_in_use,
@@ -136,6 +142,99 @@ def sphere_collision(
 
 
 @wp.func
+def closed_form_foot(world: Any, e: int, m: int, p: Any, d: Any, n: Any):
+    """The closest surface point of closed-form slot ``(e, m)`` to ``p`` (slot frame), given its distance ``d``
+    and unit gradient ``n`` (``slot_distance``'s), computed where it lies rather than as ``p - d n``, which
+    loses every digit of a point far away (``|p| >> |q|``); inside (bounded by the entry) ``p - d n``."""
+    if d <= type(d)(0.0):
+        return p - n * d
+    kind = world.slot_kind[e, m]
+    size = wp.vec3d(world.prim_size[e, m])
+    if kind == KIND_SPHERE:
+        return type(p)(wp.vec3d(n) * size[0])
+    if kind == KIND_CAPSULE:
+        a = wp.max(size[2] - size[0], wp.float64(0.0))
+        axis = wp.vec3d(0.0, 0.0, wp.clamp(wp.float64(p[2]), -a, a))
+        return type(p)(axis + wp.vec3d(n) * size[0])
+    pd = wp.vec3d(p)
+    if kind == KIND_CYLINDER:
+        rho = wp.length(wp.vec3d(pd[0], pd[1], wp.float64(0.0)))
+        s = wp.float64(1.0)
+        if rho > size[0]:
+            s = size[0] / rho
+        return type(p)(wp.vec3d(pd[0] * s, pd[1] * s, wp.clamp(pd[2], -size[2], size[2])))
+    lo = -size
+    hi = size
+    if kind == KIND_MESH:  # a cuboid mesh (FLAG_BOX): its box
+        lo = wp.vec3d(world.bounds[e, m, 0])
+        hi = wp.vec3d(world.bounds[e, m, 1])
+    return type(p)(wp.min(wp.max(pd, lo), hi))
+
+
+@wp.func
+def mesh_foot(world: Any, e: int, m: int, p: Any, d: Any, n: Any):
+    """The closest surface point of mesh slot ``(e, m)`` to ``p`` (slot frame; ``d``, ``n`` its distance and
+    unit gradient): ``p - d n`` near the mesh; from farther than the mesh's extent (where ``p - d n`` would
+    lose digits) the point on the closest face (a BVH query within ``|d|``), or beyond the far path's
+    reach the nearest vertex, as ``mesh_distance`` takes it."""
+    if world.slot_kind[e, m] != KIND_MESH or (world.grid_flags[e, m] & FLAG_BOX) != 0:
+        return closed_form_foot(world, e, m, p, d, n)
+    lower = world.bounds[e, m, 0]
+    upper = world.bounds[e, m, 1]
+    box = box_distance(p, lower, upper)
+    extent = type(box)(wp.length(upper - lower))
+    if box <= extent:
+        return p - n * d
+    mesh = wp.uint64(world.mesh_ids[e, m])
+    pd = wp.vec3d(p)
+    if box > extent * type(box)(FAR_RATIO) or box > type(box)(FAR_ABS):
+        mm = wp.mesh_get(mesh)
+        best = wp.float64(-1.0)
+        foot = wp.vec3d()
+        for corner in range(mm.indices.shape[0]):
+            i = mm.indices[corner]
+            if i >= 0 and i < mm.points.shape[0]:
+                v = wp.vec3d(mm.points[i])
+                dist = wp.length(pd - v)
+                if best < wp.float64(0.0) or dist < best:
+                    best = dist
+                    foot = v
+        if best < wp.float64(0.0):
+            return p - n * d
+        return type(p)(foot)
+    q = wp.mesh_query_point_no_sign(mesh, wp.vec3(p), padded(float(wp.abs(d))) * 1.001)
+    if not q.result:
+        return p - n * d
+    a = wp.vec3d(wp.mesh_get_point(mesh, q.face * 3 + 0))
+    b = wp.vec3d(wp.mesh_get_point(mesh, q.face * 3 + 1))
+    c = wp.vec3d(wp.mesh_get_point(mesh, q.face * 3 + 2))
+    foot, _feature = closest_point_on_triangle(pd, a, b, c)
+    return type(p)(foot)
+
+
+@wp.func
+def slot_foot(world: WORLD["float32", "meshes"], e: int, m: int, p: Any, d: Any, n: Any):
+    """The closest surface point of slot ``(e, m)`` (:func:`mesh_foot`, or in a world of closed forms only
+    :func:`closed_form_foot`: no BVH query compiled). One overload per key of ``WORLD``."""
+    return mesh_foot(world, e, m, p, d, n)
+
+
+@wp.func
+def slot_foot(world: WORLD["float64", "meshes"], e: int, m: int, p: Any, d: Any, n: Any):  # noqa: F811
+    return mesh_foot(world, e, m, p, d, n)
+
+
+@wp.func
+def slot_foot(world: WORLD["float32", "cuboids"], e: int, m: int, p: Any, d: Any, n: Any):  # noqa: F811
+    return closed_form_foot(world, e, m, p, d, n)
+
+
+@wp.func
+def slot_foot(world: WORLD["float64", "cuboids"], e: int, m: int, p: Any, d: Any, n: Any):  # noqa: F811
+    return closed_form_foot(world, e, m, p, d, n)
+
+
+@wp.func
 def union_bound(world: Any, e: int, p_world: Any, far: Any):
     """The smallest upper bound on ``|d|`` the grids give over the enabled meshes of environment ``e`` at
     ``p_world`` (``far`` without any): the nearest surface is no farther."""
@@ -171,9 +270,10 @@ def closest_point(
 ):
     """The nearest surface point of point ``(b, s)`` over the enabled entries of environment ``env_index[b]``:
     the entry of the smallest ``|d|`` (the first slot on a tie), ``d`` its signed distance, ``normal`` its
-    unit gradient (world frame: outward, inside too), ``point = p - d * normal`` (the foot of ``p`` on that
-    surface), ``entry`` the slot. None (no enabled entry): ``d = far``, zeros, ``entry = -1``. Each entry is
-    searched within the best ``|d|`` so far (its box first); inside one, at any depth."""
+    unit gradient (world frame: outward, inside too), ``point`` the foot of ``p`` on that surface (``p - d *
+    normal``, computed where it lies: :func:`slot_foot`), ``entry`` the slot. None (no enabled entry):
+    ``d = far``, zeros, ``entry = -1``. Each entry is searched within the best ``|d|`` so far (its box first);
+    inside one, at any depth."""
     first, stop = thread_rows(wp.tid() + row_start, per_thread, points.shape[0] * points.shape[1])
     bi, si = grid_index(first, stop, points.shape[1])
     for _flat in range(first, stop):
@@ -181,6 +281,7 @@ def closest_point(
         best = far
         best_d = far
         best_n = type(p_world)()
+        best_local_n = type(p_world)()
         best_m = int(-1)
         e = world_environment(bi, env_index, world)
         if e >= 0:
@@ -196,15 +297,18 @@ def closest_point(
                 if hit and wp.abs(d) < best:
                     best = wp.abs(d)
                     best_d = d
-                    best_n = wp.quat_rotate_inv(wp.transform_get_rotation(xf), n)
+                    best_local_n = n
                     best_m = m
+        foot = type(p_world)()
+        if best_m >= 0:
+            xf = world.inv_poses[e, best_m]
+            best_n = wp.quat_rotate_inv(wp.transform_get_rotation(xf), best_local_n)
+            local = slot_foot(world, e, best_m, wp.transform_point(xf, p_world), best_d, best_local_n)
+            foot = wp.transform_point(wp.transform_inverse(xf), local)
         dist[bi, si] = best_d
         normal[bi, si] = best_n
         entry[bi, si] = wp.int64(best_m)
-        if best_m >= 0:
-            point[bi, si] = p_world - best_n * best_d
-        else:
-            point[bi, si] = type(p_world)()
+        point[bi, si] = foot
         si += 1
         if si == points.shape[1]:
             si = 0
