@@ -580,7 +580,7 @@ def test_speed_metric_compiles_fullgraph():
 def test_speed_metric_errors():
     world = _speed_world()
     traj = _trajectories()
-    for dt in (0.0, -1.0, float("nan"), float("inf"), torch.tensor(0.0), torch.tensor(-2.0)):
+    for dt in (0.0, -1.0, float("nan"), float("inf"), 1e-320, torch.tensor(0.0), torch.tensor(-2.0)):
         with pytest.raises(ValueError, match="dt"):
             swept_sphere_mesh_cost(traj, world, speed_metric=True, dt=dt)
     for dt in ("1", True, None, torch.tensor(1)):
@@ -590,5 +590,12 @@ def test_speed_metric_errors():
         swept_sphere_mesh_cost(traj, world, speed_metric=True, dt=torch.ones(2))
     with pytest.raises(TypeError, match="speed_metric"):
         swept_sphere_mesh_cost(traj, world, speed_metric=1)
+    with pytest.raises(ValueError, match="dt"):  # 0 in float32
+        swept_sphere_mesh_cost(traj.float(), world, speed_metric=True, dt=1e-50)
+    # a huge step over a tiny dt: the speed is capped at the precision's largest, no NaN (0 * inf)
+    big = traj.float().clone()
+    big[:, 2, :, :3] = 1e30
+    cost = swept_sphere_mesh_cost(big, world, speed_metric=True, dt=1e-30)
+    assert not cost.isnan().any()
     with warpgeo.value_checks(False):  # a tensor's value is not read: no sync
         swept_sphere_mesh_cost(traj, world, speed_metric=True, dt=torch.tensor(-1.0))

@@ -159,8 +159,9 @@ def swept_sphere_mesh_cost(
         sweep_steps: interpolated spheres per interval, an int >= 0.
         activation_distance, weight, env_index: as for :func:`sphere_mesh_cost`.
         speed_metric: scale interior steps' costs by their sphere's speed (above), a bool.
-        dt: the time between steps, > 0: a float or a 0-d / 1-element float tensor on ``world.device``
-            (its value is checked under the value checks).
+        dt: the time between steps, > 0 (at least the compute precision's smallest normal number): a float
+            or a 0-d / 1-element float tensor on ``world.device`` (its value is checked under the value
+            checks). A speed beyond the precision's range is taken as its largest number.
 
     Returns:
         Cost ``(B, H, N)``, dtype of ``spheres``.
@@ -242,8 +243,11 @@ def signed_distance(
 
 
 def _check_dt(dt, x: torch.Tensor) -> float | torch.Tensor:
-    """``dt`` of the speed metric: a finite float > 0, or a 1-element float tensor on ``x``'s device (0-d;
-    its value checked under the value checks, outside a compiled graph)."""
+    """``dt`` of the speed metric: a finite float > 0 (at least the compute precision's smallest normal number,
+    so that ``1 / dt`` is finite), or a 1-element float tensor on ``x``'s device (then 0-d, in the compute
+    precision; its value checked under the value checks, outside a compiled graph)."""
+    compute = _warp.compute_dtype(x.dtype)
+    tiny = torch.finfo(compute).tiny
     if isinstance(dt, torch.Tensor):
         if dt.numel() != 1:
             raise ValueError(f"dt must be a float or a 1-element tensor; got shape {tuple(dt.shape)}")
@@ -251,16 +255,17 @@ def _check_dt(dt, x: torch.Tensor) -> float | torch.Tensor:
             raise TypeError(f"dt must be a float tensor; got {dt.dtype}")
         if dt.device != x.device:
             raise ValueError(f"dt must be on {x.device}, like spheres; got {dt.device}")
+        dt = dt.reshape(()).to(compute)
         if checks.checking_values(x.device) and not torch.compiler.is_compiling():
-            value = float(dt.detach().reshape(()))
-            if not (value > 0.0 and math.isfinite(value)):
-                raise ValueError(f"dt must be finite and > 0; got {value}")
-        return dt.reshape(())
+            value = float(dt.detach())
+            if not (value >= tiny and math.isfinite(value)):
+                raise ValueError(f"dt must be finite and > 0 (at least {tiny:.4g} in {compute}); got {value}")
+        return dt
     if isinstance(dt, bool) or not isinstance(dt, (int, float)):
         raise TypeError(f"dt must be a float or a tensor; got {type(dt).__name__}")
     value = as_float(dt, "dt")
-    if not (value > 0.0 and math.isfinite(value)):
-        raise ValueError(f"dt must be finite and > 0; got {dt}")
+    if not (value >= tiny and math.isfinite(value)):
+        raise ValueError(f"dt must be finite and > 0 (at least {tiny:.4g} in {compute}); got {dt}")
     return value
 
 
@@ -284,6 +289,8 @@ def _speed_scaled(cost: torch.Tensor, spheres: torch.Tensor, dt: float | torch.T
     largest = diff.abs().amax(-1, keepdim=True)
     safe = torch.where(largest > 0, largest, torch.ones_like(largest))
     speed = (largest * torch.linalg.vector_norm(diff / safe, dim=-1, keepdim=True))[..., 0] / dt
+    # a speed beyond the precision's range (a huge step over a tiny dt) stays finite: a zero cost stays 0
+    speed = speed.clamp(max=torch.finfo(compute).max)
     factor = torch.where(prev_on[..., 0] | next_on[..., 0], speed, torch.ones_like(speed))
     ones = torch.ones_like(factor[:, :1])
     scaled = cost.to(compute) * torch.cat([ones, factor, ones], dim=1)
