@@ -599,3 +599,32 @@ def test_speed_metric_errors():
     assert not cost.isnan().any()
     with warpgeo.value_checks(False):  # a tensor's value is not read: no sync
         swept_sphere_mesh_cost(traj, world, speed_metric=True, dt=torch.tensor(-1.0))
+
+
+def test_queries_before_and_after_the_background_tables(monkeypatch):
+    """A CPU world's large mesh is queried before its background tables are in (``FLAG_PENDING``: rays for
+    the side, no grid, so no grid shortcut) and after: the same answers, and the distances trimesh's."""
+    from warpgeo._constants import FLAG_PENDING
+
+    mesh = trimesh.creation.icosphere(subdivisions=5, radius=1.0)  # 20,480 faces: tables in the background
+    world = warpgeo.MeshWorld([mesh])
+    assert world._later is not None
+    monkeypatch.setattr(world._later, "done", lambda: False)  # not taken in by the calls below
+    rng = np.random.default_rng(8)
+    points = torch.from_numpy(rng.uniform(-1.3, 1.3, (300, 3)))
+    spheres = torch.cat([points, torch.from_numpy(rng.uniform(0.01, 0.3, (300, 1)))], -1)
+    flags = world.kernel_args(torch.float64).world[list(warpgeo.world.WORLD_FIELDS).index("grid_flags")]
+    assert (flags & FLAG_PENDING).any()
+    before = warpgeo.closest_point(points, world), sphere_collision(spheres, world)
+    assert world.wait_tables()
+    flags = world.kernel_args(torch.float64).world[list(warpgeo.world.WORLD_FIELDS).index("grid_flags")]
+    assert not (flags & FLAG_PENDING).any()
+    after = warpgeo.closest_point(points, world), sphere_collision(spheres, world)
+    assert torch.equal(before[1], after[1]) and torch.equal(before[0].entry, after[0].entry)
+    torch.testing.assert_close(before[0].distance, after[0].distance, atol=1e-12, rtol=0)
+    torch.testing.assert_close(before[0].point, after[0].point, atol=1e-9, rtol=0)
+    _, dist, _ = trimesh.proximity.closest_point(mesh, points.numpy())
+    sign = np.where(mesh.contains(points.numpy()), -1.0, 1.0)
+    np.testing.assert_allclose(after[0].distance.numpy(), sign * dist, atol=1e-6)
+    assert torch.equal(after[1], sphere_mesh_cost(spheres, world) > 0)
+    assert 0.2 < after[1].float().mean() < 0.9
