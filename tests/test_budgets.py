@@ -48,6 +48,8 @@ BUDGETS = {
     "grid from points": 9,
     "depth fusion integrate": 2,
     "depth fusion distance": 13,
+    "sphere collision": 2,
+    "closest point fwd+bwd": 8,
 }
 
 
@@ -246,6 +248,17 @@ def test_raycast(device, monkeypatch):
         _check("raycast fwd+bwd", call, monkeypatch)
 
 
+def test_sphere_collision_and_closest_point(device, monkeypatch):
+    world = warpgeo.MeshWorld([warpgeo.Cuboid((1.0, 1.0, 1.0))], device=device)
+    g = torch.Generator().manual_seed(6)
+    spheres = (torch.rand(8, 16, 4, generator=g) * torch.tensor([2.0, 2.0, 2.0, 0.1]) - 0.5).to(device)
+    points = (torch.rand(8, 64, 3, generator=g) - 0.5).to(device).requires_grad_()
+    with _cuda_algorithms(device), warpgeo.value_checks(False):
+        _check("sphere collision", lambda: warpgeo.sphere_collision(spheres, world), monkeypatch)
+        call = _fwd_bwd(lambda: warpgeo.closest_point(points, world).distance, points)
+        _check("closest point fwd+bwd", call, monkeypatch)
+
+
 #: every op -> the test above that counts its work (a backward op: in its forward's fwd+bwd case)
 COVERS = {
     "warpgeo::farthest_point_sampling": test_fps,
@@ -260,6 +273,8 @@ COVERS = {
     "warpgeo::sphere_mesh_cost": test_sphere_cost,
     "warpgeo::swept_sphere_mesh_cost": test_swept_cost_and_signed_distance,
     "warpgeo::signed_distance": test_swept_cost_and_signed_distance,
+    "warpgeo::sphere_collision": test_sphere_collision_and_closest_point,
+    "warpgeo::closest_point": test_sphere_collision_and_closest_point,
     "warpgeo::self_collision_cost": test_self_collision,
     "warpgeo::self_collision_cost_backward": test_self_collision,
     "warpgeo::raycast": test_raycast,

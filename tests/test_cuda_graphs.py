@@ -435,6 +435,16 @@ def _depth_fusion(depth_source, k, pose):
     return fusion.tsdf, fusion.weight, fusion.distance_grid().values
 
 
+def _sphere_collision(points):
+    spheres = torch.cat([points.detach(), points.detach()[..., :1] * 0.2], -1)
+    return (warpgeo.sphere_collision(spheres, _one_world()),)
+
+
+def _closest_point(points):
+    closest = warpgeo.closest_point(points, _one_world())
+    return (closest.entry, closest.normal, *_with_grads(closest.distance + closest.point.sum(-1), points))
+
+
 #: case -> (its inputs for a seed, the graph's body: the op's outputs and gradients)
 _OP_CASES = {
     "grid_query": (lambda s: ((_leaf(s, 2, 64, 3) - 0.2).detach().requires_grad_(True),), _grid_query),
@@ -452,6 +462,11 @@ _OP_CASES = {
         _signed_distance,
     ),
     "raycast": (lambda s: (_leaf(s, 2, 64, 3), _leaf(s + 50, 2, 64, 3)), _raycast),
+    "sphere_collision": (lambda s: ((_leaf(s, 2, 64, 3) - 0.5).detach(),), _sphere_collision),
+    "closest_point": (
+        lambda s: ((_leaf(s, 2, 64, 3) - 0.5).detach().requires_grad_(True),),
+        _closest_point,
+    ),
 }
 
 
@@ -494,6 +509,8 @@ COVERS = {
     "warpgeo::chamfer_distance": "test_op_replays[chamfer]",
     "warpgeo::chamfer_distance_backward": "test_op_replays[chamfer]",
     "warpgeo::signed_distance": "test_op_replays[signed_distance]",
+    "warpgeo::sphere_collision": "test_op_replays[sphere_collision]",
+    "warpgeo::closest_point": "test_op_replays[closest_point]",
     "warpgeo::forward_kinematics": test_robot_spheres_replay,
     "warpgeo::forward_kinematics_backward": test_robot_spheres_replay,
     "warpgeo::raycast": "test_op_replays[raycast]",

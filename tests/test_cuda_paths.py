@@ -312,6 +312,26 @@ def test_sdf_one_row_per_thread_equals_the_cpu_rows(dtype):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_planner_queries_one_row_per_thread_equal_the_cpu_rows(dtype):
+    sphere = trimesh.creation.icosphere(2, 0.2)
+    world = warpgeo.MeshWorld(
+        [warpgeo.Cuboid((0.5, 0.4, 0.3)), sphere], poses=[[0, 0, 0, 1, 0, 0, 0], [0.5, 0.1, 0, 1, 0, 0, 0]]
+    )
+    g = torch.Generator().manual_seed(4)
+    spheres = torch.cat((torch.rand(2, 70, 3, generator=g) - 0.3, torch.full((2, 70, 1), 0.05)), -1).to(dtype)
+
+    def run():
+        p = spheres[..., :3].clone().requires_grad_(True)
+        closest = warpgeo.closest_point(p, world)
+        (closest.distance.sum() + closest.point.sum()).backward()
+        return warpgeo.sphere_collision(spheres, world), *closest, p.grad
+
+    expected, got = _both(run)
+    for a, b in zip(expected, got, strict=True):
+        assert torch.equal(a.detach(), b.detach())
+
+
 def test_cuda_only_tests_are_listed_in_one_place():
     """Every test that needs the device itself is in ``conftest.CUDA_ONLY`` / ``TWO_GPUS`` (no file skips
     for CUDA on its own), and every entry there names a test file or test that exists."""

@@ -29,6 +29,7 @@ MODULES = [
     "warpgeo.compat.curobo",
     "warpgeo.robot",
     "warpgeo.raycasting",
+    "warpgeo.queries",
 ]
 
 

@@ -780,6 +780,77 @@ CASES: list[Case] = [
         "degenerate_distance()",
         "abs(r - 1.0) < 1e-5",
     ),
+    # ---- sphere_collision / torch.ops.warpgeo.sphere_collision
+    R("coll_width_3", "sphere_collision(torch.rand(5, 3), W)", V, "spheres"),
+    R("coll_int", "sphere_collision(torch.zeros(5, 4, dtype=torch.int32), W)", T, "spheres"),
+    R("coll_world_none", "sphere_collision(SPH, None)", T, "world"),
+    R("coll_nan", "sphere_collision(torch.tensor([[float('nan'), 0, 0, 0.1]]), W)", V, "spheres", value=True),
+    R(
+        "coll_op_forged_mesh_ids",
+        "torch.ops.warpgeo.sphere_collision(SPH, None, FORGE(ARGS2, mesh_ids=lambda t: t * 3), False)",
+        V,
+        "mesh_ids",
+    ),
+    R(
+        "coll_op_env_out_of_range",
+        "torch.ops.warpgeo.sphere_collision(SPH, torch.tensor([5, -3]), *ARGS2.values())",
+        I,
+        "env_index",
+        value=True,
+    ),
+    R(
+        "coll_op_width_3",
+        "torch.ops.warpgeo.sphere_collision(torch.rand(1, 5, 3), None, *ARGS.values())",
+        V,
+        "spheres",
+    ),
+    OK(
+        "coll_op_forged_grids",
+        "torch.ops.warpgeo.sphere_collision(SPH, None, FORGE(ARGS2, grid_dims=lambda t: t + 10**6), False)",
+        "r.shape == (2, 3)",
+    ),
+    OK(
+        "coll_far_and_huge",
+        "sphere_collision(torch.tensor([[1e18, 0, 0, 2e18], [3e38, 0, 0, 1.0]], dtype=torch.float64), W)",
+        "r.tolist() == [True, False]",
+    ),
+    # ---- closest_point / torch.ops.warpgeo.closest_point
+    R("cp_width_4", "closest_point(torch.rand(5, 4), W)", V, "points"),
+    R("cp_inf", "closest_point(torch.tensor([[float('inf'), 0, 0]]), W)", V, "points", value=True),
+    R(
+        "cp_op_forged_mesh_ids",
+        "torch.ops.warpgeo.closest_point(torch.rand(1, 5, 3), None, FORGE(ARGS2, mesh_ids=lambda t: t * 3), False)",
+        V,
+        "mesh_ids",
+    ),
+    R(
+        "cp_op_env_int16",
+        "torch.ops.warpgeo.closest_point(torch.rand(1, 5, 3), torch.zeros(1, dtype=torch.int16), *ARGS.values())",
+        T,
+        "env_index",
+    ),
+    OK(
+        "cp_op_forged_tables",
+        "torch.ops.warpgeo.closest_point(torch.rand(1, 5, 3), None, "
+        "FORGE(ARGS2, topo_offsets=lambda t: t + 10**6, cone_offsets=lambda t: t + 10**6), False)",
+        "r[0].shape == (1, 5, 3) and bool(torch.isfinite(r[1]).all())",
+    ),
+    OK(
+        "cp_far_1e300",
+        "ClosestPoint(*closest_point(torch.tensor([[1e300, 0, 0]], dtype=torch.float64), W))",
+        "abs(r.distance.item() / 1e300 - 1) < 1e-6 and r.entry.item() == 0 and r.point.tolist() == [[0.5, 0, 0]]",
+    ),
+    # ---- swept_sphere_mesh_cost's speed metric
+    R("swept_dt_zero", "swept_sphere_mesh_cost(TRAJ, W, speed_metric=True, dt=0.0)", V, "dt"),
+    R("swept_dt_str", "swept_sphere_mesh_cost(TRAJ, W, speed_metric=True, dt='1')", T, "dt"),
+    R(
+        "swept_dt_tensor_negative",
+        "swept_sphere_mesh_cost(TRAJ, W, speed_metric=True, dt=torch.tensor(-1.0))",
+        V,
+        "dt",
+        value=True,
+    ),
+    R("swept_speed_metric_str", "swept_sphere_mesh_cost(TRAJ, W, speed_metric='yes')", T, "speed_metric"),
     # ---- raycast / torch.ops.warpgeo.raycast, and the sensors (camera_rays, render_depth, lidar_rays, grid_rays)
     R("ray_origins_width_4", "raycast(W, torch.rand(5, 4), torch.rand(5, 3))", V, "origins"),
     R("ray_directions_width_2", "raycast(W, torch.rand(5, 3), torch.rand(5, 2))", V, "directions"),

@@ -502,6 +502,33 @@ def test_signed_distance(device):
     _assert_sync_free(lambda: warpgeo.signed_distance(points, world, env_index=env), leaves=[points])
 
 
+def test_swept_speed_metric(device):
+    """The speed metric (torch ops over the swept op's cost) with a tensor dt: no host read either."""
+    world = _world(device)
+    spheres = _spheres((2, 4, 30), device).requires_grad_(True)
+    dt = torch.tensor(0.1, device=device)
+    _assert_sync_free(
+        lambda: warpgeo.swept_sphere_mesh_cost(
+            spheres, world, activation_distance=0.02, speed_metric=True, dt=dt
+        ),
+        leaves=[spheres],
+    )
+
+
+def test_sphere_collision(device):
+    world = _world(device)
+    spheres = _spheres((2, 64), device)
+    env = torch.tensor([1, 0], device=device)
+    _assert_sync_free(lambda: warpgeo.sphere_collision(spheres, world, env_index=env))
+
+
+def test_closest_point(device):
+    world = _world(device)
+    points = _spheres((2, 64), device)[..., :3].contiguous().requires_grad_(True)
+    env = torch.tensor([1, 0], device=device)
+    _assert_sync_free(lambda: tuple(warpgeo.closest_point(points, world, env_index=env))[:2], leaves=[points])
+
+
 def test_knn(device):
     queries = torch.rand(2, 20, 3, device=device, requires_grad=True)
     points = torch.rand(2, 50, 3, device=device, requires_grad=True)
@@ -621,6 +648,8 @@ COVERS = {
     "warpgeo::sphere_mesh_cost": test_sphere_mesh_cost,
     "warpgeo::swept_sphere_mesh_cost": test_swept_sphere_mesh_cost,
     "warpgeo::signed_distance": test_signed_distance,
+    "warpgeo::sphere_collision": test_sphere_collision,
+    "warpgeo::closest_point": test_closest_point,
     "warpgeo::knn": test_knn,
     "warpgeo::ball_query": test_ball_query,
     "warpgeo::chamfer_distance": test_chamfer,

@@ -56,6 +56,15 @@ _CASES = {
         "s = torch.cat([torch.rand(1, 48, 3), torch.full((1, 48, 1), 0.1)], -1)\n"
         "call = lambda: g.sphere_mesh_cost(s, w)"
     ),
+    "sphere_collision": (
+        "w = g.MeshWorld([g.Cuboid((1, 1, 1)), g.Sphere(0.3)], poses=[[0, 0, 0, 1, 0, 0, 0], [0.6, 0, 0, 1, 0, 0, 0]])\n"
+        "s = torch.cat([torch.rand(1, 48, 3) * 2 - 1, torch.full((1, 48, 1), 0.1)], -1)\n"
+        "call = lambda: g.sphere_collision(s, w)"
+    ),
+    "closest_point": (
+        "w = g.MeshWorld([g.Sphere(0.5)])\np = (torch.rand(1, 48, 3) - 0.5).requires_grad_()\n"
+        "call = lambda: both((lambda c: c.point.sum(-1) + c.distance)(g.closest_point(p, w)), p)"
+    ),
     "robot": (
         "r = g.Robot.from_urdf('examples/data/arm7.urdf', spheres={'arm_link3': [[0, 0, 0, 0.1]], "
         "'arm_hand': [[0, 0, 0.05, 0.05]]})\n"
@@ -106,6 +115,8 @@ COVERS = {
     "warpgeo::chamfer_distance": "chamfer",
     "warpgeo::chamfer_distance_backward": "chamfer",
     "warpgeo::signed_distance": "signed_distance",
+    "warpgeo::sphere_collision": "sphere_collision",
+    "warpgeo::closest_point": "closest_point",
     "warpgeo::sphere_mesh_cost": "mesh_cost",
     "warpgeo::swept_sphere_mesh_cost": "swept_cost",
     "warpgeo::self_collision_cost": "self_collision",

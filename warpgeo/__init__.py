@@ -17,6 +17,7 @@ __all__ = [
     "KNN",
     "Capsule",
     "ChamferResult",
+    "ClosestPoint",
     "Cuboid",
     "Cylinder",
     "DepthFusion",
@@ -33,6 +34,7 @@ __all__ = [
     "ball_query",
     "camera_rays",
     "chamfer_distance",
+    "closest_point",
     "collision_pairs",
     "farthest_point_sampling",
     "gather_points",
@@ -45,6 +47,7 @@ __all__ = [
     "self_collision_cost",
     "set_value_checks",
     "signed_distance",
+    "sphere_collision",
     "sphere_mesh_cost",
     "swept_sphere_mesh_cost",
     "value_checks",
@@ -82,6 +85,9 @@ _HOME = {
     "Robot": "robot",
     "collision_pairs": "self_collision",
     "self_collision_cost": "self_collision",
+    "ClosestPoint": "queries",
+    "closest_point": "queries",
+    "sphere_collision": "queries",
     "value_checks": "checks",
     "set_value_checks": "checks",
     "DistanceGrid": "distance_grid",
@@ -97,6 +103,7 @@ if TYPE_CHECKING:
     from .gather import GatherPoints, gather_points
     from .neighbors import KNN, ball_query, knn
     from .primitives import Capsule, Cuboid, Cylinder, Sphere
+    from .queries import ClosestPoint, closest_point, sphere_collision
     from .raycasting import RayHits, camera_rays, grid_rays, lidar_rays, raycast, render_depth
     from .robot import Robot
     from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
