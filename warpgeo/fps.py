@@ -260,7 +260,13 @@ _GRID_POINTS_PER_BLOCK = 4 * block_kernels.GRID_BLOCK_DIM
 #: How long a block of the persistent kernel waits at a barrier before the group gives up (clock cycles:
 #: ~70 ms at 2 GHz; a step takes microseconds). The group's last block then samples the cloud alone.
 _BARRIER_TIMEOUT_CYCLES = 1 << 27
-#: The design every CUDA-algorithm call takes, forced (benchmarks, tests): "block", "steps", "persistent";
+#: Up to this many points per cloud a cloud is held in the registers of one block (``fps_strip``: ``STRIP``
+#: points a lane), read once instead of once a step, one block reduction a step instead of two. Written for
+#: B=32 N=8192 K=512 (issue 49: the block design 2.67 ms, torch-fps 1.29 ms on an H200); not yet timed on a
+#: GPU (``benchmarks/bench_fps.py --designs`` compares it with ``block``).
+_STRIP_MAX_POINTS = block_kernels.STRIP * block_kernels.STRIP_BLOCK_DIM
+#: The design every CUDA-algorithm call takes, forced (benchmarks, tests): "strip", "block", "steps",
+#: "persistent" ("strip" on a cloud larger than ``_STRIP_MAX_POINTS``: "block");
 #: None (the default, or ``WARPGEO_FPS_DESIGN`` unset): chosen by size.
 _FORCED_DESIGN: str | None = os.environ.get("WARPGEO_FPS_DESIGN") or None
 
@@ -268,18 +274,23 @@ _FORCED_DESIGN: str | None = os.environ.get("WARPGEO_FPS_DESIGN") or None
 def _cuda_design(device: torch.device, batch: int, n: int) -> tuple[str, int]:
     """``(design, blocks per cloud)`` of a call on CUDA's algorithms.
 
-    Large clouds, with at least two SMs per cloud: a group of blocks per cloud, all resident at once (one
-    launch, ``persistent``) on CUDA; a launch per step (``steps``) on CPU tensors, where blocks run one after
-    another. Otherwise one block per cloud (``block``).
+    Small clouds (at most ``_STRIP_MAX_POINTS``): one block per cloud, the cloud in its lanes' registers
+    (``strip``). Large clouds, with at least two SMs per cloud: a group of blocks per cloud, all resident at
+    once (one launch, ``persistent``) on CUDA; a launch per step (``steps``) on CPU tensors, where blocks run
+    one after another. Otherwise one block per cloud reading the cloud from memory each step (``block``).
     """
     sms = _multiprocessors(device)
     groups = max(1, min(sms // max(batch, 1), -(-n // _GRID_POINTS_PER_BLOCK)))
     design = _FORCED_DESIGN
     if design is None:
-        if n < _GRID_MIN_POINTS or groups < 2:
+        if n <= _STRIP_MAX_POINTS:
+            design = "strip"
+        elif n < _GRID_MIN_POINTS or groups < 2:
             design = "block"
         else:
             design = "persistent" if device.type == "cuda" else "steps"
+    if design == "strip" and n > _STRIP_MAX_POINTS:  # a cloud the lanes' registers cannot hold
+        design = "block"
     if design == "persistent" and batch * groups > sms:  # never more blocks than can be resident together
         groups = max(1, sms // max(batch, 1))
     return design, groups
@@ -315,6 +326,12 @@ def _launch_block(args, key, batch, n, max_samples, groups, device) -> None:
         mindist=mindist,
         **args,
     )
+
+
+def _launch_strip(args, key, batch, n, max_samples, groups, device) -> None:
+    """One block per cloud, the cloud in its lanes' registers (no workspace)."""
+    table = block_kernels.FPS_STRIP
+    _launch.launch(table[key].fps_strip, batch, device=device, tiled=True, block_dim=table.block_dim, **args)
 
 
 def _grid_workspace(batch: int, n: int, groups: int, device: torch.device, *, zeroed: bool):
@@ -370,7 +387,12 @@ def _launch_persistent(args, key, batch, n, max_samples, groups, device, *, time
     return sync
 
 
-_CUDA_DESIGNS = {"block": _launch_block, "steps": _launch_steps, "persistent": _launch_persistent}
+_CUDA_DESIGNS = {
+    "block": _launch_block,
+    "steps": _launch_steps,
+    "persistent": _launch_persistent,
+    "strip": _launch_strip,
+}
 
 
 def _fps_fake(points, lengths, num_samples, start, max_samples):

@@ -22,6 +22,7 @@ from warpgeo._kernels.fps import (
     TYPES,
     begin_row,
     cloud,
+    distance_sq,
     fold_loaded,
 )
 
@@ -150,6 +151,97 @@ def fps_block(
 #: options of every FPS module (no FMA).
 FPS_BLOCK = KernelTable(
     f"{__name__}.fps_block", (fps_block,), TYPES, options=OPTIONS, block_dim=FPS_BLOCK_DIM, cuda_only=True
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the strip design: one block per cloud, the cloud held in the lanes' registers (many small clouds)
+# --------------------------------------------------------------------------------------------------------
+#
+# Lane ``lane`` of the block holds the points ``lane + j * nthreads`` (j < ``STRIP``) of its cloud and their
+# squared distances to the chosen set in registers (Warp vectors of ``STRIP`` entries, every loop over them
+# unrolled: constant indices), loaded once. A step then reads one point from memory (the new sample, the
+# same address on every lane) and makes one block reduction of ``(distance, index)`` (:func:`block_best`);
+# :func:`fps_block` reads and writes every point and distance in memory and reduces twice. Same folds, same
+# order of arithmetic, same total order on candidates: the same samples and distances, bit for bit.
+
+#: Points per lane of the strip design; a cloud of at most ``STRIP * STRIP_BLOCK_DIM`` points takes it.
+STRIP = wp.constant(16)
+#: Threads per block of the strip design (16 x 512 = 8192 points: the batched small-cloud case of issue 49).
+STRIP_BLOCK_DIM = 512
+
+
+@wp.func
+def strip_fold(d: wp.float64, q: wp.vec3d, p: wp.vec3d, i: int, cur: int):
+    """:func:`~warpgeo._kernels.fps.fold_loaded` of a distance held in a register (nothing stored)."""
+    if d > CHOSEN:
+        d = CHOSEN if i == cur else wp.min(d, distance_sq(q - p))
+    return d
+
+
+def fps_strip(
+    points: wp.array2d(dtype=Any),
+    lengths: wp.array(dtype=wp.int64),
+    num_samples: wp.array(dtype=wp.int64),
+    start: wp.array(dtype=wp.int64),
+    out_index: wp.array2d(dtype=wp.int64),
+    out_dist: wp.array2d(dtype=Any),
+):
+    """Greedy FPS of cloud ``b`` by one block, its points and distances in the lanes' registers (launched
+    tiled, one block per cloud; a cloud of at most ``STRIP * wp.block_dim()`` points: the host checks, and
+    points past that are never read)."""
+    b, lane = wp.tid()
+    nthreads = wp.block_dim()
+    n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
+    n = wp.min(n, STRIP * nthreads)
+    k = wp.min(k, n)
+    for s in range(k + lane, out_index.shape[1], nthreads):
+        out_index[b, s] = SENTINEL_INDEX
+        out_dist[b, s] = out_dist.dtype(wp.nan)
+    # the coordinates in the points' precision (float32 clouds: half the registers), widened where used
+    zero = out_dist.dtype(0.0)
+    xs = wp.vector(zero, length=STRIP)
+    ys = wp.vector(zero, length=STRIP)
+    zs = wp.vector(zero, length=STRIP)
+    ds = wp.vector(CHOSEN, length=STRIP)  # a slot past the cloud's end: never a candidate
+    for j in range(STRIP):
+        i = lane + j * nthreads
+        if i < n:
+            loaded = points[b, i]
+            xs[j] = loaded[0]
+            ys[j] = loaded[1]
+            zs[j] = loaded[2]
+            ds[j] = FAR
+    best = wp.float64(wp.inf)
+    for s in range(k):
+        if lane == 0:
+            out_index[b, s] = wp.int64(cur)
+            out_dist[b, s] = out_dist.dtype(wp.sqrt(best))
+        p = wp.vec3d(points[b, cur])
+        my_best = CHOSEN
+        my_index = NO_POINT
+        for j in range(STRIP):
+            i = lane + j * nthreads
+            q = wp.vec3d(wp.float64(xs[j]), wp.float64(ys[j]), wp.float64(zs[j]))
+            d = strip_fold(ds[j], q, p, i, cur)
+            ds[j] = d
+            # ascending indices within the lane and a strict '>': the lowest index among equal distances
+            if d > my_best:
+                my_best = d
+                my_index = i
+        best, cur = block_best(my_best, my_index)
+        cur = valid_sample(cur, n)
+
+
+#: ``FPS_STRIP[precision].fps_strip``, launched tiled with ``FPS_STRIP.block_dim`` threads per cloud (clouds
+#: of at most ``STRIP * STRIP_BLOCK_DIM`` points); the options of every FPS module, every strip loop unrolled.
+FPS_STRIP = KernelTable(
+    f"{__name__}.fps_strip",
+    (fps_strip,),
+    TYPES,
+    options={**OPTIONS, "max_unroll": STRIP},
+    block_dim=STRIP_BLOCK_DIM,
+    cuda_only=True,
 )
 
 
