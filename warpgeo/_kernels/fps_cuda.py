@@ -169,6 +169,11 @@ FPS_BLOCK = KernelTable(
 STRIP = wp.constant(16)
 #: Threads per block of the strip design (16 x 512 = 8192 points: the batched small-cloud case of issue 49).
 STRIP_BLOCK_DIM = 512
+#: The register cap of the strip kernel: a block of 512 lanes fits an SM's 65,536 registers. Uncapped, ptxas
+#: 13.0 gives it 254 for sm_90 (the widened coordinates hoisted out of the step loop: a launch would fail);
+#: at 128 it spills ~0.9 KB a lane to local memory (L1), and 8 points x 1024 lanes at 64 spill as much
+#: (``ptxas -v`` of the test_codegen PTX, 2026-11-29). Untimed: the next GPU run decides.
+STRIP_MAX_REGISTERS = 65536 // STRIP_BLOCK_DIM
 
 
 @wp.func
@@ -241,6 +246,7 @@ FPS_STRIP = KernelTable(
     TYPES,
     options={**OPTIONS, "max_unroll": STRIP},
     block_dim=STRIP_BLOCK_DIM,
+    max_registers=STRIP_MAX_REGISTERS,
     cuda_only=True,
 )
 
