@@ -274,22 +274,26 @@ _FORCED_DESIGN: str | None = os.environ.get("WARPGEO_FPS_DESIGN") or None
 def _cuda_design(device: torch.device, batch: int, n: int) -> tuple[str, int]:
     """``(design, blocks per cloud)`` of a call on CUDA's algorithms.
 
-    Small clouds (at most ``_STRIP_MAX_POINTS``): one block per cloud, the cloud in its lanes' registers
-    (``strip``). Large clouds, with at least two SMs per cloud: a group of blocks per cloud, all resident at
+    Small clouds (at most ``_STRIP_MAX_POINTS``; on CPU tensors only with Warp's CPU blocks): one block per
+    cloud, the cloud in its lanes' registers (``strip``). Large clouds, with at least two SMs per cloud: a group of blocks per cloud, all resident at
     once (one launch, ``persistent``) on CUDA; a launch per step (``steps``) on CPU tensors, where blocks run
     one after another. Otherwise one block per cloud reading the cloud from memory each step (``block``).
     """
     sms = _multiprocessors(device)
     groups = max(1, min(sms // max(batch, 1), -(-n // _GRID_POINTS_PER_BLOCK)))
+    # CPU tensors without Warp's CPU blocks run a block as one lane: ``STRIP`` points in all
+    strip_capacity = (
+        _STRIP_MAX_POINTS if device.type == "cuda" or _warp.warp().config.enable_cpu_blocks else 0
+    )
     design = _FORCED_DESIGN
     if design is None:
-        if n <= _STRIP_MAX_POINTS:
+        if n <= strip_capacity:
             design = "strip"
         elif n < _GRID_MIN_POINTS or groups < 2:
             design = "block"
         else:
             design = "persistent" if device.type == "cuda" else "steps"
-    if design == "strip" and n > _STRIP_MAX_POINTS:  # a cloud the lanes' registers cannot hold
+    if design == "strip" and n > strip_capacity:  # a cloud the lanes' registers cannot hold
         design = "block"
     if design == "persistent" and batch * groups > sms:  # never more blocks than can be resident together
         groups = max(1, sms // max(batch, 1))
