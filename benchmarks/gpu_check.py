@@ -322,7 +322,7 @@ def summary_counts(summary: str) -> dict[str, int] | None:
     """``{passed, failed, skipped, errors}`` of a pytest summary line (``3 failed, 5 passed, 2 skipped in
     3.1s``; absent outcomes 0), or None when ``summary`` is not one."""
     pairs = re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", summary)
-    if not pairs and "no tests ran" not in summary:
+    if not pairs and not re.search(r"\bno tests ran\b|\bdeselected\b", summary):  # all deselected: zeros
         return None
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     for number, outcome in pairs:
@@ -478,10 +478,10 @@ def tests_section(args: argparse.Namespace, device: torch.device, budget: Budget
     together = None
     if args.jobs > 1 and budget.left() - reserve >= 20:  # every step at once: one deadline
         together = run_together(cmds, budget, reserve=reserve, logs=Path(args.scratch))
-        lines.insert(
-            1, f"All {len(steps)} steps at once (`--jobs {args.jobs}`: the suite in {args.jobs} parts)."
-        )
-        lines.insert(2, "")
+        lines += [
+            f"All {len(steps)} steps at once (`--jobs {args.jobs}`: the suite in {args.jobs} parts).",
+            "",
+        ]
     for i, ((name, selection), xml, cmd) in enumerate(zip(steps, xmls, cmds, strict=True)):
         if together is None and budget.left() - reserve < 20:
             lines.append(f"- **{name}**: not run (out of time: --budget)")
