@@ -7,7 +7,7 @@
         --designs --no-numpy --no-torch-loop --json $OUT/fps.json      # what gpu_check runs on a GPU
 
 ``--designs`` times each of warpgeo's CUDA designs, forced (``warpgeo.fps._FORCED_DESIGN``), in the same
-run: ``strip`` (one block per cloud, the cloud in its lanes' registers; clouds of at most 8192 points, the
+run: ``strip`` (one block per cloud, its distances in the lanes' registers; clouds of at most 8192 points, the
 many-small-clouds case ``32x8192x512`` of issue 49, where torch-fps is the peer to beat), ``block`` (one block
 per cloud, the cloud read from memory each step), ``steps`` (a group of blocks per cloud, a launch per step; also
 replayed from a CUDA graph), ``persistent`` (the same steps in one launch, a group barrier between two), and

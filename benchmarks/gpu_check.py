@@ -7,7 +7,7 @@
     python benchmarks/gpu_check.py --only tests --shard 1/2 --out $OUT/tests1.md   # a suite too long for one
     python benchmarks/gpu_check.py --merge tests.md bench.md --out benchmarks/results/<date>-<gpu>.md
     python benchmarks/gpu_check.py --device cpu --quick --out /tmp/cpu-check.md   # the flow, on the CPU
-    python benchmarks/gpu_check.py --dry-run               # the plan: steps, commands, issue keys; runs nothing
+    python benchmarks/gpu_check.py --dry-run               # the plan: steps, commands, keys; runs nothing
 
 **The lease plan of issue 49 (one call for everything).** The tests' steps run at once (``--jobs 4``, the
 default on CUDA: the graph-replay and sync checks and the CUDA half in four parts of about equal size, six
@@ -22,7 +22,8 @@ whole run fits one command: after the ``.gpu/part.00`` call below, ``carry [".gp
 GPU: the parallel test steps (Warp's kernel cache shared by six processes) are new; if they fail, the
 three-call plan below still works (``--jobs 1``).
 
-**The earlier lease plan (issue 36: 15 minutes of device time, a command of at most 10).** The whole check no longer
+**The earlier lease plan (issue 36: 15 minutes of device time, a command of at most 10).** The whole check no
+longer
 fits one command: on the H200 of 2026-11-26 the tests needed ~330 s (the CUDA half alone ~230 s with an
 empty Warp cache) and the benchmarks ~300 s. Before the lease, here (no device time): ``../shared/gpu/pack``
 (``.gpu/part.00``, ``.gpu/part.01``, ``.gpu/unpack``: warp-lang, trimesh, rtree, pyyaml, torch-fps for Python

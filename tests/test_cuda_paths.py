@@ -187,7 +187,7 @@ def _strip_case(dtype, seed):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("start", ["default", "index", "random"])
 def test_fps_strip_design_equals_the_cpu_kernel_bit_for_bit(dtype, start, monkeypatch):
-    """The strip design (a cloud in one block's registers), chosen by size, against the CPU kernel:
+    """The strip design (a cloud's distances in one block's registers), chosen by size, against the CPU kernel:
     indices and distances bit for bit, on random clouds, duplicates, a lattice of ties, ragged lengths,
     per-cloud K past a cloud's length, start indices and random starts; and against the float64 brute-force
     reference."""

@@ -567,7 +567,7 @@ def test_grid_designs_on_cuda(monkeypatch):
 
 def test_strip_design_on_cuda(monkeypatch):
     """On a GPU (``conftest.CUDA_ONLY``): many small clouds (issue 49's B=32 N=8192 K=512, ragged, per-cloud
-    K, one cloud of duplicates) take the strip design (a cloud in one block's registers: the launch must
+    K, one cloud of duplicates) take the strip design (a cloud's distances in one block's registers: the launch must
     fit an SM's registers), bit for bit the CPU path's; the block design the same."""
     from warpgeo import fps
 

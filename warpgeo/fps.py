@@ -65,9 +65,10 @@ def farthest_point_sampling(
     On the CPU, large clouds (N * K >= 2**22) are sampled through a tree of boxes over small buckets of
     nearby points that skips whatever a new sample cannot change (the QuickFPS idea): the same order as
     the brute-force loop, at a fraction of its work. A batch is split among torch's CPU threads. On CUDA a
-    small cloud is sampled by one thread block; a large one (N >= 16384, with at least two SMs per cloud) by a
-    group of blocks spread over the GPU, in one launch whose blocks meet at a barrier after each step (the
-    same order again: ties to the lowest index, bit for bit the CPU's).
+    small cloud is sampled by one thread block (up to 8192 points: its distances in the block's registers);
+    a large one (N >= 16384, with at least two SMs per cloud) by a group of blocks spread over the GPU, in
+    one launch whose blocks meet at a barrier after each step (the same order again: ties to the lowest
+    index, bit for bit the CPU's).
 
     Args:
         points: ``(B, N, 3)`` or ``(N, 3)``; float16, bfloat16, float32 or float64.
@@ -260,8 +261,8 @@ _GRID_POINTS_PER_BLOCK = 4 * block_kernels.GRID_BLOCK_DIM
 #: How long a block of the persistent kernel waits at a barrier before the group gives up (clock cycles:
 #: ~70 ms at 2 GHz; a step takes microseconds). The group's last block then samples the cloud alone.
 _BARRIER_TIMEOUT_CYCLES = 1 << 27
-#: Up to this many points per cloud a cloud is held in the registers of one block (``fps_strip``: ``STRIP``
-#: points a lane), read once instead of once a step, one block reduction a step instead of two. Written for
+#: Up to this many points per cloud a cloud's distances are held in the registers of one block (``fps_strip``:
+#: ``STRIP`` points a lane), never stored, one block reduction a step instead of two. Written for
 #: B=32 N=8192 K=512 (issue 49: the block design 2.67 ms, torch-fps 1.29 ms on an H200); not yet timed on a
 #: GPU (``benchmarks/bench_fps.py --designs`` compares it with ``block``).
 _STRIP_MAX_POINTS = block_kernels.STRIP * block_kernels.STRIP_BLOCK_DIM
@@ -275,9 +276,10 @@ def _cuda_design(device: torch.device, batch: int, n: int) -> tuple[str, int]:
     """``(design, blocks per cloud)`` of a call on CUDA's algorithms.
 
     Small clouds (at most ``_STRIP_MAX_POINTS``; on CPU tensors only with Warp's CPU blocks): one block per
-    cloud, the cloud in its lanes' registers (``strip``). Large clouds, with at least two SMs per cloud: a group of blocks per cloud, all resident at
-    once (one launch, ``persistent``) on CUDA; a launch per step (``steps``) on CPU tensors, where blocks run
-    one after another. Otherwise one block per cloud reading the cloud from memory each step (``block``).
+    cloud, its distances in the lanes' registers (``strip``). Large clouds, with at least two SMs per cloud:
+    a group of blocks per cloud, all resident at once (one launch, ``persistent``) on CUDA; a launch per step
+    (``steps``) on CPU tensors, where blocks run one after another. Otherwise one block per cloud, its
+    distances in memory (``block``).
     """
     sms = _multiprocessors(device)
     groups = max(1, min(sms // max(batch, 1), -(-n // _GRID_POINTS_PER_BLOCK)))
@@ -333,7 +335,7 @@ def _launch_block(args, key, batch, n, max_samples, groups, device) -> None:
 
 
 def _launch_strip(args, key, batch, n, max_samples, groups, device) -> None:
-    """One block per cloud, the cloud in its lanes' registers (no workspace)."""
+    """One block per cloud, its distances in the lanes' registers (no workspace)."""
     table = block_kernels.FPS_STRIP
     _launch.launch(table[key].fps_strip, batch, device=device, tiled=True, block_dim=table.block_dim, **args)
 

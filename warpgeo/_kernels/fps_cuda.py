@@ -155,24 +155,26 @@ FPS_BLOCK = KernelTable(
 
 
 # --------------------------------------------------------------------------------------------------------
-# the strip design: one block per cloud, the cloud held in the lanes' registers (many small clouds)
+# the strip design: one block per cloud, the cloud's distances in the lanes' registers (many small clouds)
 # --------------------------------------------------------------------------------------------------------
 #
-# Lane ``lane`` of the block holds the points ``lane + j * nthreads`` (j < ``STRIP``) of its cloud and their
-# squared distances to the chosen set in registers (Warp vectors of ``STRIP`` entries, every loop over them
-# unrolled: constant indices), loaded once. A step then reads one point from memory (the new sample, the
-# same address on every lane) and makes one block reduction of ``(distance, index)`` (:func:`block_best`);
-# :func:`fps_block` reads and writes every point and distance in memory and reduces twice. Same folds, same
-# order of arithmetic, same total order on candidates: the same samples and distances, bit for bit.
+# Lane ``lane`` of the block owns the points ``lane + j * nthreads`` (j < ``STRIP``) of its cloud and holds
+# their squared distances to the chosen set in registers (a Warp vector of ``STRIP`` float64, every loop over
+# it unrolled: constant indices). A step reads the lane's points (``STRIP`` independent loads, all in flight
+# at once; a cloud of 8192 float32 points is 96 KB, L1-resident) and the new sample (one address for every
+# lane), stores nothing, and makes one block reduction of ``(distance, index)`` (:func:`block_best`);
+# :func:`fps_block` also reads and writes every distance in memory each step, a four-load chain at a time,
+# and reduces twice. Same folds, same order of arithmetic, same total order on candidates: the same samples
+# and distances, bit for bit.
 
 #: Points per lane of the strip design; a cloud of at most ``STRIP * STRIP_BLOCK_DIM`` points takes it.
 STRIP = wp.constant(16)
 #: Threads per block of the strip design (16 x 512 = 8192 points: the batched small-cloud case of issue 49).
 STRIP_BLOCK_DIM = 512
-#: The register cap of the strip kernel: a block of 512 lanes fits an SM's 65,536 registers. Uncapped, ptxas
-#: 13.0 gives it 254 for sm_90 (the widened coordinates hoisted out of the step loop: a launch would fail);
-#: at 128 it spills ~0.9 KB a lane to local memory (L1), and 8 points x 1024 lanes at 64 spill as much
-#: (``ptxas -v`` of the test_codegen PTX, 2026-11-29). Untimed: the next GPU run decides.
+#: The register cap of the strip kernel: a block of 512 lanes fits an SM's 65,536 registers. ``ptxas -v``
+#: (13.0, sm_90, the test_codegen PTX, 2026-11-29): at 128 it spills ~0.25 KB a lane (L1); with the
+#: coordinates in registers too (loaded once) it spilled ~0.9 KB (uncapped: 254 registers, a launch that
+#: fails). Untimed: the next GPU run decides (``bench_fps.py --designs``: ``strip`` against ``block``).
 STRIP_MAX_REGISTERS = 65536 // STRIP_BLOCK_DIM
 
 
@@ -192,9 +194,9 @@ def fps_strip(
     out_index: wp.array2d(dtype=wp.int64),
     out_dist: wp.array2d(dtype=Any),
 ):
-    """Greedy FPS of cloud ``b`` by one block, its points and distances in the lanes' registers (launched
-    tiled, one block per cloud; a cloud of at most ``STRIP * wp.block_dim()`` points: the host checks, and
-    points past that are never read)."""
+    """Greedy FPS of cloud ``b`` by one block, its distances in the lanes' registers (launched tiled, one
+    block per cloud; a cloud of at most ``STRIP * wp.block_dim()`` points: the host checks, and points past
+    that are never read)."""
     b, lane = wp.tid()
     nthreads = wp.block_dim()
     n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
@@ -203,20 +205,11 @@ def fps_strip(
     for s in range(k + lane, out_index.shape[1], nthreads):
         out_index[b, s] = SENTINEL_INDEX
         out_dist[b, s] = out_dist.dtype(wp.nan)
-    # the coordinates in the points' precision (float32 clouds: half the registers), widened where used
-    zero = out_dist.dtype(0.0)
-    xs = wp.vector(zero, length=STRIP)
-    ys = wp.vector(zero, length=STRIP)
-    zs = wp.vector(zero, length=STRIP)
     ds = wp.vector(CHOSEN, length=STRIP)  # a slot past the cloud's end: never a candidate
     for j in range(STRIP):
-        i = lane + j * nthreads
-        if i < n:
-            loaded = points[b, i]
-            xs[j] = loaded[0]
-            ys[j] = loaded[1]
-            zs[j] = loaded[2]
+        if lane + j * nthreads < n:
             ds[j] = FAR
+    last = wp.max(n - 1, 0)
     best = wp.float64(wp.inf)
     for s in range(k):
         if lane == 0:
@@ -227,7 +220,7 @@ def fps_strip(
         my_index = NO_POINT
         for j in range(STRIP):
             i = lane + j * nthreads
-            q = wp.vec3d(wp.float64(xs[j]), wp.float64(ys[j]), wp.float64(zs[j]))
+            q = wp.vec3d(points[b, wp.min(i, last)])  # past the end: a valid point, ignored (CHOSEN)
             d = strip_fold(ds[j], q, p, i, cur)
             ds[j] = d
             # ascending indices within the lane and a strict '>': the lowest index among equal distances
