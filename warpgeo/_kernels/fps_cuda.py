@@ -1,7 +1,10 @@
 """Farthest point sampling on CUDA (tables marked ``cuda_only``: a CPU warmup never compiles them, a first CUDA
 call compiles the precision it launches; the CPU test suite runs them through Warp's CPU blocks):
 
-* :func:`fps_block` (``FPS_BLOCK``): one block per cloud, a block-wide arg-max per step (small clouds);
+* :func:`fps_strip` (``FPS_STRIP``): one block per cloud, its distances in the lanes' registers, one block
+  reduction per step (small clouds, up to ``STRIP * STRIP_BLOCK_DIM`` points);
+* :func:`fps_block` (``FPS_BLOCK``): one block per cloud, its distances in memory, a block-wide arg-max per
+  step (clouds too large for the strip design, too small for a group);
 * :func:`fps_steps` and :func:`fps_persistent` (``FPS_GRID``): a group of blocks per cloud, the same steps
   separated by kernel boundaries (a launch per step) or by a barrier of the group (one launch, every block
   resident: sized from the device's SMs by ``warpgeo/fps.py``). See "the grid designs" below.
