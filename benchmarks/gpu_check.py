@@ -18,7 +18,11 @@ whole run fits one command: after the ``.gpu/part.00`` call below, ``carry [".gp
 
     eval "$(bash .gpu/unpack 2)" && mkdir -p /tmp/gc && python benchmarks/gpu_check.py --budget 540 --out /tmp/gc/check.md --scratch /tmp/gc/junit > /tmp/gc/check.log 2>&1; cp /tmp/gc/check.* $OUT/; awk '/gpu_check:figures -->/,/[/]gpu_check:figures/' /tmp/gc/check.md
 
-(a start, ~15 s, then 9 minutes: ~12 of the 15; ``--dry-run`` prints the plan here first). Not yet run on a
+(a start, ~15 s, then 9 minutes: ~12 of the 15; ``--dry-run`` prints the plan here first). The arithmetic:
+bench_host 45 s, then the tests at once within 540 - 45 - 330 = 165 s (one after another they took ~290 s
+on the H200: graph 48 + sync 42 + the CUDA half ~200), then >= 330 s of benchmarks (the H200 run's took
+218 s; bench_robot, bench_distance_grid and bench_raycast are new, est. 150 s; a cut falls on the last
+in ``PRIORITY`` order, after issue 49's figures). Not yet run on a
 GPU: the parallel test steps (Warp's kernel cache shared by six processes) are new; if they fail, the
 three-call plan below still works (``--jobs 1``).
 
@@ -187,7 +191,7 @@ EXPECTED_S = {
     "bench_world": 60,
     # issue 49: not yet run on a GPU (estimates)
     "bench_robot": 45,
-    "bench_distance_grid": 45,
+    "bench_distance_grid": 75,
     "bench_raycast": 90,
 }
 MIN_STEP_S = 20.0
@@ -232,11 +236,12 @@ ISSUE_KEYS = {
     "robot_spheres_32k_fwd_bwd_ms": "bench_robot",
     "render_depth_1024x64x64_ms": "bench_raycast",
 }
-#: issue keys a benchmark writes under its own name (``--json``): ``{issue key: the benchmark's key}``; an
-#: issue key written as it is wins. ``grid_cost_1m_x4_fwd_bwd_ms`` has no other name: a benchmark writes it
-#: as it is (the distance grid's sphere cost, 1M spheres x 4 grids, fwd+bwd) or it is absent.
+#: issue keys a benchmark writes under its own name (``--json``): ``{issue key: the benchmark's key}``, taken
+#: in a full run on CUDA only (the benchmarks' full CUDA sizes are the issue's: 1M spheres in
+#: ``world_4grids_fwd_bwd_ms`` on CUDA, the run's count on the CPU); an issue key written as it is wins.
 ALIASES = {
     "depth_fusion_640x480_ms": "fuse_640x480_ms",
+    "grid_cost_1m_x4_fwd_bwd_ms": "world_4grids_fwd_bwd_ms",
     "robot_spheres_32k_fwd_bwd_ms": "robot_spheres_fwd_bwd_b32768_ms",
     "render_depth_1024x64x64_ms": "render_depth_envs1024_64x64_cuda_ms",
 }
@@ -548,7 +553,8 @@ def bench_section(
         later = len(scripts) - i - 1 + after
         rc, output, seconds = run_step(cmd, budget, timeout=bench_timeout(budget, script.stem, later))
         if figures.exists():
-            args.figures.update(with_aliases(json.loads(figures.read_text())))
+            full_cuda = device.type == "cuda" and "--quick" not in cmd
+            args.figures.update(with_aliases(json.loads(figures.read_text()), full_cuda=full_cuda))
             args.write_figures()
         args.bench_status[script.stem] = (
             f"ran {seconds:.0f} s, exit {rc}"
@@ -561,13 +567,13 @@ def bench_section(
     return "\n".join(lines) + "\n"
 
 
-def with_aliases(figures: dict) -> dict:
-    """A benchmark's ``--json`` figures, plus each issue key of :data:`ALIASES` whose source key it wrote
-    (a non-flat or unreadable file gives no figures)."""
+def with_aliases(figures: dict, *, full_cuda: bool) -> dict:
+    """A benchmark's ``--json`` figures, plus (``full_cuda``: a full run on CUDA) each issue key of
+    :data:`ALIASES` whose source key it wrote (a file that is not a flat dict gives no figures)."""
     if not isinstance(figures, dict):
         return {}
     out = dict(figures)
-    for key, source in ALIASES.items():
+    for key, source in ALIASES.items() if full_cuda else ():
         if key not in out and out.get(source) is not None:
             out[key] = out[source]
     return out
