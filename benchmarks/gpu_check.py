@@ -23,7 +23,8 @@ bench_host 45 s, then the tests at once within 540 - 45 - 330 = 165 s (one after
 on the H200: graph 48 + sync 42 + the CUDA half ~200), then >= 330 s of benchmarks (the H200 run's took
 218 s; bench_robot, bench_distance_grid and bench_raycast are new, est. 150 s; a cut falls on the last
 in ``PRIORITY`` order, after issue 49's figures). Not yet run on a
-GPU: the parallel test steps (Warp's kernel cache shared by six processes) are new; if they fail, the
+GPU: the parallel test steps are new (Warp's kernel cache shared by six processes: Warp 1.19 builds a
+module in a directory of its process and renames it into the cache, the first one wins); if they fail, the
 three-call plan below still works (``--jobs 1``).
 
 **The earlier lease plan (issue 36: 15 minutes of device time, a command of at most 10).** The whole check no
