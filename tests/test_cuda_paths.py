@@ -89,7 +89,7 @@ def test_fps_block_kernel_equals_the_cpu_kernels_on_ragged_ties(dtype):
     assert torch.equal(torch.nan_to_num(d_cpu, nan=-1.0), torch.nan_to_num(d_cuda, nan=-1.0))
 
 
-@pytest.mark.parametrize("design", ["strip", "block", "steps", "persistent"])
+@pytest.mark.parametrize("design", ["strip", "strip_held", "block", "steps", "persistent"])
 @pytest.mark.parametrize("sms", [3, 9])  # 3 clouds: one block per cloud, or a group of three
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
 def test_fps_designs_equal_the_cpu_kernels_on_ragged_ties(design, sms, dtype, monkeypatch):
@@ -128,7 +128,7 @@ def test_fps_designs_equal_the_cpu_kernels_on_ragged_ties(design, sms, dtype, mo
     assert (idx_cuda[0, 40:] == -1).all() and (idx_cuda[2] == -1).all() and d_cuda[2].isnan().all()
 
 
-@pytest.mark.parametrize("design", ["strip", "block", "steps", "persistent"])
+@pytest.mark.parametrize("design", ["strip", "strip_held", "block", "steps", "persistent"])
 def test_fps_designs_survive_hostile_values(design, monkeypatch):
     """Value checks off: NaN and inf among the points, lengths and starts out of range never make a grid
     kernel read or write out of bounds (clamped as ``-1`` / defaults are); every index is in ``[-1, N)``."""
@@ -153,7 +153,7 @@ def test_fps_designs_survive_hostile_values(design, monkeypatch):
     assert (got[0] == -1).all()  # a negative length: an empty cloud
 
 
-@pytest.mark.parametrize("design", ["strip", "block", "steps"])
+@pytest.mark.parametrize("design", ["strip", "strip_held", "block", "steps"])
 def test_fps_designs_at_any_float64_scale(design, monkeypatch):
     """A larger random cloud at a subnormal scale and at 1e300: the grid's per-step launches (eight blocks
     a cloud) give the CPU tree kernel's order and distances, bit for bit."""
@@ -184,15 +184,19 @@ def _strip_case(dtype, seed):
     return points, lengths, [64, 100, 40, 30]  # cloud 3: 30 samples of 20 points (-1 padding)
 
 
+@pytest.mark.parametrize("design", [None, "strip_held"])  # None: chosen by size (strip)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("start", ["default", "index", "random"])
-def test_fps_strip_design_equals_the_cpu_kernel_bit_for_bit(dtype, start, monkeypatch):
+def test_fps_strip_design_equals_the_cpu_kernel_bit_for_bit(design, dtype, start, monkeypatch):
     """The strip design (a cloud's distances in one block's registers), chosen by size, against the CPU kernel:
     indices and distances bit for bit, on random clouds, duplicates, a lattice of ties, ragged lengths,
     per-cloud K past a cloud's length, start indices and random starts; and against the float64 brute-force
     reference."""
     from reference import fps_reference
 
+    from warpgeo import fps
+
+    monkeypatch.setattr(fps, "_FORCED_DESIGN", design)
     points, lengths, ks = _strip_case(dtype, seed=11)
     kwargs = {}
     if start == "index":
@@ -208,7 +212,7 @@ def test_fps_strip_design_equals_the_cpu_kernel_bit_for_bit(dtype, start, monkey
         return warpgeo.farthest_point_sampling(points, ks, lengths=lengths, return_distances=True, **kwargs)
 
     (idx_cpu, d_cpu), (idx_cuda, d_cuda) = _both(run)
-    assert any("fps_strip" in k for k in launched), launched
+    assert any(k.endswith(f"fps_{design or 'strip'}") for k in launched), launched
     assert torch.equal(idx_cpu, idx_cuda)
     assert d_cuda.dtype == dtype
     assert torch.equal(d_cpu.nan_to_num(-1.0), d_cuda.nan_to_num(-1.0))

@@ -583,7 +583,7 @@ def test_strip_design_on_cuda(monkeypatch):
     for dtype in (torch.float32, torch.float64):
         cloud = points.to(dtype)
         expected = farthest_point_sampling(cloud, ks, lengths=lengths, return_distances=True)
-        for design in (None, "strip", "block"):
+        for design in (None, "strip", "strip_held", "block"):
             monkeypatch.setattr(fps, "_FORCED_DESIGN", design)
             idx, dist = farthest_point_sampling(
                 cloud.to(cuda), ks.to(cuda), lengths=lengths.to(cuda), return_distances=True

@@ -267,7 +267,8 @@ _BARRIER_TIMEOUT_CYCLES = 1 << 27
 #: GPU (``benchmarks/bench_fps.py --designs`` compares it with ``block``).
 _STRIP_MAX_POINTS = block_kernels.STRIP * block_kernels.STRIP_BLOCK_DIM
 #: The design every CUDA-algorithm call takes, forced (benchmarks, tests): "strip", "block", "steps",
-#: "persistent" ("strip" on a cloud larger than ``_STRIP_MAX_POINTS``: "block");
+#: "persistent", "strip_held" (the strip's A/B variant; either strip on a cloud larger than
+#: ``_STRIP_MAX_POINTS``: "block");
 #: None (the default, or ``WARPGEO_FPS_DESIGN`` unset): chosen by size.
 _FORCED_DESIGN: str | None = os.environ.get("WARPGEO_FPS_DESIGN") or None
 
@@ -295,7 +296,7 @@ def _cuda_design(device: torch.device, batch: int, n: int) -> tuple[str, int]:
             design = "block"
         else:
             design = "persistent" if device.type == "cuda" else "steps"
-    if design == "strip" and n > strip_capacity:  # a cloud the lanes' registers cannot hold
+    if design in ("strip", "strip_held") and n > strip_capacity:  # a cloud the lanes' registers cannot hold
         design = "block"
     if design == "persistent" and batch * groups > sms:  # never more blocks than can be resident together
         groups = max(1, sms // max(batch, 1))
@@ -334,10 +335,12 @@ def _launch_block(args, key, batch, n, max_samples, groups, device) -> None:
     )
 
 
-def _launch_strip(args, key, batch, n, max_samples, groups, device) -> None:
-    """One block per cloud, its distances in the lanes' registers (no workspace)."""
-    table = block_kernels.FPS_STRIP
-    _launch.launch(table[key].fps_strip, batch, device=device, tiled=True, block_dim=table.block_dim, **args)
+def _launch_strip(args, key, batch, n, max_samples, groups, device, *, held=False) -> None:
+    """One block per cloud, its distances in the lanes' registers (no workspace); ``held``: its coordinates
+    too (the A/B variant, ``"strip_held"``)."""
+    table = block_kernels.FPS_STRIP_HELD if held else block_kernels.FPS_STRIP
+    kernel = table[key].fps_strip_held if held else table[key].fps_strip
+    _launch.launch(kernel, batch, device=device, tiled=True, block_dim=table.block_dim, **args)
 
 
 def _grid_workspace(batch: int, n: int, groups: int, device: torch.device, *, zeroed: bool):
@@ -398,6 +401,7 @@ _CUDA_DESIGNS = {
     "steps": _launch_steps,
     "persistent": _launch_persistent,
     "strip": _launch_strip,
+    "strip_held": functools.partial(_launch_strip, held=True),
 }
 
 

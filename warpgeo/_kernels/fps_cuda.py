@@ -2,7 +2,8 @@
 call compiles the precision it launches; the CPU test suite runs them through Warp's CPU blocks):
 
 * :func:`fps_strip` (``FPS_STRIP``): one block per cloud, its distances in the lanes' registers, one block
-  reduction per step (small clouds, up to ``STRIP * STRIP_BLOCK_DIM`` points);
+  reduction per step (small clouds, up to ``STRIP * STRIP_BLOCK_DIM`` points; :func:`fps_strip_held`, its
+  A/B variant, holds the coordinates in registers too);
 * :func:`fps_block` (``FPS_BLOCK``): one block per cloud, its distances in memory, a block-wide arg-max per
   step (clouds too large for the strip design, too small for a group);
 * :func:`fps_steps` and :func:`fps_persistent` (``FPS_GRID``): a group of blocks per cloud, the same steps
@@ -239,6 +240,70 @@ def fps_strip(
 FPS_STRIP = KernelTable(
     f"{__name__}.fps_strip",
     (fps_strip,),
+    TYPES,
+    options={**OPTIONS, "max_unroll": STRIP},
+    block_dim=STRIP_BLOCK_DIM,
+    max_registers=STRIP_MAX_REGISTERS,
+    cuda_only=True,
+)
+
+
+def fps_strip_held(
+    points: wp.array2d(dtype=Any),
+    lengths: wp.array(dtype=wp.int64),
+    num_samples: wp.array(dtype=wp.int64),
+    start: wp.array(dtype=wp.int64),
+    out_index: wp.array2d(dtype=wp.int64),
+    out_dist: wp.array2d(dtype=Any),
+):
+    """:func:`fps_strip` with the lanes' coordinates held in registers too (loaded once, in the points'
+    precision, widened where used): no load a step but the new sample's, at the price of spills (~0.9 KB a
+    lane at 128 registers). The A/B variant of the strip design (forced as ``"strip_held"``)."""
+    b, lane = wp.tid()
+    nthreads = wp.block_dim()
+    n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
+    n = wp.min(n, STRIP * nthreads)
+    k = wp.min(k, n)
+    for s in range(k + lane, out_index.shape[1], nthreads):
+        out_index[b, s] = SENTINEL_INDEX
+        out_dist[b, s] = out_dist.dtype(wp.nan)
+    zero = out_dist.dtype(0.0)
+    xs = wp.vector(zero, length=STRIP)
+    ys = wp.vector(zero, length=STRIP)
+    zs = wp.vector(zero, length=STRIP)
+    ds = wp.vector(CHOSEN, length=STRIP)  # a slot past the cloud's end: never a candidate
+    for j in range(STRIP):
+        i = lane + j * nthreads
+        if i < n:
+            loaded = points[b, i]
+            xs[j] = loaded[0]
+            ys[j] = loaded[1]
+            zs[j] = loaded[2]
+            ds[j] = FAR
+    best = wp.float64(wp.inf)
+    for s in range(k):
+        if lane == 0:
+            out_index[b, s] = wp.int64(cur)
+            out_dist[b, s] = out_dist.dtype(wp.sqrt(best))
+        p = wp.vec3d(points[b, cur])
+        my_best = CHOSEN
+        my_index = NO_POINT
+        for j in range(STRIP):
+            i = lane + j * nthreads
+            q = wp.vec3d(wp.float64(xs[j]), wp.float64(ys[j]), wp.float64(zs[j]))
+            d = strip_fold(ds[j], q, p, i, cur)
+            ds[j] = d
+            if d > my_best:  # ascending indices, a strict '>': the lowest index among equal distances
+                my_best = d
+                my_index = i
+        best, cur = block_best(my_best, my_index)
+        cur = valid_sample(cur, n)
+
+
+#: ``FPS_STRIP_HELD[precision].fps_strip_held``: the strip design's A/B variant, launched as ``FPS_STRIP``.
+FPS_STRIP_HELD = KernelTable(
+    f"{__name__}.fps_strip_held",
+    (fps_strip_held,),
     TYPES,
     options={**OPTIONS, "max_unroll": STRIP},
     block_dim=STRIP_BLOCK_DIM,
