@@ -193,13 +193,16 @@ def check_values(x, name: str, env_index, num_envs: int, params, ids_changed, ex
         parts.extend((params.amin(), params.amax()))
     if ids_changed is not None:
         parts.append(ids_changed)
-    parts.extend(value for value, _ in extra)
+    if extra:
+        parts.extend(value for value, _ in extra)
     if x.device.type == "cpu":
         values = [v.item() for v in parts]
     else:
         values = torch.stack([v.to(torch.float64) for v in parts]).tolist()
-    own = values[len(values) - len(extra) :]
-    del values[len(values) - len(extra) :]
+    own = ()
+    if extra:
+        own = values[len(values) - len(extra) :]
+        del values[len(values) - len(extra) :]
     if ids_changed is not None and values.pop():
         refuse_changed_mesh_ids()
     if not math.isfinite(values[0]) and not bool(torch.isfinite(x).all()):
@@ -212,8 +215,9 @@ def check_values(x, name: str, env_index, num_envs: int, params, ids_changed, ex
         raise ValueError(
             f"activation_distance and weight must be finite and >= 0; got {params.tolist()} (eta, weight)"
         )
-    for (_, check), value in zip(extra, own, strict=True):
-        check(value)
+    if extra:
+        for (_, check), value in zip(extra, own, strict=True):
+            check(value)
 
 
 def prepare_launch(x, name: str, env_index, world, params, extra=None) -> torch.Tensor:
