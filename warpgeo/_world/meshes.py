@@ -59,8 +59,8 @@ def _position_hash(vertices: np.ndarray, seed: np.uint64) -> np.ndarray:
 def _build_meshes(
     arrays: list[tuple[np.ndarray, np.ndarray, bool, str]], device: torch.device
 ) -> list[tuple]:
-    """``(Warp mesh, may be closed, its edges may pair up, edge pairs or None)`` of each new mesh ``(vertices,
-    faces, winding, where)`` (may be closed: its edges may pair up and it has no sliver; see
+    """``(Warp mesh, may be closed, its edges may pair up, edge pairs or None, has slivers)`` of each new mesh
+    ``(vertices, faces, winding, where)`` (may be closed: its edges may pair up and it has no sliver; see
     :func:`_face_checks`): the per-face checks of all of them in one launch (:func:`face_checks`), then their
     BVHs (on the CPU in runs of meshes on threads, :func:`_in_chunks`: Warp builds a host BVH with the GIL
     released) and, side by side with them where they leave a core free (from :data:`_CHUNK_FACES` faces),
@@ -134,7 +134,8 @@ def _build_meshes(
         for j, k in enumerate(closable):
             pairs[k] = _Pairing(pairing, j)
     return [
-        (mesh, slivers[k] == 0 and pairs_up[k], bool(pairs_up[k]), pairs[k]) for k, mesh in enumerate(built)
+        (mesh, slivers[k] == 0 and pairs_up[k], bool(pairs_up[k]), pairs[k], bool(slivers[k] > 0))
+        for k, mesh in enumerate(built)
     ]
 
 
@@ -210,7 +211,7 @@ class _MeshSpec:
     whether it is a cuboid, and whether it may be closed (no sliver, and its directed edges may pair up:
     :func:`_face_checks`)."""
 
-    __slots__ = ("box", "cuboid", "faces", "may_be_closed", "mesh", "method", "pairs", "vertices")
+    __slots__ = ("box", "cuboid", "faces", "may_be_closed", "mesh", "method", "pairs", "slivers", "vertices")
 
     def __init__(
         self,
@@ -220,8 +221,11 @@ class _MeshSpec:
         may_close: bool,
         method: str,
         pairs: np.ndarray | None,
+        slivers: bool = False,
     ) -> None:
         self.mesh, self.vertices, self.faces, self.method = mesh, vertices, faces, method
+        # some faces are slivers Warp's closest-point queries skip (FLAG_SLIVERS): no grid, never closed
+        self.slivers = slivers
         self.box = _box_of(vertices)
         self.cuboid = _is_cuboid(vertices, faces, self.box)
         self.may_be_closed = may_close and not self.cuboid
@@ -232,7 +236,12 @@ class _MeshSpec:
     @property
     def pending_flags(self) -> int:
         """``grid_flags`` of its slots while its tables are built on the background thread."""
-        return _constants.FLAG_PENDING if self.may_be_closed else 0
+        return self.flags | (_constants.FLAG_PENDING if self.may_be_closed else 0)
+
+    @property
+    def flags(self) -> int:
+        """The ``grid_flags`` bits of the mesh itself, whatever its tables: ``FLAG_SLIVERS``."""
+        return _constants.FLAG_SLIVERS if self.slivers else 0
 
 
 def _box_of(vertices: np.ndarray) -> np.ndarray:

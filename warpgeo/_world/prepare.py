@@ -142,7 +142,13 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     )
     specs = [
         _meshes._MeshSpec(
-            built_meshes[i][0], arrays[i][0], arrays[i][1], built_meshes[i][1], method, built_meshes[i][3]
+            built_meshes[i][0],
+            arrays[i][0],
+            arrays[i][1],
+            built_meshes[i][1],
+            method,
+            built_meshes[i][3],
+            slivers=built_meshes[i][4],
         )
         for i, method in job_meshes
     ]

@@ -124,6 +124,7 @@ def build_tables(specs: list[_meshes._MeshSpec], device: torch.device, *, alive:
             k
             for k, spec in enumerate(specs)
             if not spec.cuboid
+            and not spec.slivers  # its grid would be Warp's distances, which skip the slivers
             and (closed[k] or spec.method == "unsigned")
             and ((spec.box[1] - spec.box[0]).astype(np.float64) > 0).all()
         ]
@@ -149,7 +150,7 @@ def build_tables(specs: list[_meshes._MeshSpec], device: torch.device, *, alive:
             out.append(_Built(spec.box, flags, (0, 0, 0), _empty(device), None, None))
             continue
         dims, values = grids.get(k, ((0, 0, 0), _empty(device)))
-        flags = _constants.FLAG_CLOSED if closed[k] else 0
+        flags = (_constants.FLAG_CLOSED if closed[k] else 0) | spec.flags
         out.append(_Built(spec.box, flags, dims, values, topology[k], trees[k]))
     return out
 
