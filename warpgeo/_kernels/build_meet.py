@@ -28,7 +28,7 @@ def is_corner(j: wp.int32, i0: wp.int32, i1: wp.int32, i2: wp.int32):
 #: Relative error bound of a float64 orientation determinant of float64 points, against the sum of the
 #: magnitudes of its terms (Shewchuk's filter ``(7 + 56 eps) eps`` for 3 x 3, ``(3 + 16 eps) eps`` for 2 x 2,
 #: eps = 2**-53, the differences of the coordinates included), rounded up generously.
-ORIENT_ERROR = wp.constant(wp.float64(1.0e-14))
+ORIENT_ERROR = wp.constant(wp.float64(1.0e-15))
 
 
 @wp.func
