@@ -447,7 +447,10 @@ def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: 
     c = wp.vec3d()
     closest = wp.vec3d()
     feature = FEATURE_FACE
-    if face < 0 and closed and sign != SIGN_UNSIGNED:
+    # The same for a "normal" mesh whose edges pair up but that is not known to be closed: its pseudo-normal
+    # tables are built all the same (the side "normal" names), and Warp's own normal sign is not exact.
+    topo = world.topo_offsets[e, m]
+    if face < 0 and sign != SIGN_UNSIGNED and (closed or (sign == SIGN_NORMAL and topo[0] >= 0)):
         radius = padded(search32)
         if slack < UNBOUNDED:
             radius = padded(wp.abs(s) + slack)
@@ -463,9 +466,7 @@ def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: 
         c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
         closest, feature = closest_point_on_triangle(pd, a, b, c)
         if by_face:
-            known, inside = pseudo_normal_side(
-                world, mesh, face, feature, pd - closest, a, b, c, world.topo_offsets[e, m]
-            )
+            known, inside = pseudo_normal_side(world, mesh, face, feature, pd - closest, a, b, c, topo)
             if not known:
                 face = -1
                 by_face = False
