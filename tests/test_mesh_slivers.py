@@ -97,14 +97,41 @@ def _check_rod(radius, length, sections, slivers, heights, method):
     np.testing.assert_allclose(got, want, rtol=0, atol=tol)
 
 
-def test_a_sphere_overlapping_the_cable_costs():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_sphere_overlapping_the_cable_costs(dtype):
     radius, length = 0.0005, 10.0
     world = warpgeo.MeshWorld([_rod(radius, length, 256)])
     assert world.wait_tables(timeout=60)
     # a 3 mm sphere 1 mm from the axis at the middle: it overlaps the cable by 3 - (1 - 0.5) = 2.5 mm
-    spheres = torch.tensor([[0.001, 0.0, 5.0, 0.003], [0.0, 0.02, 5.0, 0.003]], dtype=torch.float64)
-    cost = warpgeo.sphere_mesh_cost(spheres, world).numpy()
-    np.testing.assert_allclose(cost, [0.0025, 0.0], rtol=0, atol=1e-7)
+    spheres = torch.tensor([[0.001, 0.0, 5.0, 0.003], [0.0, 0.02, 5.0, 0.003]], dtype=dtype)
+    cost = warpgeo.sphere_mesh_cost(spheres, world).double().numpy()
+    np.testing.assert_allclose(cost, [0.0025, 0.0], rtol=0, atol=1e-6)
+
+
+def test_degenerate_faces_of_a_mesh_are_skipped_and_slivers_that_matter_are_not():
+    """A zero-area face on an edge of a closed mesh (its longest edge is that edge) costs nothing to skip: no
+    FLAG_SLIVERS, the answers of the mesh without it. The cable's slivers matter: FLAG_SLIVERS."""
+    from warpgeo import _constants
+
+    sphere = trimesh.creation.icosphere(subdivisions=2)
+    v = np.asarray(sphere.vertices, dtype=np.float32)
+    f = np.asarray(sphere.faces, dtype=np.int32)
+    a, b = f[0, 0], f[0, 1]
+    mid = (v[a].astype(np.float64) + v[b]) / 2  # on the edge ab, up to float32 rounding
+    v2 = np.concatenate([v, mid[None].astype(np.float32)])
+    f2 = np.concatenate([f, [[a, len(v), b]]]).astype(np.int32)
+    assert _warp_skips(v2, f2)[-1]
+    plain, degenerate, cable = (
+        warpgeo.MeshWorld([mesh]) for mesh in ((v, f), (v2, f2), _rod(0.0005, 10.0, 256))
+    )
+    flags = [int(w._tables["grid_flags"][0, 0]) & _constants.FLAG_SLIVERS for w in (plain, degenerate, cable)]
+    assert flags == [0, 0, _constants.FLAG_SLIVERS]
+    points = torch.tensor(np.random.default_rng(1).uniform(-1.5, 1.5, (300, 3)))
+    np.testing.assert_allclose(
+        warpgeo.signed_distance(points, degenerate).numpy(),
+        warpgeo.signed_distance(points, plain).numpy(),
+        atol=1e-6,
+    )
 
 
 def _inside_cone(points: np.ndarray, radius: float, height: float) -> np.ndarray:
@@ -132,7 +159,9 @@ def test_normal_sign_of_a_fine_cone_that_is_not_closed():
     got = warpgeo.signed_distance(torch.tensor(points), world).numpy()
     inside = _inside_cone(points, radius, height)
     assert ((got < 0) == inside).all(), np.flatnonzero((got < 0) != inside)
-    assert (np.abs(got) <= 4e-4 + 1e-7).all()  # no farther than the point it was offset from (float32 corners)
+    assert (
+        np.abs(got) <= 4e-4 + 1e-7
+    ).all()  # no farther than the point it was offset from (float32 corners)
 
 
 def _orient(a, b, c, d) -> int:

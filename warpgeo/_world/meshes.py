@@ -134,9 +134,63 @@ def _build_meshes(
         for j, k in enumerate(closable):
             pairs[k] = _Pairing(pairing, j)
     return [
-        (mesh, slivers[k] == 0 and pairs_up[k], bool(pairs_up[k]), pairs[k], bool(slivers[k] > 0))
+        (
+            mesh,
+            slivers[k] == 0 and pairs_up[k],
+            bool(pairs_up[k]),
+            pairs[k],
+            bool(slivers[k] > 0) and slivers_matter(*arrays[k][:2]),
+        )
         for k, mesh in enumerate(built)
     ]
+
+
+def slivers_matter(vertices: np.ndarray, faces: np.ndarray) -> bool:
+    """Whether skipping a mesh's slivers (the faces Warp's closest-point queries skip) could move a distance by
+    more than a few float32 roundings of its vertices: False where every sliver's longest edge is an edge of a
+    face that is no sliver and its height onto that edge is at most ``2**-22`` of the mesh's largest
+    coordinate (every point of a triangle lies within that height of its longest edge): a degenerate face
+    of a mesh, which costs nothing to skip. Else the mesh gets ``FLAG_SLIVERS`` (its queries look at every
+    face). NumPy, for meshes with slivers only; a face counts as a sliver here from twice Warp's threshold
+    (float32 rounding may differ), as a face that is no sliver only above it."""
+    v = np.asarray(vertices, dtype=np.float32)
+    p, q, r = (v[faces[:, k]] for k in range(3))
+    e0, e1, e2 = q - p, r - p, r - q
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        ratio = np.linalg.norm(np.cross(e0, e1), axis=1) / (
+            (e0 * e0).sum(1) + (e1 * e1).sum(1) + (e2 * e2).sum(1)
+        )
+    thin = ~(ratio >= 2 * _SLIVER_RATIO)
+    if not thin.any():
+        return False
+    solid = faces[~thin].astype(np.int64)
+    n = np.int64(len(v))
+    edges = np.concatenate(
+        [
+            np.minimum(solid[:, i], solid[:, (i + 1) % 3]) * n
+            + np.maximum(solid[:, i], solid[:, (i + 1) % 3])
+            for i in range(3)
+        ]
+    )
+    mine = faces[thin].astype(np.int64)
+    a, b, c = (v[mine[:, k]].astype(np.float64) for k in range(3))
+    lengths = np.stack(
+        [np.linalg.norm(b - a, axis=1), np.linalg.norm(c - b, axis=1), np.linalg.norm(a - c, axis=1)], 1
+    )
+    longest = lengths.argmax(axis=1)
+    span = lengths.max(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        height = np.where(span > 0, np.linalg.norm(np.cross(b - a, c - a), axis=1) / span, 0.0)
+    rows = np.arange(len(mine))
+    i, j = mine[rows, longest], mine[rows, (longest + 1) % 3]
+    shared = np.isin(np.minimum(i, j) * n + np.maximum(i, j), edges)
+    shared |= (span == 0) & np.isin(i, solid)  # all three corners at one point: a vertex of a face
+    covered = shared & (height <= 2.0**-22 * float(np.abs(v).max()))
+    return not bool(covered.all())
+
+
+#: Warp's sliver threshold (``warpgeo._kernels.build_checks.SLIVER_RATIO``).
+_SLIVER_RATIO = 1.0e-6
 
 
 #: A mesh's edge pairs not looked for yet (:func:`build_tables` does).
