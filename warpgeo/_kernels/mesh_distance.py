@@ -504,6 +504,11 @@ def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: 
             radius = wp.min(radius, padded(float(best)))
             if inside:  # deep inside: as far as Warp's pick, whatever the search radius
                 radius = padded(float(best))
+        elif sign != SIGN_UNSIGNED:
+            # every face is a sliver (Warp's query finds none): the side from rays, and inside, every face
+            inside = ray_vote_inside(mesh, p32)
+            if inside:
+                radius = float(UNBOUNDED)
         face, best = nearest_in_box(mesh, pd, p32, radius, face, best)
         if face < 0:
             return False, zero, type(p)()

@@ -85,11 +85,11 @@ def _build_meshes(
         slivers, pairs_up = _face_checks(points, indices, vertex_rows, face_rows, device)
         slivers[cuboid] = 0
         pairs_up[cuboid] = True
-    for k, (_, faces, _, where) in enumerate(arrays):
-        if slivers[k] == len(faces):
+    for k, (vertices, faces, _, where) in enumerate(arrays):
+        if slivers[k] == len(faces) and not _has_area(vertices, faces):
             raise ValueError(
-                f"{where}: every face has zero area (or is a sliver Warp's queries skip), so the mesh "
-                f"has no surface to measure; got {len(faces)} degenerate faces"
+                f"{where}: every face has zero area, so the mesh has no surface to measure; got {len(faces)} "
+                "degenerate faces"
             )
 
     # the edge pairs of the meshes that may be closed (NumPy) on a thread of their own, side by side with the
@@ -187,6 +187,14 @@ def slivers_matter(vertices: np.ndarray, faces: np.ndarray) -> bool:
     shared |= (span == 0) & np.isin(i, solid)  # all three corners at one point: a vertex of a face
     covered = shared & (height <= 2.0**-22 * float(np.abs(v).max()))
     return not bool(covered.all())
+
+
+def _has_area(vertices: np.ndarray, faces: np.ndarray) -> bool:
+    """Whether some face of a mesh whose every face is a sliver has an area (float64, of its float32
+    corners): then it is measured (``FLAG_SLIVERS``), else refused."""
+    v = np.asarray(vertices, dtype=np.float32).astype(np.float64)
+    p, q, r = (v[faces[:, k]] for k in range(3))
+    return bool((np.abs(np.cross(q - p, r - p)).max(axis=1) > 0).any())
 
 
 #: Warp's sliver threshold (``warpgeo._kernels.build_checks.SLIVER_RATIO``).
