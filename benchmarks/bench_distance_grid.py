@@ -14,19 +14,33 @@
   reported too. Times: medians after warm-up; ratios are warpgeo / peer (< 1: warpgeo faster).
 * Query: ``DistanceGrid.query`` of 1M points in a 128^3 grid, forward and forward + backward, against SciPy's
   ``ndimage.map_coordinates(order=1)`` (the same trilinear values, no gradient).
+* World (``--part world``): ``sphere_mesh_cost`` of 100k spheres against a 327,680-face torus as a mesh entry
+  (its tables built: ``wait_tables``) and as a ``DistanceGrid.from_mesh`` entry at 1 cm, spheres/s of each.
+  Goal (issue 46): the grid >= 3x the mesh's spheres/s. Then 1M spheres (CUDA; the run's count on the CPU)
+  against 4 posed copies of that grid, forward + backward (goal on an H100 / H200: <= 0.5 ms).
 
 ``--json PATH`` writes ``{key: ms}``: ``edt_n256_ms``, ``scipy_edt_n256_ms``, ``fuse_640x480_ms``,
 ``esdf_201_ms``, ``open3d_integrate_ms``, ``open3d_touch_integrate_ms``, ``query_1m_fwd_ms``,
-``query_1m_fwd_bwd_ms``, ``scipy_map_coordinates_1m_ms`` (sizes as run).
+``query_1m_fwd_bwd_ms``, ``scipy_map_coordinates_1m_ms``, ``world_mesh_cost_ms``, ``world_grid_cost_ms``,
+``world_4grids_fwd_bwd_ms`` (sizes as run).
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 import numpy as np
 import torch
-from _common import add_size_arguments, fill_sizes, import_peer, print_header, timeit, write_figures
+from _common import (
+    add_size_arguments,
+    device_time,
+    fill_sizes,
+    import_peer,
+    print_header,
+    timeit,
+    write_figures,
+)
 
 from warpgeo.distance_grid import DepthFusion, DistanceGrid
 
@@ -209,6 +223,65 @@ def bench_query(points: int, n: int, device: str, repeat: int) -> None:
     FIGURES[f"scipy_map_coordinates_{key}_ms"] = t_scipy * 1e3
 
 
+def bench_world_grid(spheres: int, voxel: float, device: str, repeat: int) -> None:
+    """Sphere cost against a 327,680-face torus as a mesh entry and as a DistanceGrid entry made from it."""
+    import trimesh
+
+    import warpgeo
+
+    mesh = trimesh.creation.torus(major_radius=0.3, minor_radius=0.1, major_sections=640, minor_sections=256)
+    print(f"\nsphere cost, {spheres} spheres (r 1-5 cm, eta 2 cm): a {len(mesh.faces)}-face torus as a mesh")
+    print(f"entry vs a DistanceGrid.from_mesh entry at {voxel * 100:g} cm (float32, forward)")
+    mesh_world = warpgeo.MeshWorld([mesh], device=device)
+    mesh_world.wait_tables()
+    start = time.perf_counter()
+    grid = DistanceGrid.from_mesh(mesh, voxel, device=device)
+    built = time.perf_counter() - start
+    grid_world = warpgeo.MeshWorld([grid], device=device)
+    gen = torch.Generator().manual_seed(0)
+    lo = torch.tensor([-0.45, -0.45, -0.15])
+    centres = lo + torch.rand(spheres, 3, generator=gen) * torch.tensor([0.9, 0.9, 0.3])
+    radii = 0.01 + 0.04 * torch.rand(spheres, 1, generator=gen)
+    balls = torch.cat([centres, radii], -1).to(device)
+    with warpgeo.value_checks(False):
+        t_mesh = timeit(
+            lambda: warpgeo.sphere_mesh_cost(balls, mesh_world, activation_distance=0.02),
+            device,
+            repeat=repeat,
+        )
+        t_grid = timeit(
+            lambda: warpgeo.sphere_mesh_cost(balls, grid_world, activation_distance=0.02),
+            device,
+            repeat=repeat,
+        )
+    print(f"  grid {tuple(grid.shape)} built from the mesh in {built:.2f} s")
+    print(f"  mesh entry   {t_mesh * 1e3:10.2f} ms  {spheres / t_mesh / 1e6:8.2f} M spheres/s")
+    print(f"  grid entry   {t_grid * 1e3:10.2f} ms  {spheres / t_grid / 1e6:8.2f} M spheres/s")
+    print(f"  speed-up grid / mesh (goal >= 3x)  {t_mesh / t_grid:6.1f}x")
+    FIGURES["world_mesh_cost_ms"] = t_mesh * 1e3
+    FIGURES["world_grid_cost_ms"] = t_grid * 1e3
+
+    # issue 46's GPU bar: 1M spheres x 4 grid entries, forward + backward (<= 0.5 ms on an H100 / H200)
+    many = 1_000_000 if str(device).startswith("cuda") else spheres
+    poses = [[0.9 * (k % 2), 0.9 * (k // 2), 0.0, 1.0, 0.0, 0.0, 0.0] for k in range(4)]
+    four = warpgeo.MeshWorld([grid] * 4, poses=poses, device=device)
+    centres = torch.rand(many, 3, generator=gen) * torch.tensor([1.8, 1.8, 0.3]) - torch.tensor(
+        [0.45, 0.45, 0.15]
+    )
+    leaf = (
+        torch.cat([centres, 0.01 + 0.04 * torch.rand(many, 1, generator=gen)], -1).to(device).requires_grad_()
+    )
+
+    def fwd_bwd():
+        leaf.grad = None
+        warpgeo.sphere_mesh_cost(leaf, four, activation_distance=0.02).sum().backward()
+
+    with warpgeo.value_checks(False):
+        t_four = device_time(fwd_bwd, device, repeat=repeat)
+    print(f"  {many} spheres x 4 grid entries, fwd+bwd: {t_four * 1e3:.3f} ms (GPU goal: <= 0.5 ms at 1M)")
+    FIGURES["world_4grids_fwd_bwd_ms"] = t_four * 1e3
+
+
 def _rotation(q: np.ndarray) -> list[list[float]]:
     w, x, y, z = q / np.linalg.norm(q)
     return [
@@ -226,15 +299,23 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=None, help="EDT grid size per axis")
     parser.add_argument("--repeat", type=int, default=None)
     parser.add_argument("--json", default=None, help="write the figures (ms) to this file")
+    parser.add_argument(
+        "--part", choices=("all", "edt", "fusion", "query", "world"), default="all", help="run one part only"
+    )
     args = parser.parse_args()
     fill_sizes(args, n=(256, 96), repeat=(3, 2))
     print_header(args.device)
-    bench_edt(args.n, args.device, args.repeat)
-    if args.quick:
-        bench_fusion(2.0, 0.02, 240, 320, args.device, args.repeat)
-    else:
-        bench_fusion(2.0, 0.01, 480, 640, args.device, args.repeat)
-    bench_query(100_000 if args.quick else 1_000_000, 128, args.device, args.repeat)
+    if args.part in ("all", "edt"):
+        bench_edt(args.n, args.device, args.repeat)
+    if args.part in ("all", "fusion"):
+        if args.quick:
+            bench_fusion(2.0, 0.02, 240, 320, args.device, args.repeat)
+        else:
+            bench_fusion(2.0, 0.01, 480, 640, args.device, args.repeat)
+    if args.part in ("all", "query"):
+        bench_query(100_000 if args.quick else 1_000_000, 128, args.device, args.repeat)
+    if args.part in ("all", "world"):
+        bench_world_grid(10_000 if args.quick else 100_000, 0.01, args.device, args.repeat)
     write_figures(args.json, FIGURES)
 
 

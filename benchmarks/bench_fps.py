@@ -7,7 +7,10 @@
         --designs --no-numpy --no-torch-loop --json $OUT/fps.json      # what gpu_check runs on a GPU
 
 ``--designs`` times each of warpgeo's CUDA designs, forced (``warpgeo.fps._FORCED_DESIGN``), in the same
-run: ``block`` (one block per cloud), ``steps`` (a group of blocks per cloud, a launch per step; also
+run: ``strip`` (one block per cloud, its distances in the lanes' registers; clouds of at most 8192 points, the
+many-small-clouds case ``32x8192x512`` of issue 49, where torch-fps is the peer to beat; ``strip held``: its
+variant with the coordinates in registers too), ``block`` (one block
+per cloud, the cloud read from memory each step), ``steps`` (a group of blocks per cloud, a launch per step; also
 replayed from a CUDA graph), ``persistent`` (the same steps in one launch, a group barrier between two), and
 the design the size chooses (``auto``); each one's indices are checked against auto's. On the CPU it runs
 CUDA's algorithms on CPU tensors (a smoke test of the flow: Warp's CPU blocks, not a timing). ``--json``
@@ -310,7 +313,14 @@ def forced_design(design: str | None, device: torch.device):
 
 
 #: The designs ``--designs`` times (None: the one the size chooses), by row name.
-DESIGNS = {"auto": None, "block": "block", "steps": "steps", "persistent": "persistent"}
+DESIGNS = {
+    "auto": None,
+    "strip": "strip",
+    "strip held": "strip_held",
+    "block": "block",
+    "steps": "steps",
+    "persistent": "persistent",
+}
 
 
 def time_designs(
@@ -325,6 +335,8 @@ def time_designs(
     auto = None
     with warpgeo.value_checks(False):
         for row, design in DESIGNS.items():
+            if design in ("strip", "strip_held") and points.shape[1] > fps._STRIP_MAX_POINTS:
+                continue  # a cloud the registers cannot hold: forced, it would run the block design again
             with forced_design(design, device):
                 if row == "auto":
                     print(

@@ -7,8 +7,28 @@
     python benchmarks/gpu_check.py --only tests --shard 1/2 --out $OUT/tests1.md   # a suite too long for one
     python benchmarks/gpu_check.py --merge tests.md bench.md --out benchmarks/results/<date>-<gpu>.md
     python benchmarks/gpu_check.py --device cpu --quick --out /tmp/cpu-check.md   # the flow, on the CPU
+    python benchmarks/gpu_check.py --dry-run               # the plan: steps, commands, keys; runs nothing
 
-**The lease plan (issue 36: 15 minutes of device time, a command of at most 10).** The whole check no longer
+**The lease plan of issue 49 (one call for everything).** The tests' steps run at once (``--jobs 4``, the
+default on CUDA: the graph-replay and sync checks and the CUDA half in four parts of about equal size, six
+processes on the GPU machine's 16 cores, each reported on its own line, ``full_suite`` their sum), within the
+budget less ``--bench-reserve`` (330 s); the benchmarks then run one at a time (timings undisturbed). So a
+whole run fits one command: after the ``.gpu/part.00`` call below, ``carry [".gpu/part.01", ".gpu/unpack",
+".peers/curobo"]``, ``timeout_s 580``::
+
+    eval "$(bash .gpu/unpack 2)" && mkdir -p /tmp/gc && python benchmarks/gpu_check.py --budget 540 --out /tmp/gc/check.md --scratch /tmp/gc/junit > /tmp/gc/check.log 2>&1; cp /tmp/gc/check.* $OUT/; awk '/gpu_check:figures -->/,/[/]gpu_check:figures/' /tmp/gc/check.md
+
+(a start, ~15 s, then 9 minutes: ~12 of the 15; ``--dry-run`` prints the plan here first). The arithmetic:
+bench_host 45 s, then the tests at once within 540 - 45 - 330 = 165 s (one after another they took ~290 s
+on the H200: graph 48 + sync 42 + the CUDA half ~200), then >= 330 s of benchmarks (the H200 run's took
+218 s; bench_robot, bench_distance_grid and bench_raycast are new, est. 150 s; a cut falls on the last
+in ``PRIORITY`` order, after issue 49's figures). Not yet run on a
+GPU: the parallel test steps are new (Warp's kernel cache shared by six processes: Warp 1.19 builds a
+module in a directory of its process and renames it into the cache, the first one wins); if they fail, the
+three-call plan below still works (``--jobs 1``).
+
+**The earlier lease plan (issue 36: 15 minutes of device time, a command of at most 10).** The whole check no
+longer
 fits one command: on the H200 of 2026-11-26 the tests needed ~330 s (the CUDA half alone ~230 s with an
 empty Warp cache) and the benchmarks ~300 s. Before the lease, here (no device time): ``../shared/gpu/pack``
 (``.gpu/part.00``, ``.gpu/part.01``, ``.gpu/unpack``: warp-lang, trimesh, rtree, pyyaml, torch-fps for Python
@@ -110,6 +130,7 @@ from pathlib import Path
 
 import torch
 from _common import device_name, version
+from _gpu_steps import balanced, run_together
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = ROOT / "benchmarks"
@@ -147,6 +168,9 @@ PRIORITY = (
     "bench_fps",
     "bench_curobo_call",
     "bench_neighbors",
+    "bench_robot",
+    "bench_distance_grid",
+    "bench_raycast",
     "bench_chamfer",
     "bench_gather",
     "bench_self_collision",
@@ -167,6 +191,10 @@ EXPECTED_S = {
     "bench_sdf": 40,
     "bench_overhead": 20,
     "bench_world": 60,
+    # issue 49: not yet run on a GPU (estimates)
+    "bench_robot": 45,
+    "bench_distance_grid": 75,
+    "bench_raycast": 90,
 }
 MIN_STEP_S = 20.0
 #: benchmarks that write a flat ``{figure: value}`` with ``--json``: their figures go into the results JSON
@@ -180,6 +208,9 @@ JSON_FIGURES = (
     "bench_chamfer",
     "bench_gather",
     "bench_curobo_call",
+    "bench_robot",
+    "bench_distance_grid",
+    "bench_raycast",
 )
 #: issue 36's figures and the benchmark that measures each (full sizes on CUDA: ``--quick`` writes keys
 #: naming its own sizes instead); the .md lists each, with its value or why it is absent
@@ -200,6 +231,21 @@ ISSUE_KEYS = {
     "curobo_call_us": "bench_curobo_call",
     "warpgeo_call_us": "bench_curobo_call",
     "curobo_call_ratio": "bench_curobo_call",
+    # issue 49's keys (a script not in benchmarks/ yet is reported absent, never an error)
+    "torch_fps_b32_n8192_k512_ms": "bench_fps",
+    "depth_fusion_640x480_ms": "bench_distance_grid",
+    "grid_cost_1m_x4_fwd_bwd_ms": "bench_distance_grid",
+    "robot_spheres_32k_fwd_bwd_ms": "bench_robot",
+    "render_depth_1024x64x64_ms": "bench_raycast",
+}
+#: issue keys a benchmark writes under its own name (``--json``): ``{issue key: the benchmark's key}``, taken
+#: in a full run on CUDA only (the benchmarks' full CUDA sizes are the issue's: 1M spheres in
+#: ``world_4grids_fwd_bwd_ms`` on CUDA, the run's count on the CPU); an issue key written as it is wins.
+ALIASES = {
+    "depth_fusion_640x480_ms": "fuse_640x480_ms",
+    "grid_cost_1m_x4_fwd_bwd_ms": "world_4grids_fwd_bwd_ms",
+    "robot_spheres_32k_fwd_bwd_ms": "robot_spheres_fwd_bwd_b32768_ms",
+    "render_depth_1024x64x64_ms": "render_depth_envs1024_64x64_cuda_ms",
 }
 _SECTION = re.compile(r"<!-- gpu_check:(\w+) -->\n(.*?)<!-- /gpu_check:\1 -->\n", re.S)
 
@@ -284,7 +330,7 @@ def summary_counts(summary: str) -> dict[str, int] | None:
     """``{passed, failed, skipped, errors}`` of a pytest summary line (``3 failed, 5 passed, 2 skipped in
     3.1s``; absent outcomes 0), or None when ``summary`` is not one."""
     pairs = re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", summary)
-    if not pairs and "no tests ran" not in summary:
+    if not pairs and not re.search(r"\bno tests ran\b|\bdeselected\b", summary):  # all deselected: zeros
         return None
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     for number, outcome in pairs:
@@ -329,7 +375,8 @@ def failures(output: str, limit: int = 40) -> list[str]:
 
 
 def suite_files(shard: tuple[int, int] | None) -> list[str]:
-    """The suite's test files other than the graph and sync checks; with ``shard=(k, n)`` the k-th of n."""
+    """The suite's test files other than the graph and sync checks; with ``shard=(k, n)`` the k-th of n
+    parts of about equal size (:func:`balanced`)."""
     files = sorted(
         str(path.relative_to(ROOT))
         for path in TESTS.glob("test_*.py")
@@ -338,52 +385,71 @@ def suite_files(shard: tuple[int, int] | None) -> list[str]:
     if shard is None:
         return files
     k, n = shard
-    return files[k - 1 :: n]
+    return balanced(files, n)[k - 1]
 
 
-def tests_section(args: argparse.Namespace, device: torch.device, budget: Budget, report) -> str:
+def test_steps(args: argparse.Namespace, device: torch.device) -> list[tuple[str, list[str]]]:
+    """The tests' steps: ``(name, pytest selection)`` each."""
     steps = []
     if args.shard is None or args.shard[0] == 1:
         steps += [("graph-replay check", [GRAPH_TESTS]), ("sync check", [SYNC_TESTS])]
     if args.quick and device.type == "cpu":
         steps.append(("codegen (CUDA through NVRTC)", [CODEGEN_TESTS]))
     else:
-        rest = suite_files(args.shard)
-        if (
-            device.type == "cuda"
-        ):  # the CPU halves are CI's; test_cuda_paths runs CUDA's algorithms on the CPU
-            rest = [f for f in rest if f != CODEGEN_TESTS] + ["-k", "cuda and not test_cuda_paths"]
-        elif args.quick:
-            rest += ["-k", "cuda or codegen"]
-        name = "test suite" + (" (CUDA-parametrised and CUDA-only tests)" if device.type == "cuda" else "")
-        if args.shard is not None:
-            name += f", part {args.shard[0]} of {args.shard[1]}"
-        steps.append((name, rest))
+        # --jobs J (no --shard): the suite in J parts, run at once beside the graph and sync checks
+        shards = [args.shard] if args.shard is not None or args.jobs <= 1 else None
+        if shards is None:
+            shards = [(k, args.jobs) for k in range(1, args.jobs + 1)]
+        for shard in shards:
+            rest = suite_files(shard)
+            if (
+                device.type == "cuda"
+            ):  # the CPU halves are CI's; test_cuda_paths runs CUDA's algorithms on the CPU
+                rest = [f for f in rest if f != CODEGEN_TESTS] + ["-k", "cuda and not test_cuda_paths"]
+            elif args.quick:
+                rest += ["-k", "cuda or codegen"]
+            name = "test suite" + (
+                " (CUDA-parametrised and CUDA-only tests)" if device.type == "cuda" else ""
+            )
+            if shard is not None:
+                name += f", part {shard[0]} of {shard[1]}"
+            steps.append((name, rest))
+    return steps
+
+
+def tests_section(args: argparse.Namespace, device: torch.device, budget: Budget, report) -> str:
+    steps = test_steps(args, device)
     lines = ["## Tests" + ("" if args.shard is None else f" (part {args.shard[0]} of {args.shard[1]})"), ""]
     totals = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
     suite = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "complete": True, "steps": []}
     args.suite = suite
-    for name, selection in steps:
-        if budget.left() < 20:
-            lines.append(f"- **{name}**: not run (out of time: --budget)")
-            suite["complete"] = False
-            continue
-        xml = Path(args.scratch) / f"junit-{slug(name)}.xml"
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-rfEs",
-            f"--junitxml={xml}",
+    # the tests may take the budget left less --bench-reserve (the benchmarks' share), the last step all
+    reserve = args.bench_reserve if args.only is None else 0.0
+    xmls = [Path(args.scratch) / f"junit-{slug(name)}.xml" for name, _ in steps]
+    cmds = [
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", f"--junitxml={xml}"),
             *selection,
             *args.pytest_args,
         ]
-        # the tests may take the budget left less --bench-reserve (the benchmarks' share), the last step all
-        reserve = args.bench_reserve if args.only is None else 0.0
-        rc, output, seconds = run_step(cmd, budget, reserve=reserve)
+        for xml, (_, selection) in zip(xmls, steps, strict=True)
+    ]
+    together = None
+    if args.jobs > 1 and budget.left() - reserve >= 20:  # every step at once: one deadline
+        together = run_together(cmds, budget, reserve=reserve, logs=Path(args.scratch))
+        lines += [
+            f"All {len(steps)} steps at once (`--jobs {args.jobs}`: the suite in {args.jobs} parts).",
+            "",
+        ]
+    for i, ((name, selection), xml, cmd) in enumerate(zip(steps, xmls, cmds, strict=True)):
+        if together is None and budget.left() - reserve < 20:
+            lines.append(f"- **{name}**: not run (out of time: --budget)")
+            suite["complete"] = False
+            continue
+        if together is not None:
+            rc, output, seconds = together[i]
+        else:
+            rc, output, seconds = run_step(cmd, budget, reserve=reserve)
         counts = junit_counts(xml)
         for key in totals:
             totals[key] += counts[key]
@@ -440,7 +506,8 @@ def bench_section(
         later = len(scripts) - i - 1 + after
         rc, output, seconds = run_step(cmd, budget, timeout=bench_timeout(budget, script.stem, later))
         if figures.exists():
-            args.figures.update(json.loads(figures.read_text()))
+            full_cuda = device.type == "cuda" and "--quick" not in cmd
+            args.figures.update(with_aliases(json.loads(figures.read_text()), full_cuda=full_cuda))
             args.write_figures()
         args.bench_status[script.stem] = (
             f"ran {seconds:.0f} s, exit {rc}"
@@ -453,9 +520,21 @@ def bench_section(
     return "\n".join(lines) + "\n"
 
 
+def with_aliases(figures: dict, *, full_cuda: bool) -> dict:
+    """A benchmark's ``--json`` figures, plus (``full_cuda``: a full run on CUDA) each issue key of
+    :data:`ALIASES` whose source key it wrote (a file that is not a flat dict gives no figures)."""
+    if not isinstance(figures, dict):
+        return {}
+    out = dict(figures)
+    for key, source in ALIASES.items() if full_cuda else ():
+        if key not in out and out.get(source) is not None:
+            out[key] = out[source]
+    return out
+
+
 def figures_section(figures: dict, status: dict[str, str]) -> str:
     """Issue 36's figures: each key's value from the results JSON, or why it is absent."""
-    lines = ["## Figures (issue 36's keys; all figures in the .json beside this file)", ""]
+    lines = ["## Figures (issues 36 and 49's keys; all figures in the .json beside this file)", ""]
     suite = figures.get("full_suite")
     if suite:
         done = "" if suite.get("complete") else " (incomplete: a step stopped or did not run)"
@@ -470,7 +549,12 @@ def figures_section(figures: dict, status: dict[str, str]) -> str:
         if value is not None:
             lines.append(f"- `{key}`: {value:g}")
         else:
-            why = status.get(script, "not run in this command")
+            absent = not (BENCH_DIR / f"{script}.py").exists()
+            why = (
+                "no such script in benchmarks/ yet"
+                if absent
+                else status.get(script, "not run in this command")
+            )
             lines.append(f"- `{key}`: not measured ({script}: {why})")
     return "\n".join(lines) + "\n"
 
@@ -524,6 +608,46 @@ def default_out(device: torch.device) -> Path:
     return BENCH_DIR / "results" / f"{today}-{name}.md"
 
 
+def dry_run(args: argparse.Namespace, device: torch.device) -> None:
+    """What a run with these arguments would do, in order, and where each issue key comes from."""
+    scripts = benchmarks()
+    print(f"plan on {device} within --budget {args.budget:.0f} s (nothing is run):")
+    if args.only is None:
+        print(f"  bench_host first, up to {2 * EXPECTED_S['bench_host']} s")
+    if args.only in (None, "tests"):
+        steps = test_steps(args, device)
+        reserve = args.bench_reserve if args.only is None else 0.0
+        how = f"all {len(steps)} at once" if args.jobs > 1 else "one after another"
+        print(f"  tests, {how}, within the budget less {reserve:.0f} s (--bench-reserve):")
+        for name, selection in steps:
+            print(f"    {name}: pytest {' '.join([*selection, *args.pytest_args])}")
+    if args.only in (None, "bench"):
+        print(
+            "  benchmarks, in this order (each up to twice its expected time, or its share of what is left):"
+        )
+        for script in scripts:
+            if args.only is None and script.stem == "bench_host":
+                continue
+            extra = (
+                ["--quick"]
+                if args.quick or (device.type == "cuda" and script.stem in QUICK_ON_CUDA)
+                else FULL_CUDA_ARGS.get(script.stem, [])
+                if device.type == "cuda"
+                else []
+            )
+            json_note = " --json" if script.stem in JSON_FIGURES else ""
+            print(
+                f"    {script.stem} {' '.join(extra)}{json_note}   (expected {EXPECTED_S.get(script.stem, 30)} s)"
+            )
+    print("  issue keys: the benchmark that writes each (and the key it writes, where another):")
+    for key, script in ISSUE_KEYS.items():
+        where = (
+            "" if (BENCH_DIR / f"{script}.py").exists() else "  [no such script yet: absent, not an error]"
+        )
+        source = f" as {ALIASES[key]}" if key in ALIASES else ""
+        print(f"    {key}: {script}{source}{where}")
+
+
 def _shard(text: str) -> tuple[int, int]:
     match = re.fullmatch(r"(\d+)/(\d+)", text)
     if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
@@ -557,13 +681,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bench-reserve",
         type=float,
-        default=270.0,
-        help="seconds of --budget the tests leave to the benchmarks in a whole run (default 270)",
+        default=330.0,
+        help="seconds of --budget the tests leave to the benchmarks in a whole run (default 330)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="run the tests' steps at once, the suite in this many parts (default 4 on CUDA, 1 on the CPU)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the steps (commands, time limits) and run nothing"
     )
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments (e.g. -x, -k expr)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.argv = argv
+    if args.jobs is None:
+        args.jobs = 4 if torch.device(args.device).type == "cuda" and args.shard is None else 1
+    if args.dry_run:
+        dry_run(args, torch.device(args.device))
+        return 0
 
     if args.merge:
         sections: dict[str, str] = {}

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         default="arm_trajectory.png",
-        help="the picture to write (default: arm_trajectory.png in the current directory)",
+        help="the picture to write (default: arm_trajectory.png, in the current folder)",
     )
     args = parser.parse_args(argv)
     if args.quick:  # smaller sizes; flags given explicitly still win

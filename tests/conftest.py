@@ -25,6 +25,7 @@ CUDA_ONLY = {
     "test_cuda_only.py": "side streams, pinned host-to-device transfers, sync-debug mode on a whole step",
     "test_interop.py::test_cuda_device_and_current_stream": "torch's current CUDA stream reaching Warp",
     "test_fps.py::test_grid_designs_on_cuda": "FPS's persistent kernel: a grid barrier of co-resident blocks",
+    "test_fps.py::test_strip_design_on_cuda": "FPS's strip kernel: a block's registers on an SM",
     "test_host_cost.py::test_cuda_asks_torch_for_the_current_stream_once_per_call": "torch's current CUDA "
     "stream, looked up once per call",
     "test_host_cost.py::test_cuda_launches_go_to_a_side_stream_made_current": "a side CUDA stream made current",

@@ -41,6 +41,15 @@ BUDGETS = {
     "signed distance fwd+bwd": 6,
     "self collision fwd+bwd": 7,
     "robot spheres fwd+bwd": 8,
+    "raycast fwd": 5,
+    "raycast fwd+bwd": 42,  # the tangent-plane backward in torch ops (a Warp backward: ~6)
+    "grid query fwd+bwd": 6,
+    "grid from occupancy": 11,
+    "grid from points": 9,
+    "depth fusion integrate": 2,
+    "depth fusion distance": 13,
+    "sphere collision": 2,
+    "closest point fwd+bwd": 8,
 }
 
 
@@ -218,6 +227,38 @@ def test_self_collision(device, monkeypatch):
         _check("self collision fwd+bwd", call, monkeypatch)
 
 
+def test_raycast(device, monkeypatch):
+    """Rays into a world of a mesh and a primitive: the forward (outputs, one launch) and the distance's
+    gradient w.r.t. origins and directions (the tangent-plane backward, torch ops)."""
+    import trimesh
+
+    ball = trimesh.creation.icosphere(subdivisions=2, radius=0.5)
+    world = warpgeo.MeshWorld(
+        [ball, warpgeo.Capsule(0.2, 1.0)], poses=[[0, 0, 0, 1, 0, 0, 0], [0, 1, 0, 1, 0, 0, 0]], device=device
+    )
+    g = torch.Generator().manual_seed(6)
+    origins = (torch.rand(8, 256, 3, generator=g) - torch.tensor([2.5, 0.5, 0.5])).to(device)
+    directions = (torch.tensor([1.0, 0.0, 0.0]) + 0.2 * torch.randn(8, 256, 3, generator=g)).to(device)
+    leaf = origins.clone().requires_grad_()
+    with _cuda_algorithms(device), warpgeo.value_checks(False):
+        _check("raycast fwd", lambda: warpgeo.raycast(world, origins, directions), monkeypatch)
+        call = _fwd_bwd(
+            lambda: warpgeo.raycast(world, leaf, directions).distance.nan_to_num(posinf=0.0), leaf
+        )
+        _check("raycast fwd+bwd", call, monkeypatch)
+
+
+def test_sphere_collision_and_closest_point(device, monkeypatch):
+    world = warpgeo.MeshWorld([warpgeo.Cuboid((1.0, 1.0, 1.0))], device=device)
+    g = torch.Generator().manual_seed(6)
+    spheres = (torch.rand(8, 16, 4, generator=g) * torch.tensor([2.0, 2.0, 2.0, 0.1]) - 0.5).to(device)
+    points = (torch.rand(8, 64, 3, generator=g) - 0.5).to(device).requires_grad_()
+    with _cuda_algorithms(device), warpgeo.value_checks(False):
+        _check("sphere collision", lambda: warpgeo.sphere_collision(spheres, world), monkeypatch)
+        call = _fwd_bwd(lambda: warpgeo.closest_point(points, world).distance, points)
+        _check("closest point fwd+bwd", call, monkeypatch)
+
+
 #: every op -> the test above that counts its work (a backward op: in its forward's fwd+bwd case)
 COVERS = {
     "warpgeo::farthest_point_sampling": test_fps,
@@ -232,8 +273,11 @@ COVERS = {
     "warpgeo::sphere_mesh_cost": test_sphere_cost,
     "warpgeo::swept_sphere_mesh_cost": test_swept_cost_and_signed_distance,
     "warpgeo::signed_distance": test_swept_cost_and_signed_distance,
+    "warpgeo::sphere_collision": test_sphere_collision_and_closest_point,
+    "warpgeo::closest_point": test_sphere_collision_and_closest_point,
     "warpgeo::self_collision_cost": test_self_collision,
     "warpgeo::self_collision_cost_backward": test_self_collision,
+    "warpgeo::raycast": test_raycast,
 }
 
 
@@ -262,5 +306,41 @@ COVERS.update(
     {
         "warpgeo::forward_kinematics": test_robot_spheres,
         "warpgeo::forward_kinematics_backward": test_robot_spheres,
+    }
+)
+
+
+def test_distance_grid(device, monkeypatch):
+    """DistanceGrid's query (fwd+bwd), its builders and DepthFusion's two ops, value checks off."""
+    g = torch.Generator().manual_seed(6)
+    grid = warpgeo.DistanceGrid((torch.rand(16, 12, 10, generator=g) - 0.5).to(device), 0.05)
+    points = (torch.rand(8, 64, 3, generator=g) * 0.6).to(device).requires_grad_()
+    occupied = (torch.rand(24, 20, 16, generator=g) > 0.8).to(device)
+    cloud = torch.rand(500, 3, generator=g).to(device)
+    fusion = warpgeo.DepthFusion(((-0.5, -0.5, 0.0), (0.5, 0.5, 0.8)), 0.05, device=device)
+    k = torch.tensor([[40.0, 0.0, 31.5], [0.0, 40.0, 23.5], [0.0, 0.0, 1.0]], device=device)
+    depth = (0.9 + 0.1 * torch.rand(48, 64, generator=g)).to(device)
+    pose = torch.tensor([0.0, 0.0, -0.4, 1.0, 0.0, 0.0, 0.0], device=device)
+    with _cuda_algorithms(device), warpgeo.value_checks(False):
+        _check("grid query fwd+bwd", _fwd_bwd(lambda: grid.query(points).distance, points), monkeypatch)
+        _check(
+            "grid from occupancy", lambda: warpgeo.DistanceGrid.from_occupancy(occupied, 0.05), monkeypatch
+        )
+        _check(
+            "grid from points",
+            lambda: warpgeo.DistanceGrid.from_points(cloud, 0.05, bounds=((0, 0, 0), (1, 1, 1))),
+            monkeypatch,
+        )
+        _check("depth fusion integrate", lambda: fusion.integrate(depth, k, pose), monkeypatch)
+        _check("depth fusion distance", fusion.distance_grid, monkeypatch)
+
+
+COVERS.update(
+    {
+        "warpgeo::distance_grid_query": test_distance_grid,
+        "warpgeo::distance_grid_from_occupancy": test_distance_grid,
+        "warpgeo::distance_grid_from_points": test_distance_grid,
+        "warpgeo::depth_fusion_integrate": test_distance_grid,
+        "warpgeo::depth_fusion_distance": test_distance_grid,
     }
 )

@@ -105,6 +105,51 @@ def test_costs_replay_with_new_spheres_and_poses(checks):
     assert hits > 0, "no sphere collides in any replay: the comparison would show nothing"
 
 
+def test_grid_world_replays_with_set_grid():
+    """A world holding a DistanceGrid beside a mesh: sphere cost fwd+bwd captured; set_grid between replays
+    (in place) and set_grid captured itself (from a static values tensor); every replay equals eager."""
+    gen = torch.Generator().manual_seed(3)
+    grid = warpgeo.DistanceGrid((torch.rand(8, 8, 8, generator=gen) - 0.3).cuda(), 0.1, origin=(-0.35,) * 3)
+    world = warpgeo.MeshWorld(
+        {"map": grid, "ball": trimesh.creation.icosphere(subdivisions=2, radius=0.2)},
+        poses=[[0.0, 0.0, 0.0, 1, 0, 0, 0], [0.4, 0.0, 0.0, 1, 0, 0, 0]],
+        device="cuda",
+    )
+    static = _spheres(0).requires_grad_(True)
+    values = (torch.rand(8, 8, 8, generator=gen) - 0.3).cuda()
+
+    def step():
+        world.set_grid("map", values)
+        static.grad = None
+        cost = warpgeo.sphere_mesh_cost(static, world, activation_distance=_ETA)
+        cost.sum().backward()
+        return cost, static.grad
+
+    _warm_up(step)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for _ in range(3):
+        new = (torch.rand(8, 8, 8, generator=gen) - 0.3).cuda()
+        values.copy_(new)
+        graph.replay()
+        torch.cuda.synchronize()
+        leaf = static.detach().clone().requires_grad_(True)
+        eager_world = warpgeo.MeshWorld(
+            {
+                "map": warpgeo.DistanceGrid(new, 0.1, origin=(-0.35,) * 3),
+                "ball": trimesh.creation.icosphere(subdivisions=2, radius=0.2),
+            },
+            poses=[[0.0, 0.0, 0.0, 1, 0, 0, 0], [0.4, 0.0, 0.0, 1, 0, 0, 0]],
+            device="cuda",
+        )
+        cost = warpgeo.sphere_mesh_cost(leaf, eager_world, activation_distance=_ETA)
+        cost.sum().backward()
+        torch.testing.assert_close(out[0], cost)
+        torch.testing.assert_close(out[1], leaf.grad)
+        assert float(cost.detach().sum()) > 0
+
+
 def test_world_updates_captured():
     """set_poses / set_enabled captured in the graph, from static pose and mask tensors."""
     world = _world()
@@ -348,8 +393,63 @@ def _signed_distance(points):
     return _with_grads(warpgeo.signed_distance(points, _one_world()), points)
 
 
+def _raycast(origins, directions):
+    """Rays from x = -2 towards the world's meshes (leaves in [0, 1)): hits, normals, entries, and the
+    distance's gradients (misses: distance 0 in the weighted sum)."""
+    o = origins - torch.tensor([2.0, 0.5, 0.5], device=origins.device)
+    d = directions + torch.tensor([1.0, -0.5, -0.5], device=directions.device)
+    hits = warpgeo.raycast(_one_world(), o, d)
+    return (hits.normal, hits.entry, *_with_grads(hits.distance.nan_to_num(posinf=0.0), origins, directions))
+
+
+@functools.cache
+def _one_grid() -> warpgeo.DistanceGrid:
+    gen = torch.Generator().manual_seed(7)
+    return warpgeo.DistanceGrid(
+        (torch.rand(9, 8, 7, generator=gen) - 0.5).cuda(), 0.1, origin=(-0.4, -0.4, -0.3)
+    )
+
+
+def _grid_query(points):
+    return _with_grads(_one_grid().query(points).distance, points)
+
+
+def _grid_build(occupancy_source, cloud):
+    occupied = occupancy_source.detach() > 0.7
+    bounds = ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    return (
+        warpgeo.DistanceGrid.from_occupancy(occupied, 0.1).values,
+        warpgeo.DistanceGrid.from_points(cloud.detach(), 0.1, bounds=bounds).values,
+    )
+
+
+def _fusion_inputs(seed: int):
+    k = torch.tensor([[40.0, 0.0, 31.5], [0.0, 40.0, 23.5], [0.0, 0.0, 1.0]]).cuda()
+    pose = torch.tensor([0.0, 0.0, -0.4, 1.0, 0.0, 0.0, 0.0]).cuda()
+    return _leaf(seed, 48, 64), k, pose
+
+
+def _depth_fusion(depth_source, k, pose):
+    fusion = warpgeo.DepthFusion(((-0.5, -0.5, 0.0), (0.5, 0.5, 0.8)), 0.05, device="cuda")
+    fusion.integrate(0.9 + 0.1 * depth_source.detach(), k, pose)
+    return fusion.tsdf, fusion.weight, fusion.distance_grid().values
+
+
+def _sphere_collision(points):
+    spheres = torch.cat([points.detach(), points.detach()[..., :1] * 0.2], -1)
+    return (warpgeo.sphere_collision(spheres, _one_world()),)
+
+
+def _closest_point(points):
+    closest = warpgeo.closest_point(points, _one_world())
+    return (closest.entry, closest.normal, *_with_grads(closest.distance + closest.point.sum(-1), points))
+
+
 #: case -> (its inputs for a seed, the graph's body: the op's outputs and gradients)
 _OP_CASES = {
+    "grid_query": (lambda s: ((_leaf(s, 2, 64, 3) - 0.2).detach().requires_grad_(True),), _grid_query),
+    "grid_build": (lambda s: (_leaf(s, 10, 8, 6), _leaf(s + 50, 100, 3)), _grid_build),
+    "depth_fusion": (_fusion_inputs, _depth_fusion),
     "knn": (lambda s: (_leaf(s, 2, 30, 3), _leaf(s + 50, 2, 80, 3)), _knn),
     "ball_query": (lambda s: (_leaf(s, 2, 30, 3), _leaf(s + 50, 2, 80, 3)), _ball_query),
     "chamfer": (lambda s: (_leaf(s, 2, 60, 3), _leaf(s + 50, 2, 45, 3)), _chamfer),
@@ -360,6 +460,12 @@ _OP_CASES = {
     "signed_distance": (
         lambda s: ((_leaf(s, 2, 64, 3) - 0.5).detach().requires_grad_(True),),
         _signed_distance,
+    ),
+    "raycast": (lambda s: (_leaf(s, 2, 64, 3), _leaf(s + 50, 2, 64, 3)), _raycast),
+    "sphere_collision": (lambda s: ((_leaf(s, 2, 64, 3) - 0.5).detach(),), _sphere_collision),
+    "closest_point": (
+        lambda s: ((_leaf(s, 2, 64, 3) - 0.5).detach().requires_grad_(True),),
+        _closest_point,
     ),
 }
 
@@ -403,8 +509,16 @@ COVERS = {
     "warpgeo::chamfer_distance": "test_op_replays[chamfer]",
     "warpgeo::chamfer_distance_backward": "test_op_replays[chamfer]",
     "warpgeo::signed_distance": "test_op_replays[signed_distance]",
+    "warpgeo::sphere_collision": "test_op_replays[sphere_collision]",
+    "warpgeo::closest_point": "test_op_replays[closest_point]",
     "warpgeo::forward_kinematics": test_robot_spheres_replay,
     "warpgeo::forward_kinematics_backward": test_robot_spheres_replay,
+    "warpgeo::raycast": "test_op_replays[raycast]",
+    "warpgeo::distance_grid_query": "test_op_replays[grid_query]",
+    "warpgeo::distance_grid_from_occupancy": "test_op_replays[grid_build]",
+    "warpgeo::distance_grid_from_points": "test_op_replays[grid_build]",
+    "warpgeo::depth_fusion_integrate": "test_op_replays[depth_fusion]",
+    "warpgeo::depth_fusion_distance": "test_op_replays[depth_fusion]",
 }
 
 

@@ -52,8 +52,10 @@ def test_the_switch_reaches_the_kernels(monkeypatch):
         return list(launched)
 
     cpu_kernels, cuda_kernels = _both(run)
-    assert any("fps_serial" in k for k in cpu_kernels) and not any("fps_block" in k for k in cpu_kernels)
-    assert any("fps_block" in k for k in cuda_kernels)
+    assert any("fps_serial" in k for k in cpu_kernels) and not any(
+        "fps_strip" in k or "fps_block" in k for k in cpu_kernels
+    )
+    assert any("fps_strip" in k for k in cuda_kernels)  # a small cloud: held in one block's registers
     assert any("gather_elements" in k for k in cuda_kernels) and any("segments" in k for k in cuda_kernels)
     assert not any("elements" in k or "segments" in k for k in cpu_kernels)
 
@@ -87,7 +89,7 @@ def test_fps_block_kernel_equals_the_cpu_kernels_on_ragged_ties(dtype):
     assert torch.equal(torch.nan_to_num(d_cpu, nan=-1.0), torch.nan_to_num(d_cuda, nan=-1.0))
 
 
-@pytest.mark.parametrize("design", ["block", "steps", "persistent"])
+@pytest.mark.parametrize("design", ["strip", "strip_held", "block", "steps", "persistent"])
 @pytest.mark.parametrize("sms", [3, 9])  # 3 clouds: one block per cloud, or a group of three
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
 def test_fps_designs_equal_the_cpu_kernels_on_ragged_ties(design, sms, dtype, monkeypatch):
@@ -126,7 +128,7 @@ def test_fps_designs_equal_the_cpu_kernels_on_ragged_ties(design, sms, dtype, mo
     assert (idx_cuda[0, 40:] == -1).all() and (idx_cuda[2] == -1).all() and d_cuda[2].isnan().all()
 
 
-@pytest.mark.parametrize("design", ["block", "steps", "persistent"])
+@pytest.mark.parametrize("design", ["strip", "strip_held", "block", "steps", "persistent"])
 def test_fps_designs_survive_hostile_values(design, monkeypatch):
     """Value checks off: NaN and inf among the points, lengths and starts out of range never make a grid
     kernel read or write out of bounds (clamped as ``-1`` / defaults are); every index is in ``[-1, N)``."""
@@ -151,7 +153,7 @@ def test_fps_designs_survive_hostile_values(design, monkeypatch):
     assert (got[0] == -1).all()  # a negative length: an empty cloud
 
 
-@pytest.mark.parametrize("design", ["block", "steps"])
+@pytest.mark.parametrize("design", ["strip", "strip_held", "block", "steps"])
 def test_fps_designs_at_any_float64_scale(design, monkeypatch):
     """A larger random cloud at a subnormal scale and at 1e300: the grid's per-step launches (eight blocks
     a cloud) give the CPU tree kernel's order and distances, bit for bit."""
@@ -169,6 +171,89 @@ def test_fps_designs_at_any_float64_scale(design, monkeypatch):
 
         (idx_cpu, d_cpu), (idx_cuda, d_cuda) = _both(run)
         assert torch.equal(idx_cpu, idx_cuda) and torch.equal(d_cpu, d_cuda)
+
+
+def _strip_case(dtype, seed):
+    """Clouds for the strip design: random ones, one with duplicated points (exact ties of distance, and
+    duplicates of chosen points), one asked for more samples than its length."""
+    g = torch.Generator().manual_seed(seed)
+    points = torch.rand(4, 700, 3, generator=g, dtype=torch.float64).to(dtype)
+    points[1, 350:] = points[1, :350]  # every point twice
+    points[2] = torch.randint(0, 3, (700, 3), generator=g).to(dtype)  # 27 distinct points, many ties
+    lengths = torch.tensor([700, 640, 700, 20])
+    return points, lengths, [64, 100, 40, 30]  # cloud 3: 30 samples of 20 points (-1 padding)
+
+
+@pytest.mark.parametrize("design", [None, "strip_held"])  # None: chosen by size (strip)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("start", ["default", "index", "random"])
+def test_fps_strip_design_equals_the_cpu_kernel_bit_for_bit(design, dtype, start, monkeypatch):
+    """The strip design (a cloud's distances in one block's registers), chosen by size, against the CPU kernel:
+    indices and distances bit for bit, on random clouds, duplicates, a lattice of ties, ragged lengths,
+    per-cloud K past a cloud's length, start indices and random starts; and against the float64 brute-force
+    reference."""
+    from reference import fps_reference
+
+    from warpgeo import fps
+
+    monkeypatch.setattr(fps, "_FORCED_DESIGN", design)
+    points, lengths, ks = _strip_case(dtype, seed=11)
+    kwargs = {}
+    if start == "index":
+        kwargs["start_index"] = torch.tensor([0, 639, 17, 19])
+    launched = []
+    real_run = _launch.run
+    monkeypatch.setattr(_launch, "run", lambda *a: (launched.append(a[0].key), real_run(*a)))
+
+    def run():
+        if start == "random":
+            kwargs["generator"] = torch.Generator().manual_seed(5)
+            kwargs["random_start"] = True
+        return warpgeo.farthest_point_sampling(points, ks, lengths=lengths, return_distances=True, **kwargs)
+
+    (idx_cpu, d_cpu), (idx_cuda, d_cuda) = _both(run)
+    assert any(k.endswith(f"fps_{design or 'strip'}") for k in launched), launched
+    assert torch.equal(idx_cpu, idx_cuda)
+    assert d_cuda.dtype == dtype
+    assert torch.equal(d_cpu.nan_to_num(-1.0), d_cuda.nan_to_num(-1.0))
+    first = idx_cuda[:, 0]
+    for b in range(4):
+        n, k = int(lengths[b]), min(ks[b], int(lengths[b]))
+        expected, expected_dist = fps_reference(points[b, :n].double().numpy(), k, int(first[b]))
+        assert idx_cuda[b, :k].tolist() == expected
+        assert (idx_cuda[b, k:] == -1).all() and d_cuda[b, k:].isnan().all()
+        assert torch.allclose(
+            d_cuda[b, :k].double(), torch.as_tensor(expected_dist, dtype=torch.float64), rtol=1e-6
+        )
+    assert sorted(idx_cuda[3, :20].tolist()) == list(range(20))  # every valid point once, then -1
+
+
+def test_fps_strip_design_at_its_capacity_and_past_it(monkeypatch):
+    """A cloud of exactly ``_STRIP_MAX_POINTS`` points (every lane's every register slot in use) takes the
+    strip design, bit for bit the CPU kernel's; one point more takes the block design."""
+    from warpgeo import fps
+
+    cap, cpu = fps._STRIP_MAX_POINTS, torch.device("cpu")
+    assert fps._cuda_design(cpu, 2, 100)[0] == "block"  # one lane a block (no CPU blocks): 16 points in all
+    monkeypatch.setattr(_warp.warp().config, "enable_cpu_blocks", True)
+    assert fps._cuda_design(cpu, 2, 100)[0] == "strip"
+    assert fps._cuda_design(cpu, 2, cap)[0] == "strip"
+    assert fps._cuda_design(cpu, 2, cap + 1)[0] == "block"
+    monkeypatch.setattr(fps, "_FORCED_DESIGN", "strip")  # forced past its capacity: the block design
+    assert fps._cuda_design(cpu, 2, cap + 1)[0] == "block"
+    monkeypatch.setattr(fps, "_FORCED_DESIGN", None)
+    monkeypatch.setattr(_warp.warp().config, "enable_cpu_blocks", False)
+    g = torch.Generator().manual_seed(12)
+    points = torch.rand(2, cap, 3, generator=g)
+    points[1, cap // 2 :] = points[1, : cap - cap // 2]  # duplicates across the lanes' slots
+
+    def run():
+        return warpgeo.farthest_point_sampling(
+            points, 24, lengths=torch.tensor([cap, cap - 3]), return_distances=True
+        )
+
+    (idx_cpu, d_cpu), (idx_cuda, d_cuda) = _both(run)
+    assert torch.equal(idx_cpu, idx_cuda) and torch.equal(d_cpu, d_cuda)
 
 
 @pytest.mark.parametrize("grouped", [False, True])
@@ -310,6 +395,26 @@ def test_sdf_one_row_per_thread_equals_the_cpu_rows(dtype):
     expected, got = _both(run)
     for a, b in zip(expected, got, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_planner_queries_one_row_per_thread_equal_the_cpu_rows(dtype):
+    sphere = trimesh.creation.icosphere(2, 0.2)
+    world = warpgeo.MeshWorld(
+        [warpgeo.Cuboid((0.5, 0.4, 0.3)), sphere], poses=[[0, 0, 0, 1, 0, 0, 0], [0.5, 0.1, 0, 1, 0, 0, 0]]
+    )
+    g = torch.Generator().manual_seed(4)
+    spheres = torch.cat((torch.rand(2, 70, 3, generator=g) - 0.3, torch.full((2, 70, 1), 0.05)), -1).to(dtype)
+
+    def run():
+        p = spheres[..., :3].clone().requires_grad_(True)
+        closest = warpgeo.closest_point(p, world)
+        (closest.distance.sum() + closest.point.sum()).backward()
+        return warpgeo.sphere_collision(spheres, world), *closest, p.grad
+
+    expected, got = _both(run)
+    for a, b in zip(expected, got, strict=True):
+        assert torch.equal(a.detach(), b.detach())
 
 
 def test_cuda_only_tests_are_listed_in_one_place():

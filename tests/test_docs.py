@@ -28,6 +28,8 @@ MODULES = [
     "warpgeo.primitives",
     "warpgeo.compat.curobo",
     "warpgeo.robot",
+    "warpgeo.raycasting",
+    "warpgeo.queries",
 ]
 
 

@@ -85,6 +85,36 @@ def test_arm_trajectory(tmp_path):
     assert len(re.findall(r"^step\s+\d+\s+world", out, flags=re.M)) >= 3  # prints the costs as it goes
 
 
+def test_depth_camera(tmp_path):
+    """Three environments, the obstacle elsewhere in each: every camera sees the scene (not every pixel),
+    the lidar returns hits, and the number of beams the obstacle takes changes as it moves."""
+    out = run_example("depth_camera.py", tmp_path)
+    assert out.startswith("Casting rays in 3 environments")
+    rows = re.findall(
+        r"^env (\d) \(obstacle at y = ([+-][\d.]+)\): camera sees (\d+)/(\d+) pixels, depth ([\d.]+)-([\d.]+) m; "
+        r"lidar returns (\d+)/(\d+), obstacle (\d+)$",
+        out,
+        flags=re.M,
+    )
+    assert [int(r[0]) for r in rows] == [0, 1, 2], out
+    for _, _, seen, pixels, near, far, returns, beams, _ in rows:
+        assert 0.3 * int(pixels) < int(seen) < int(pixels)  # the table and floor, and sky above them
+        assert 0 < float(near) < float(far) < 10.0
+        assert 0 < int(returns) < int(beams)
+    assert len({r[8] for r in rows}) > 1, out  # the moving obstacle is hit by a different number of beams
+
+
+def test_sensor_world(tmp_path):
+    out = run_example("sensor_world.py", tmp_path)
+    assert out.startswith("Fusing ")  # says what it does before its numbers
+    median, p90 = number(r"median ([\d.]+) m, 90th percentile ([\d.]+) m", out)
+    assert median < 0.03 and p90 < 0.06  # within about a voxel (3 cm at --quick's default of 2 cm: 1.5)
+    initial, final = number(r"initial cost ([\d.eE+-]+)\s+final ([\d.eE+-]+)", out)
+    assert initial > 0.3 and final < 0.2 * initial
+    assert "collision-free in the true world: yes" in out
+    assert len(re.findall(r"^iter\s+\d+\s+cost", out, flags=re.M)) >= 3
+
+
 def test_collision_avoidance_with_the_torus_of_the_docstring(tmp_path):
     """The line its docstring shows: the torus stands on edge (not a hole the path is caught in), and the
     picture counts four obstacles."""
@@ -123,6 +153,8 @@ EXAMPLE_SCRIPTS = [
     "ddp_training.py",
     "self_collision.py",
     "arm_trajectory.py",
+    "depth_camera.py",
+    "sensor_world.py",
 ]
 
 
@@ -158,6 +190,7 @@ def test_examples_say_what_every_flag_does():
         "ddp_training.py",
         "self_collision.py",
         "arm_trajectory.py",
+        "depth_camera.py",
     ):
         help_text = subprocess.run(
             [sys.executable, str(EXAMPLES / script), "--help"], capture_output=True, text=True, timeout=60
@@ -275,6 +308,7 @@ def test_readme_tour_computes_what_its_comments_say():
         "ddp_training.py",
         "self_collision.py",
         "arm_trajectory.py",
+        "depth_camera.py",
     ],
 )
 def test_example_names_the_demo_extra_without_matplotlib(tmp_path, script):

@@ -565,6 +565,33 @@ def test_grid_designs_on_cuda(monkeypatch):
     assert torch.equal(out.cpu(), farthest_point_sampling(fresh, 200))
 
 
+def test_strip_design_on_cuda(monkeypatch):
+    """On a GPU (``conftest.CUDA_ONLY``): many small clouds (issue 49's B=32 N=8192 K=512, ragged, per-cloud
+    K, one cloud of duplicates) take the strip design (a cloud's distances in one block's registers: the launch must
+    fit an SM's registers), bit for bit the CPU path's; the block design the same."""
+    from warpgeo import fps
+
+    cuda = torch.device("cuda")
+    g = torch.Generator().manual_seed(9)
+    points = torch.rand(32, 8192, 3, generator=g)
+    points[3, 4096:] = points[3, :4096]
+    lengths = torch.randint(4000, 8193, (32,), generator=g)
+    lengths[0] = 8192
+    ks = torch.randint(0, 513, (32,), generator=g)
+    ks[0] = 512
+    assert fps._cuda_design(cuda, 32, 8192)[0] == "strip"
+    for dtype in (torch.float32, torch.float64):
+        cloud = points.to(dtype)
+        expected = farthest_point_sampling(cloud, ks, lengths=lengths, return_distances=True)
+        for design in (None, "strip", "strip_held", "block"):
+            monkeypatch.setattr(fps, "_FORCED_DESIGN", design)
+            idx, dist = farthest_point_sampling(
+                cloud.to(cuda), ks.to(cuda), lengths=lengths.to(cuda), return_distances=True
+            )
+            assert torch.equal(idx.cpu(), expected[0]), (dtype, design)
+            assert torch.equal(dist.cpu().nan_to_num(-1.0), expected[1].nan_to_num(-1.0)), (dtype, design)
+
+
 def test_function_backward_returns_none(device):
     class Ctx:  # backward needs nothing from ctx: it must not touch it
         pass

@@ -127,6 +127,7 @@ def test_a_sphere_overlapping_the_cable_costs(dtype):
     np.testing.assert_allclose(cost, [0.0025, 0.0], rtol=0, atol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:MeshWorld.*open mesh")  # the zero-area face leaves its edge unpaired
 def test_degenerate_faces_of_a_mesh_are_skipped_and_slivers_that_matter_are_not():
     """A zero-area face on an edge of a closed mesh (its longest edge is that edge) costs nothing to skip: no
     FLAG_SLIVERS, the answers of the mesh without it. The cable's slivers matter: FLAG_SLIVERS."""
@@ -264,3 +265,16 @@ def test_faces_of_a_fine_cone_near_its_rim_do_not_meet():
         found=found,
     )
     assert int(found.item()) == 0
+
+
+def test_a_cable_added_to_a_world_is_measured():
+    """``MeshWorld.add`` builds the mesh as the constructor does: the cable's slivers are seen."""
+    radius, length = 0.0005, 10.0
+    world = warpgeo.MeshWorld([trimesh.creation.box((0.1, 0.1, 0.1))], capacity={"mesh": 1})
+    world.add(_rod(radius, length, 256), name="cable", pose=[1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    assert world.wait_tables(timeout=60)
+    shift = np.array([1.0, 0.0, 0.0])
+    points = _probes(radius, length) + shift
+    got = warpgeo.signed_distance(torch.tensor(points), world).numpy()
+    want = _cylinder_distance(points - shift, radius)
+    np.testing.assert_allclose(got, want, rtol=0, atol=radius * (1 - math.cos(math.pi / 256)) + 4e-6)

@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -533,6 +534,144 @@ def test_attach_and_detach():
         robot.attach("link2", np.zeros((1, 4)))
     robot.detach("tool")
     assert (robot.spheres(q)[:, 1:, 3] < 0).all()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Robot.from_urdf's options: extra links, sphere slots, self margins, ee_link, keep_links, unknown links
+# --------------------------------------------------------------------------------------------------------
+
+
+def _transform(rotation: np.ndarray, xyz) -> np.ndarray:
+    m = np.eye(4)
+    m[:3, :3], m[:3, 3] = rotation, xyz
+    return m
+
+
+def test_from_urdf_extra_links_fixed_moving_and_reparenting():
+    """A fixed extra link's pose = parent pose @ its fixed transform (4x4s; the rotation by axis-angle, not
+    from the quaternion); a prismatic one joins q; a revolute one with ``child`` carries the URDF's link1."""
+    axis = np.array([1.0, 2.0, 2.0]) / 3.0
+    quat = [math.cos(0.4), *(math.sin(0.4) * axis)]  # 0.8 rad about axis
+    extra = [
+        {"link": "camera", "parent": "link2", "pose": [0.1, -0.2, 0.3, *quat]},
+        {"link": "slider", "parent": "tool", "type": "prismatic", "axis": [0, 2, 0], "limits": [-0.1, 0.2],
+         "joint": "slide"},
+        {"link": "turn", "parent": "base", "type": "revolute", "axis": [0, 0, 1], "joint": "spin",
+         "pose": [0, 0, 0.05, 1, 0, 0, 0], "child": "link1"},
+    ]  # fmt: skip
+    robot = Robot.from_urdf(URDFS["serial3"], extra_links=extra)
+    assert robot.joint_names == ["spin", "j1", "j2", "j3", "slide"]
+    assert robot.joint_limits[4].tolist() == [-0.1, 0.2] and math.isinf(robot.joint_limits[0, 0])
+    q = random_q(robot, 3)
+    poses = robot.link_poses(q).numpy()
+    for b in range(3):
+        v = dict(zip(robot.joint_names, q[b].tolist(), strict=True))
+        spin = _transform(np.eye(3), [0, 0, 0.05]) @ _transform(
+            axis_angle_matrix(np.array([0, 0, 1.0]), v["spin"]), 0
+        )
+        ref = {k: spin @ m for k, m in reference_fk(URDFS["serial3"], v).items() if k != "base"}
+        ref["camera"] = ref["link2"] @ _transform(axis_angle_matrix(axis, 0.8), [0.1, -0.2, 0.3])
+        ref["slider"] = ref["tool"] @ _transform(np.eye(3), [0, v["slide"], 0])
+        for link in ("link1", "link3", "camera", "slider"):
+            k = robot.link_names.index(link)
+            np.testing.assert_allclose(pose_matrix(poses[b, k]), ref[link], atol=1e-9)
+    # a floating base: the URDF's root re-parented under an extra link of a disconnected "world" link
+    text = (
+        Path(URDFS["serial3"])
+        .read_text()
+        .replace('<link name="base"/>', '<link name="world"/><link name="base"/>')
+    )
+    lift = {"link": "lift", "parent": "world", "type": "prismatic", "axis": [0, 0, 1], "child": "base"}
+    floating = Robot.from_urdf(text, base_link="world", extra_links=[lift])
+    assert floating.joint_names == ["lift_joint", "j1", "j2", "j3"]
+    q = random_q(floating, 1)[0]
+    v = dict(zip(floating.joint_names, q.tolist(), strict=True))
+    tool = floating.link_poses(q)[floating.link_names.index("tool")].numpy()
+    expected = _transform(np.eye(3), [0, 0, v["lift_joint"]]) @ reference_fk(URDFS["serial3"], v)["tool"]
+    np.testing.assert_allclose(pose_matrix(tool), expected, atol=1e-9)
+
+
+def test_from_urdf_slots_margins_ee_link_and_unknown_links():
+    robot = Robot.from_urdf(
+        URDFS["serial3"],
+        spheres={"link2": [[0.1, 0, 0, 0.05]], "link1": [[0, 0, 0.1, 0.04]]},
+        sphere_slots={"tool": 2, "link1": 1},
+        self_margin={"link2": 0.02, "tool": 0.01, "base": 0.5},
+        self_collision_ignore={"link1": ["link2"]},
+        ee_link="tool",
+    )
+    names = [robot.link_names[int(k)] for k in robot.sphere_links]
+    assert names == ["link2", "link1", "link1", "tool", "tool"] and robot.ee_link == "tool"
+    assert robot.local_spheres[:, 3].tolist() == pytest.approx([0.05, 0.04, -10, -10, -10])
+    assert robot.self_margin.tolist() == pytest.approx([0.02, 0, 0, 0.01, 0.01])
+    assert [0, 1] not in robot.pairs.tolist() and [0, 3] in robot.pairs.tolist()
+    robot.attach("tool", [[0, 0, 0.1, 0.03]])  # the slots are attach()'s
+    assert robot.local_spheres[3:, 3].tolist() == pytest.approx([0.03, -10])
+    with pytest.raises(ValueError, match="'ghost'"):
+        Robot.from_urdf(URDFS["serial3"], self_collision_ignore={"ghost": ["tool"]})
+    with pytest.raises(ValueError, match="self_margin names link 'ghost'"):
+        Robot.from_urdf(URDFS["serial3"], self_margin={"ghost": 0.1})
+    kept = Robot.from_urdf(URDFS["serial3"], self_collision_ignore={"ghost": ["tool"]},
+                           self_margin={"ghost": 0.1}, ignore_unknown_links=True)  # fmt: skip
+    assert kept.link_names == Robot.from_urdf(URDFS["serial3"]).link_names
+
+
+def test_from_urdf_keep_links_prunes():
+    full = Robot.from_urdf(URDFS["serial3"])
+    robot = Robot.from_urdf(URDFS["serial3"], keep_links=["link2"], joint_names=["j1", "j2", "j3"])
+    assert full.link_names == ["base", "link1", "link2", "link3", "tool"]
+    assert robot.link_names == ["base", "link1", "link2"] and robot.joint_names == ["j1", "j2"]
+    q = random_q(robot, 2)
+    ref = np.stack([reference_fk(URDFS["serial3"], {"j1": a, "j2": b})["link2"] for a, b in q.tolist()])
+    np.testing.assert_allclose(
+        np.stack([pose_matrix(p) for p in robot.link_poses(q)[:, 2].numpy()]), ref, atol=1e-9
+    )
+    with pytest.raises(ValueError, match="spheres names link 'tool'"):
+        Robot.from_urdf(URDFS["serial3"], keep_links=["link2"], spheres={"tool": [[0, 0, 0, 0.1]]})
+    with pytest.raises(ValueError, match="ee_link 'tool'"):
+        Robot.from_urdf(URDFS["serial3"], keep_links=["link2"], ee_link="tool")
+
+
+_FIXED = {"link": "cam", "parent": "link2"}
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"extra_links": {"cam": _FIXED}}, TypeError, "extra_links must be a list"),
+        ({"extra_links": [3]}, TypeError, r"extra_links\[0\] must be a mapping"),
+        ({"extra_links": [{**_FIXED, "colour": 1}]}, ValueError, r"extra_links\[0\]: unknown key 'colour'"),
+        ({"extra_links": [{**_FIXED, "link": 7}]}, TypeError, r"extra_links\[0\]\['link'\]"),
+        (
+            {"extra_links": [{**_FIXED, "link": "tool"}]},
+            ValueError,
+            "link 'tool' is a link of the robot already",
+        ),
+        ({"extra_links": [{**_FIXED, "parent": "nowhere"}]}, ValueError, "parent 'nowhere'"),
+        ({"extra_links": [{**_FIXED, "type": "screw"}]}, ValueError, r"\['type'\] must be one of"),
+        ({"extra_links": [{**_FIXED, "type": "revolute"}]}, ValueError, "needs an 'axis'"),
+        ({"extra_links": [{**_FIXED, "type": "revolute", "axis": [0, 0, 0]}]}, ValueError, "zero axis"),
+        ({"extra_links": [{**_FIXED, "pose": [0, 0, 0, 2, 0, 0, 0]}]}, ValueError, "quaternion must be unit"),
+        ({"extra_links": [{**_FIXED, "pose": [0, 0, float("nan"), 1, 0, 0, 0]}]}, ValueError, r"\['pose'\]"),
+        ({"extra_links": [{**_FIXED, "limits": [0, "a"]}]}, TypeError, r"\['limits'\] must hold numbers"),
+        ({"extra_links": [{**_FIXED, "joint": "j1"}]}, ValueError, "joint 'j1' is declared twice"),
+        ({"extra_links": [{**_FIXED, "child": "ghost"}]}, ValueError, r"\['child'\] 'ghost'"),
+        ({"sphere_slots": {"tool": -1}}, ValueError, r"sphere_slots\['tool'\] must lie in \[0, 65536\]"),
+        ({"sphere_slots": {"tool": 2.0}}, TypeError, r"sphere_slots\['tool'\] must be an int"),
+        ({"sphere_slots": {"ghost": 2}}, ValueError, "sphere_slots names link 'ghost'"),
+        ({"sphere_slots": [("tool", 2)]}, TypeError, "sphere_slots must map"),
+        ({"self_margin": {"tool": "wide"}}, TypeError, r"self_margin\['tool'\] must be a number"),
+        ({"self_margin": {"tool": math.inf}}, ValueError, r"self_margin\['tool'\] must be 1 finite"),
+        ({"ee_link": 3}, TypeError, "ee_link must be a link name"),
+        ({"ee_link": "ghost"}, ValueError, "ee_link 'ghost'"),
+        ({"keep_links": "tool"}, TypeError, "keep_links must be a list"),
+        ({"keep_links": ["ghost"]}, ValueError, "keep_links names link 'ghost'"),
+        ({"ignore_unknown_links": 1}, TypeError, "ignore_unknown_links must be a bool"),
+    ],
+)
+def test_from_urdf_option_errors(options, error, match):
+    with pytest.raises(error, match=match):
+        Robot.from_urdf(URDFS["serial3"], **options)
 
 
 # --------------------------------------------------------------------------------------------------------

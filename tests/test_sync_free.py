@@ -41,7 +41,7 @@ from conftest import assert_covers_every_op
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import warpgeo
-from warpgeo import _op
+from warpgeo import _op, _warp
 
 
 class HostReadError(AssertionError):
@@ -502,6 +502,33 @@ def test_signed_distance(device):
     _assert_sync_free(lambda: warpgeo.signed_distance(points, world, env_index=env), leaves=[points])
 
 
+def test_swept_speed_metric(device):
+    """The speed metric (torch ops over the swept op's cost) with a tensor dt: no host read either."""
+    world = _world(device)
+    spheres = _spheres((2, 4, 30), device).requires_grad_(True)
+    dt = torch.tensor(0.1, device=device)
+    _assert_sync_free(
+        lambda: warpgeo.swept_sphere_mesh_cost(
+            spheres, world, activation_distance=0.02, speed_metric=True, dt=dt
+        ),
+        leaves=[spheres],
+    )
+
+
+def test_sphere_collision(device):
+    world = _world(device)
+    spheres = _spheres((2, 64), device)
+    env = torch.tensor([1, 0], device=device)
+    _assert_sync_free(lambda: warpgeo.sphere_collision(spheres, world, env_index=env))
+
+
+def test_closest_point(device):
+    world = _world(device)
+    points = _spheres((2, 64), device)[..., :3].contiguous().requires_grad_(True)
+    env = torch.tensor([1, 0], device=device)
+    _assert_sync_free(lambda: tuple(warpgeo.closest_point(points, world, env_index=env))[:2], leaves=[points])
+
+
 def test_knn(device):
     queries = torch.rand(2, 20, 3, device=device, requires_grad=True)
     points = torch.rand(2, 50, 3, device=device, requires_grad=True)
@@ -554,6 +581,63 @@ def test_self_collision(device, reduction):
     )
 
 
+def test_raycast(device):
+    """Rays of two environments, and a depth image whose gradient reaches the camera poses."""
+    world = _world(device)
+    gen = torch.Generator().manual_seed(3)
+    origins = (torch.rand(2, 40, 3, generator=gen) - 0.5).to(device).requires_grad_(True)
+    directions = (torch.randn(2, 40, 3, generator=gen) + 0.1).to(device).requires_grad_(True)
+    env = torch.tensor([1, 0], device=device)
+    _assert_sync_free(
+        lambda: warpgeo.raycast(world, origins, directions, env_index=env)[:2], leaves=[origins, directions]
+    )
+    poses = torch.tensor([[0.0, 0.0, -1.0, 1, 0, 0, 0], [0.1, 0.0, -1.0, 1, 0, 0, 0]], device=device)
+    poses.requires_grad_(True)
+    K = torch.tensor([20.0, 20.0, 7.5, 5.5], device=device)
+    _assert_sync_free(lambda: warpgeo.render_depth(world, K, 16, 12, poses, env_index=env), leaves=[poses])
+
+
+def test_distance_grid_query(device):
+    grid = warpgeo.DistanceGrid(torch.rand(9, 8, 7, device=device) - 0.5, 0.1, origin=(-0.4, -0.4, -0.3))
+    points = (torch.rand(2, 64, 3, device=device) - 0.5).requires_grad_(True)
+    _assert_sync_free(lambda: grid.query(points).distance, leaves=[points])
+
+
+def test_distance_grid_builders(device):
+    occupied = torch.rand(10, 8, 6, device=device) > 0.7
+    cloud = torch.rand(100, 3, device=device)
+    bounds = ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    _assert_sync_free(lambda: warpgeo.DistanceGrid.from_occupancy(occupied, 0.1).values)
+    _assert_sync_free(lambda: warpgeo.DistanceGrid.from_points(cloud, 0.1, bounds=bounds).values)
+
+
+def test_depth_fusion(device):
+    k = torch.tensor([[40.0, 0.0, 31.5], [0.0, 40.0, 23.5], [0.0, 0.0, 1.0]]).to(device)
+    pose = torch.tensor([0.0, 0.0, -0.4, 1.0, 0.0, 0.0, 0.0]).to(device)
+    depth = 0.9 + 0.1 * torch.rand(48, 64, device=device)
+    fusion = warpgeo.DepthFusion(((-0.5, -0.5, 0.0), (0.5, 0.5, 0.8)), 0.05, device=device)
+
+    def fuse():
+        fusion.integrate(depth, k, pose)
+        return fusion.distance_grid().values
+
+    if device.type == "cuda":
+        _assert_sync_free(fuse)
+        return
+    # the CPU algorithm lists the marked blocks on the host (a CPU tensor: no device to wait for): one
+    # read, by design; CUDA's (a thread per block) runs on CPU tensors with none
+    with warpgeo.value_checks(False):
+        fuse()
+        with pytest.raises(HostReadError), no_host_reads() as harness:
+            fuse()
+    assert harness.reads == ["torch.Tensor.numpy"], harness.reads
+    _warp.PATHS.cuda_on_cpu = True
+    try:
+        _assert_sync_free(fuse)
+    finally:
+        _warp.PATHS.cuda_on_cpu = False
+
+
 #: every op -> the test above that runs it (forward and, for a backward op, its forward's gradient)
 COVERS = {
     "warpgeo::farthest_point_sampling": test_fps,
@@ -564,6 +648,8 @@ COVERS = {
     "warpgeo::sphere_mesh_cost": test_sphere_mesh_cost,
     "warpgeo::swept_sphere_mesh_cost": test_swept_sphere_mesh_cost,
     "warpgeo::signed_distance": test_signed_distance,
+    "warpgeo::sphere_collision": test_sphere_collision,
+    "warpgeo::closest_point": test_closest_point,
     "warpgeo::knn": test_knn,
     "warpgeo::ball_query": test_ball_query,
     "warpgeo::chamfer_distance": test_chamfer,
@@ -572,6 +658,12 @@ COVERS = {
     "warpgeo::self_collision_cost_backward": test_self_collision,
     "warpgeo::forward_kinematics": test_robot_spheres_and_link_poses,
     "warpgeo::forward_kinematics_backward": test_robot_spheres_and_link_poses,
+    "warpgeo::raycast": test_raycast,
+    "warpgeo::distance_grid_query": test_distance_grid_query,
+    "warpgeo::distance_grid_from_occupancy": test_distance_grid_builders,
+    "warpgeo::distance_grid_from_points": test_distance_grid_builders,
+    "warpgeo::depth_fusion_integrate": test_depth_fusion,
+    "warpgeo::depth_fusion_distance": test_depth_fusion,
 }
 
 
@@ -623,6 +715,22 @@ def test_world_updates(device):
     assert world.enabled.tolist() == [[True, False], [True, False]]
 
 
+def test_set_grid(device):
+    """MeshWorld.set_grid with checks off: no host read (a grid entry, by name and by index, then queried)."""
+    grid = warpgeo.DistanceGrid(torch.rand(5, 4, 3, device=device) - 0.5, 0.1)
+    world = warpgeo.MeshWorld({"map": grid, "ball": warpgeo.Sphere(0.1)}, device=device)
+    values = torch.rand(5, 4, 3, device=device)
+    points = torch.rand(1, 20, 3, device=device) * 0.4
+    with warpgeo.value_checks(False):
+        world.set_grid("map", values)
+        with no_host_reads():
+            world.set_grid("map", values)
+            world.set_grid(0, values.double())
+    got = warpgeo.signed_distance(points, world)
+    want = torch.minimum(warpgeo.DistanceGrid(values, 0.1).query(points).distance, points.norm(dim=-1) - 0.1)
+    torch.testing.assert_close(got, want)
+
+
 # --------------------------------------------------------------------------------------------------------
 # checks on: the documented errors, and the reads that make them
 # --------------------------------------------------------------------------------------------------------
@@ -661,6 +769,10 @@ def _bad_calls(device):
         "swept inf spheres": (ValueError, lambda: warpgeo.swept_sphere_mesh_cost(nan_spheres[None], world)),
         "signed_distance NaN": (ValueError, lambda: warpgeo.signed_distance(nan_points, world)),
         "set_poses quaternion": (ValueError, lambda: world.set_poses(bad_pose)),
+        "raycast zero direction": (
+            ValueError,
+            lambda: warpgeo.raycast(world, points, torch.zeros_like(points)),
+        ),
     }
 
 
@@ -674,6 +786,7 @@ _BAD_CALLS = [
     "swept inf spheres",
     "signed_distance NaN",
     "set_poses quaternion",
+    "raycast zero direction",
 ]
 
 

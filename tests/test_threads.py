@@ -56,16 +56,50 @@ _CASES = {
         "s = torch.cat([torch.rand(1, 48, 3), torch.full((1, 48, 1), 0.1)], -1)\n"
         "call = lambda: g.sphere_mesh_cost(s, w)"
     ),
+    "sphere_collision": (
+        "w = g.MeshWorld([g.Cuboid((1, 1, 1)), g.Sphere(0.3)], poses=[[0, 0, 0, 1, 0, 0, 0], [0.6, 0, 0, 1, 0, 0, 0]])\n"
+        "s = torch.cat([torch.rand(1, 48, 3) * 2 - 1, torch.full((1, 48, 1), 0.1)], -1)\n"
+        "call = lambda: g.sphere_collision(s, w)"
+    ),
+    "closest_point": (
+        "w = g.MeshWorld([g.Sphere(0.5)])\np = (torch.rand(1, 48, 3) - 0.5).requires_grad_()\n"
+        "call = lambda: both((lambda c: c.point.sum(-1) + c.distance)(g.closest_point(p, w)), p)"
+    ),
     "robot": (
         "r = g.Robot.from_urdf('examples/data/arm7.urdf', spheres={'arm_link3': [[0, 0, 0, 0.1]], "
         "'arm_hand': [[0, 0, 0.05, 0.05]]})\n"
         "q = torch.rand(64, r.dof, requires_grad=True)\n"
         "call = lambda: torch.autograd.grad(r.spheres(q).sum(), q)[0]"
     ),
+    "raycast": (
+        "import trimesh\nw = g.MeshWorld([trimesh.creation.icosphere(radius=0.5), g.Capsule(0.2, 1.0)],"
+        " poses=[[0, 0, 0, 1, 0, 0, 0], [0, 1, 0, 1, 0, 0, 0]])\n"
+        "o = (torch.rand(1, 48, 3) * 0.2 + torch.tensor([-2.0, 0.4, 0.0])).requires_grad_()\n"
+        "d = torch.tensor([1.0, 0.0, 0.0]) + 0.1 * torch.rand(1, 48, 3)\n"
+        "call = lambda: both(g.raycast(w, o, d).distance, o)"
+    ),
     "self_collision": (
         "s = torch.cat([torch.rand(4, 12, 3), torch.full((4, 12, 1), 0.2)], -1).requires_grad_()\n"
         "pairs = g.collision_pairs([k // 3 for k in range(12)])\n"
         "call = lambda: both(g.self_collision_cost(s, pairs, reduction='sum'), s)"
+    ),
+    "grid_query": (
+        "grid = g.DistanceGrid(torch.rand(6, 5, 4) - 0.5, 0.1, origin=(-0.2, -0.2, -0.1))\n"
+        "p = (torch.rand(64, 3) * 0.6 - 0.25).requires_grad_()\n"
+        "call = lambda: both(grid.query(p).distance, p)"
+    ),
+    "grid_build": (
+        "occ = torch.rand(12, 9, 7) > 0.7\np = torch.rand(80, 3)\n"
+        "call = lambda: torch.cat([g.DistanceGrid.from_occupancy(occ, 0.1).values.flatten(),"
+        " g.DistanceGrid.from_points(p, 0.1, bounds=((0, 0, 0), (1, 1, 1))).values.flatten()])"
+    ),
+    "depth_fusion": (
+        "import math\nK = torch.tensor([[40.0, 0, 31.5], [0, 40.0, 23.5], [0, 0, 1]])\n"
+        "depth = torch.full((48, 64), 1.0)\nq = [0, 0, -0.6, 1, 0, 0, 0]\n"
+        "def call():\n"
+        "    f = g.DepthFusion(((-0.5, -0.5, 0.0), (0.5, 0.5, 0.6)), 0.05)\n"
+        "    f.integrate(depth, K, q)\n"
+        "    return f.distance_grid().values"
     ),
 }
 
@@ -81,12 +115,20 @@ COVERS = {
     "warpgeo::chamfer_distance": "chamfer",
     "warpgeo::chamfer_distance_backward": "chamfer",
     "warpgeo::signed_distance": "signed_distance",
+    "warpgeo::sphere_collision": "sphere_collision",
+    "warpgeo::closest_point": "closest_point",
     "warpgeo::sphere_mesh_cost": "mesh_cost",
     "warpgeo::swept_sphere_mesh_cost": "swept_cost",
     "warpgeo::self_collision_cost": "self_collision",
     "warpgeo::self_collision_cost_backward": "self_collision",
     "warpgeo::forward_kinematics": "robot",
     "warpgeo::forward_kinematics_backward": "robot",
+    "warpgeo::raycast": "raycast",
+    "warpgeo::distance_grid_query": "grid_query",
+    "warpgeo::distance_grid_from_occupancy": "grid_build",
+    "warpgeo::distance_grid_from_points": "grid_build",
+    "warpgeo::depth_fusion_integrate": "depth_fusion",
+    "warpgeo::depth_fusion_distance": "depth_fusion",
 }
 
 

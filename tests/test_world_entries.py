@@ -580,7 +580,11 @@ def test_curobo_costs_equal_a_world_built_by_hand(tmp_path):
         ({"cuboid": {"t": {"dims": [1, 1, 1], "dimz": 3}}}, ValueError, r"cuboid.t: unknown field 'dimz'"),
         ({"mesh": {"m": {"file_path": "a.obj", "colour": 1}}}, ValueError, "unknown field 'colour'"),
         ({"blox": {"map": {"map_path": "x.nvblx"}}}, ValueError, "blox maps .* not supported"),
-        ({"voxel": {}}, ValueError, "voxel maps"),
+        (
+            {"voxel": {"v": {"dims": [0.2, 0.2, 0.2], "voxel_size": 0.1, "feature_tensor": [0.0] * 7}}},
+            ValueError,
+            r"voxel.v.feature_tensor must hold 8 values",
+        ),
         ({"cuboid": {"t": {"pose": [0, 0, 0, 1, 0, 0, 0]}}}, ValueError, "a cuboid needs 'dims'"),
         ({"cuboid": {"t": {"dims": [1, 1]}}}, ValueError, r"cuboid.t.dims must hold 3 numbers"),
         (
@@ -637,7 +641,7 @@ def test_curobo_accepts_cosmetic_fields_and_empty_types(tmp_path):
     assert world.names == [["t"]]
     assert _sd(world, np.zeros((1, 3)))[0] == pytest.approx(-0.5, abs=1e-6)
     with pytest.raises(TypeError, match="config must be a dict or a YAML file path"):
-        load_world([config])
+        load_world(42)
     with pytest.raises(ValueError, match="no such file"):
         load_world(tmp_path / "missing.yml")
     (tmp_path / "list.yml").write_text("- a\n- b\n")

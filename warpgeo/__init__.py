@@ -17,25 +17,37 @@ __all__ = [
     "KNN",
     "Capsule",
     "ChamferResult",
+    "ClosestPoint",
     "Cuboid",
     "Cylinder",
+    "DepthFusion",
+    "DistanceGrid",
     "FarthestPointSampling",
     "GatherPoints",
+    "GridQuery",
     "MeshWorld",
+    "RayHits",
     "Robot",
     "SdfMesh",
     "Sphere",
     "SweptSdfMesh",
     "ball_query",
+    "camera_rays",
     "chamfer_distance",
+    "closest_point",
     "collision_pairs",
     "farthest_point_sampling",
     "gather_points",
+    "grid_rays",
     "knn",
+    "lidar_rays",
     "load_ops",
+    "raycast",
+    "render_depth",
     "self_collision_cost",
     "set_value_checks",
     "signed_distance",
+    "sphere_collision",
     "sphere_mesh_cost",
     "swept_sphere_mesh_cost",
     "value_checks",
@@ -64,20 +76,35 @@ _HOME = {
     "signed_distance": "sdf",
     "sphere_mesh_cost": "sdf",
     "swept_sphere_mesh_cost": "sdf",
+    "RayHits": "raycasting",
+    "raycast": "raycasting",
+    "camera_rays": "raycasting",
+    "render_depth": "raycasting",
+    "lidar_rays": "raycasting",
+    "grid_rays": "raycasting",
     "Robot": "robot",
     "collision_pairs": "self_collision",
     "self_collision_cost": "self_collision",
+    "ClosestPoint": "queries",
+    "closest_point": "queries",
+    "sphere_collision": "queries",
     "value_checks": "checks",
     "set_value_checks": "checks",
+    "DistanceGrid": "distance_grid",
+    "DepthFusion": "distance_grid",
+    "GridQuery": "distance_grid",
 }
 
 if TYPE_CHECKING:
     from .chamfer import ChamferResult, chamfer_distance
     from .checks import set_value_checks, value_checks
+    from .distance_grid import DepthFusion, DistanceGrid, GridQuery
     from .fps import FarthestPointSampling, farthest_point_sampling
     from .gather import GatherPoints, gather_points
     from .neighbors import KNN, ball_query, knn
     from .primitives import Capsule, Cuboid, Cylinder, Sphere
+    from .queries import ClosestPoint, closest_point, sphere_collision
+    from .raycasting import RayHits, camera_rays, grid_rays, lidar_rays, raycast, render_depth
     from .robot import Robot
     from .sdf import SdfMesh, SweptSdfMesh, signed_distance, sphere_mesh_cost, swept_sphere_mesh_cost
     from .self_collision import collision_pairs, self_collision_cost

@@ -58,6 +58,10 @@ KIND_CUBOID = 1
 KIND_SPHERE = 2
 KIND_CAPSULE = 3
 KIND_CYLINDER = 4
+#: ``slot_kind`` of a distance grid (``warpgeo.DistanceGrid``; mesh id ``NO_MESH``): its ``(X, Y, Z)`` float32
+#: values are rows of the world's flat ``voxel_values`` (first row and sizes in ``voxel_dims[e, m]``), its
+#: origin and voxel size in ``voxel_frame[e, m]``; read by trilinear interpolation (a closed form too).
+KIND_GRID = 5
 #: ``grid_flags`` bit: the mesh's tables are being built (``warpgeo._world.builder.Later``) and its edges pair up
 #: (it is probably closed): until they are in, a ray or normal mesh takes its side from three rays in
 #: directions of no symmetry a mesh is likely to share (exact on closed meshes; Warp's axis rays are not, where

@@ -36,7 +36,7 @@ import torch
 
 from . import _constants, _threads
 
-__all__ = ["check_mesh_ids", "refuse_changed_mesh_ids", "register_mesh_ids"]
+__all__ = ["check_mesh_ids", "refuse_changed_mesh_ids", "register_mesh_ids", "update_mesh_ids"]
 
 #: Per device: how many live registered mesh-id tensors hold each mesh id.
 _LIVE_IDS: dict[torch.device, collections.Counter] = {}
@@ -44,6 +44,9 @@ _LIVE_IDS: dict[torch.device, collections.Counter] = {}
 #: for a CPU tensor, a copy on the device for a CUDA one).
 _OWN_IDS: dict[int, tuple[weakref.ref, int, Any]] = {}
 _IDS_LOCK = _threads.ForkSafeLock()
+#: A registered tensor's data pointer -> the id list and mesh list its finaliser forgets (mutable: a world
+#: that adds or removes meshes in place updates them, :func:`update_mesh_ids`).
+_HELD: dict[int, tuple[list[int], list]] = {}
 
 
 def register_mesh_ids(ids: torch.Tensor, meshes: list, host: np.ndarray) -> None:
@@ -54,12 +57,37 @@ def register_mesh_ids(ids: torch.Tensor, meshes: list, host: np.ndarray) -> None
     with _IDS_LOCK:
         _LIVE_IDS.setdefault(ids.device, collections.Counter()).update(values)
         _OWN_IDS[key] = (weakref.ref(ids), ids._version, reference)
+        _HELD[key] = (values, meshes)
     weakref.finalize(ids, _forget_mesh_ids, key, ids.device, values, meshes)
+
+
+def update_mesh_ids(ids: torch.Tensor, host: np.ndarray, keep: list) -> None:
+    """Re-register a world's ``mesh_ids`` tensor after the world wrote into it in place (``MeshWorld.add`` /
+    ``remove``): ``host`` its new values; ``keep`` the Warp meshes it names now (they live as long as the
+    tensor does; meshes it no longer names are let go)."""
+    values = [int(v) for v in host.reshape(-1) if v != _constants.NO_MESH]
+    key = ids.data_ptr()
+    reference = np.ascontiguousarray(host).tobytes() if ids.device.type == "cpu" else ids.clone()
+    with _IDS_LOCK:
+        held = _HELD.get(key)
+        if held is None:
+            raise RuntimeError("internal error: update_mesh_ids of a tensor that was never registered")
+        old, meshes = held
+        live = _LIVE_IDS.setdefault(ids.device, collections.Counter())
+        live.update(values)
+        live.subtract(old)
+        for v in set(old):
+            if live[v] <= 0:
+                del live[v]
+        old[:] = values
+        meshes[:] = keep
+        _OWN_IDS[key] = (weakref.ref(ids), ids._version, reference)
 
 
 def _forget_mesh_ids(key: int, device: torch.device, values: list[int], meshes: list) -> None:
     with _IDS_LOCK:
         _OWN_IDS.pop(key, None)
+        _HELD.pop(key, None)
         live = _LIVE_IDS[device]
         live.subtract(values)
         for v in values:

@@ -134,6 +134,164 @@ def _pose_of_matrix(m: np.ndarray) -> tuple:
 
 
 # --------------------------------------------------------------------------------------------------------
+# Robot.from_urdf's options: extra links, sphere slots, self-collision margins, the links kept
+# --------------------------------------------------------------------------------------------------------
+
+#: The keys of an ``extra_links`` entry.
+EXTRA_LINK_KEYS = ("link", "parent", "pose", "type", "axis", "limits", "joint", "child")
+#: The most disabled spheres ``sphere_slots`` may give one link (cuRobo's configurations use 4-100).
+MAX_SLOTS = 2**16
+#: How far from 1 the norm of an extra link's quaternion may be (it is then normalised).
+UNIT_TOLERANCE = 1e-3
+
+
+def add_extra_links(links: Sequence[str], joints: Sequence[Joint], extra_links: Any) -> tuple[list, list]:
+    """The URDF's links and joints with ``extra_links`` added (``Robot.from_urdf`` documents the entries).
+
+    An entry's ``child`` (a link already placed: the URDF's, or an earlier entry's) moves under the new link:
+    its joint keeps its origin and motion but takes the new link as parent; a link with no parent joint (the
+    URDF's root) is fixed to the new link at its origin. Returns ``(links, joints)``: the URDF's joints
+    (re-parented where asked, root fixings appended), then the entries' joints, in order."""
+    links, joints = list(links), list(joints)
+    if extra_links is None:
+        return links, joints
+    if isinstance(extra_links, (str, bytes, Mapping)) or not isinstance(extra_links, Sequence):
+        raise TypeError(
+            f"extra_links must be a list of mappings {{'link', 'parent', ...}}; got {type(extra_links).__name__}"
+        )
+    known = set(links)
+    for n, entry in enumerate(extra_links):
+        if not isinstance(entry, Mapping):
+            raise TypeError(
+                f"extra_links[{n}] must be a mapping {{'link', 'parent', ...}}; got {type(entry).__name__}"
+            )
+    every_link = known | {entry.get("link") for entry in extra_links if isinstance(entry.get("link"), str)}
+    added: list[Joint] = []
+    for n, entry in enumerate(extra_links):
+        at = f"extra_links[{n}]"
+        unknown = [key for key in entry if key not in EXTRA_LINK_KEYS]
+        if unknown:
+            raise ValueError(f"{at}: unknown key {unknown[0]!r} (the keys: {', '.join(EXTRA_LINK_KEYS)})")
+        link, parent = entry.get("link"), entry.get("parent")
+        for key, value in (("link", link), ("parent", parent)):
+            if not isinstance(value, str):
+                raise TypeError(f"{at}['{key}'] must be a link name; got {value!r:.60}")
+        at = f"{at} (link {link!r})"
+        if link in known:
+            raise ValueError(f"{at}: link {link!r} is a link of the robot already")
+        if parent not in every_link:
+            raise ValueError(f"{at}: parent {parent!r} is not a link of the URDF nor an extra link")
+        kind = entry.get("type", "fixed")
+        if kind not in JOINT_KINDS:
+            raise ValueError(f"{at}['type'] must be one of {', '.join(JOINT_KINDS)}; got {kind!r:.60}")
+        joint = entry.get("joint", f"{link}_joint")
+        if not isinstance(joint, str):
+            raise TypeError(f"{at}['joint'] must be a joint name; got {joint!r:.60}")
+        pose = _finite(entry.get("pose", _IDENTITY), 7, f"{at}['pose'] [x, y, z, qw, qx, qy, qz]")
+        norm = float(np.linalg.norm(pose[3:]))
+        if abs(norm - 1.0) > UNIT_TOLERANCE:
+            raise ValueError(f"{at}['pose']: the quaternion must be unit; got norm {norm:.6g}")
+        pose[3:] /= norm
+        axis, limits = (0.0, 0.0, 1.0), (-math.inf, math.inf)
+        if entry.get("axis") is not None:
+            axis = tuple(_finite(entry["axis"], 3, f"{at}['axis']").tolist())
+        elif kind != "fixed":
+            raise ValueError(f"{at}: a {kind} joint needs an 'axis' [x, y, z]")
+        if entry.get("limits") is not None:
+            limits = _limits(entry["limits"], f"{at}['limits']")
+        added.append(Joint(joint, kind, parent, link, tuple(pose.tolist()), axis, limits, None))
+        known.add(link)
+        links.append(link)
+        child = entry.get("child")
+        if child is None:
+            continue
+        if not isinstance(child, str):
+            raise TypeError(f"{at}['child'] must be a link name; got {child!r:.60}")
+        if child not in known or child == link:
+            raise ValueError(f"{at}['child'] {child!r} is not a link of the URDF nor an earlier extra link")
+        above = [k for k, j in enumerate(joints) if j.child == child]
+        above_extra = [k for k, j in enumerate(added) if j.child == child]
+        if above:  # the child keeps its joint, under the new link
+            joints[above[0]] = joints[above[0]]._replace(parent=link)
+        elif above_extra:
+            added[above_extra[0]] = added[above_extra[0]]._replace(parent=link)
+        else:  # a root: fixed to the new link
+            joints.append(
+                Joint(f"{link}_to_{child}", "fixed", link, child, _IDENTITY, axis, (0.0, 0.0), None)
+            )
+    return links, [*joints, *added]
+
+
+def _limits(value: Any, where: str) -> tuple[float, float]:
+    """``[lower, upper]``: two numbers, not NaN (``±inf``: unbounded; not enforced, as a URDF's)."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence) or len(value) != 2:
+        raise ValueError(f"{where} must be [lower, upper]; got {value!r:.60}")
+    numbers = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{where} must hold numbers; got {v!r:.60}")
+        number = float(v)
+        if math.isnan(number):
+            raise ValueError(f"{where} must not be NaN")
+        numbers.append(number)
+    return numbers[0], numbers[1]
+
+
+def check_slots(sphere_slots: Any) -> dict[str, int]:
+    """``sphere_slots`` ``{link: n}`` as a dict of ints in ``[0, MAX_SLOTS]`` (the links are checked by
+    :func:`build`)."""
+    if sphere_slots is None:
+        return {}
+    if not isinstance(sphere_slots, Mapping):
+        raise TypeError(f"sphere_slots must map link names to counts; got {type(sphere_slots).__name__}")
+    slots = {}
+    for link, count in sphere_slots.items():
+        if not isinstance(link, str):
+            raise TypeError(f"sphere_slots: link names must be strings; got {link!r:.60}")
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)):
+            raise TypeError(f"sphere_slots[{link!r}] must be an int; got {count!r:.60}")
+        if not 0 <= count <= MAX_SLOTS:
+            raise ValueError(f"sphere_slots[{link!r}] must lie in [0, {MAX_SLOTS}]; got {count}")
+        slots[link] = int(count)
+    return slots
+
+
+def check_margins(self_margin: Any, links: Sequence[str], ignore_unknown: bool) -> dict[str, float]:
+    """``self_margin`` ``{link: metres}`` as a dict of finite floats; a name not among ``links`` (the URDF's
+    and the extra links) is refused, or skipped with ``ignore_unknown``."""
+    if self_margin is None:
+        return {}
+    if not isinstance(self_margin, Mapping):
+        raise TypeError(f"self_margin must map link names to metres; got {type(self_margin).__name__}")
+    known = set(links)
+    margins = {}
+    for link, value in self_margin.items():
+        if not isinstance(link, str):
+            raise TypeError(f"self_margin: link names must be strings; got {link!r:.60}")
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"self_margin[{link!r}] must be a number; got {value!r:.60}")
+        if link not in known:
+            if ignore_unknown:
+                continue
+            raise ValueError(f"self_margin names link {link!r}, which is not a link of the robot")
+        margins[link] = float(_finite([value], 1, f"self_margin[{link!r}]")[0])
+    return margins
+
+
+def check_names(values: Any, name: str) -> list[str] | None:
+    """A list of link names (``keep_links``), or None."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a list of link names; got {type(values).__name__}")
+    names = list(values)
+    for value in names:
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must hold link names; got {value!r:.60}")
+    return names
+
+
+# --------------------------------------------------------------------------------------------------------
 # the tree
 # --------------------------------------------------------------------------------------------------------
 
@@ -159,7 +317,8 @@ def build(
     link's own (links without spheres at the end). ``ignore_unknown``: ignore-list links not in the tree
     are skipped (cuRobo's lists name links of other variants) instead of refused. ``keep_links``: only
     these links and their ancestors are kept (cuRobo's kinematic chain: the tool frames and the collision
-    links); default: every link below the base."""
+    links); default: every link below the base. ``Robot.from_urdf`` documents each option (and checks
+    ``slots`` and ``self_margin`` first: :func:`check_slots`, :func:`check_margins`)."""
     from .self_collision import collision_pairs
 
     known = set(links)
@@ -185,6 +344,10 @@ def build(
         children[j.parent].append(j)
     if not links:
         raise ValueError("the URDF has no links")
+    for option, named in (("spheres", spheres), ("sphere_slots", slots)):
+        for link in named if isinstance(named, Mapping) else ():
+            if link not in known:  # before the pruning: the message says the link is nowhere
+                raise ValueError(f"{option} names link {link!r}, which is not a link of the robot")
     explicit_base = base_link is not None
     if base_link is None:
         roots = [name for name in links if name not in by_child]
@@ -284,7 +447,7 @@ def _prune(order: list, link_joint: list, keep: Iterable[str], by_child: Mapping
             where = (
                 "below base_link " + repr(base) if link in by_child or link == base else "a link of the robot"
             )
-            raise ValueError(f"link {link!r} (a collision link, tool frame or extra link) is not {where}")
+            raise ValueError(f"keep_links names link {link!r}, which is not {where}")
         while link not in needed:
             needed.add(link)
             link = by_child[link].parent
@@ -402,7 +565,11 @@ def _place_spheres(
     slot_index: dict[str, list[int]] = {}
     for link in [*spheres, *(name for name in slots if name not in spheres)]:
         if link not in index:
-            raise ValueError(f"spheres names link {link!r}, which is not a link of the tree")
+            option = "spheres" if link in spheres else "sphere_slots"
+            raise ValueError(
+                f"{option} names link {link!r}, which is not a link of the tree (not below base_link, or "
+                "not kept by keep_links)"
+            )
         own = spheres.get(link)
         own = np.zeros((0, 4)) if own is None or len(own) == 0 else np.asarray(own, dtype=np.float64)
         if own.ndim != 2 or own.shape[1] != 4 or not np.isfinite(own).all():

@@ -174,14 +174,16 @@ def as_float(value: int | float, name: str) -> float:
         ) from None
 
 
-def check_values(x, name: str, env_index, num_envs: int, params, ids_changed) -> None:
+def check_values(x, name: str, env_index, num_envs: int, params, ids_changed, extra=()) -> None:
     """The checks that need tensor values, run inside the op: one device-to-host transfer for all.
 
     ``x`` is finite when its sum in float64 is (a NaN or inf propagates; float32 and half values cannot
     overflow a float64 sum; :func:`_warp.sum64`); only where the sum is not finite (a NaN/inf, or float64
     values summing past the float64 range) is every element tested. ``params`` is skipped when it is one of
     the parameter tensors :func:`params_tensor` made from Python floats (checked on the host already).
-    ``ids_changed``: None, or what ``check_mesh_ids`` left to be read here (a 0-d bool tensor)."""
+    ``ids_changed``: None, or what ``check_mesh_ids`` left to be read here (a 0-d bool tensor). ``extra``: an
+    op's own checks, ``(0-d tensor, check)`` pairs: each tensor is read in the same transfer and its value
+    handed to ``check`` (which raises), after the checks above."""
     parts = [_warp.sum64(x)]
     check_env = env_index is not None and env_index.numel() > 0
     if check_env:
@@ -191,10 +193,13 @@ def check_values(x, name: str, env_index, num_envs: int, params, ids_changed) ->
         parts.extend((params.amin(), params.amax()))
     if ids_changed is not None:
         parts.append(ids_changed)
+    parts.extend(value for value, _ in extra)
     if x.device.type == "cpu":
         values = [v.item() for v in parts]
     else:
         values = torch.stack([v.to(torch.float64) for v in parts]).tolist()
+    own = values[len(values) - len(extra) :]
+    del values[len(values) - len(extra) :]
     if ids_changed is not None and values.pop():
         refuse_changed_mesh_ids()
     if not math.isfinite(values[0]) and not bool(torch.isfinite(x).all()):
@@ -207,16 +212,20 @@ def check_values(x, name: str, env_index, num_envs: int, params, ids_changed) ->
         raise ValueError(
             f"activation_distance and weight must be finite and >= 0; got {params.tolist()} (eta, weight)"
         )
+    for (_, check), value in zip(extra, own, strict=True):
+        check(value)
 
 
-def prepare_launch(x, name: str, env_index, world, params) -> torch.Tensor:
+def prepare_launch(x, name: str, env_index, world, params, extra=None) -> torch.Tensor:
     """Before any launch: the value checks (when on) and the world's mesh ids vetted (always: a forged id
     must never reach Warp's mesh queries, see ``warpgeo._mesh_ids``); ``x`` in its compute
-    precision."""
+    precision. ``extra``: None, or a callable that returns the op's own value checks (``extra`` of
+    :func:`check_values`: read in the same transfer), called only when value checks are on."""
     checking = checks.checking_values(x.device)
     ids_changed = check_mesh_ids(world[0], by_value=checking)
     if checking:
-        check_values(x, name, env_index, world[0].shape[0], params, ids_changed)
+        own = () if extra is None else extra()
+        check_values(x, name, env_index, world[0].shape[0], params, ids_changed, own)
     return _warp.to_compute(x)
 
 

@@ -34,6 +34,8 @@ from ._grid_args import (
 )
 from ._kernels import distance_grid as kernels
 from ._op import Op
+from .sdf import signed_distance
+from .world import MeshWorld
 
 __all__ = ["DepthFusion", "DistanceGrid", "GridQuery"]
 
@@ -67,6 +69,10 @@ class DistanceGrid:
     Attributes:
         values, voxel_size, origin (a tuple of 3 floats), shape ``(X, Y, Z)``, device, dtype.
 
+    A grid is also a world entry: ``MeshWorld([mesh, warpgeo.Cuboid(...), grid])`` (posed, enabled, named,
+    per environment like a primitive; its values copied into the world in float32, read as :meth:`query`
+    reads them, in the frame of the entry's pose); ``MeshWorld.set_grid`` writes new values in place.
+
     Raises:
         TypeError: ``values`` not a float32 / float64 tensor; a non-number ``voxel_size`` or ``origin``.
         ValueError: ``values`` not 3-D, empty, too large or not finite; ``voxel_size`` not positive and
@@ -77,6 +83,9 @@ class DistanceGrid:
         >>> grid.query(torch.tensor([[0.0, 0.0, 0.0]])).distance
         tensor([0.])
     """
+
+    #: how a MeshWorld recognises a grid entry (its builder reads values, voxel_size and origin)
+    WORLD_ENTRY = "distance_grid"
 
     def __init__(self, values: torch.Tensor, voxel_size: float, *, origin: Any = (0.0, 0.0, 0.0)) -> None:
         if not isinstance(values, torch.Tensor) or values.dtype not in GRID_DTYPES:
@@ -127,7 +136,8 @@ class DistanceGrid:
         interpolation of the 8 voxels around each point, and the exact gradient of that interpolant (on a
         cell face, the cell with the lower index; an axis of one voxel has gradient 0 along it). Outside
         the box: the distance to the box, with the unit direction away from it as gradient -- a lower bound
-        of the distance to anything the grid holds (it says nothing about space beyond it).
+        of the distance to anything the grid holds (it says nothing about space beyond it). A point less than
+        1e-4 voxels outside a face (a voxel centre on it, rounded off by a pose) reads as on the face.
 
         For values sampled from a 1-Lipschitz function (a true signed distance), the interpolated value is
         within ``sqrt(3) / 2 * voxel_size`` of it inside the box (see :meth:`from_mesh`).
@@ -283,8 +293,6 @@ class DistanceGrid:
             TypeError / ValueError: a bad mesh, ``voxel_size``, ``padding`` or ``dtype``; a grid beyond the
             size limits.
         """
-        from warpgeo import MeshWorld, signed_distance  # the public names (their modules may move)
-
         h = positive(voxel_size, "voxel_size")
         pad = MESH_PADDING_VOXELS * h if padding is None else non_negative(padding, "padding")
         check_dtype(dtype)

@@ -65,9 +65,10 @@ def farthest_point_sampling(
     On the CPU, large clouds (N * K >= 2**22) are sampled through a tree of boxes over small buckets of
     nearby points that skips whatever a new sample cannot change (the QuickFPS idea): the same order as
     the brute-force loop, at a fraction of its work. A batch is split among torch's CPU threads. On CUDA a
-    small cloud is sampled by one thread block; a large one (N >= 16384, with at least two SMs per cloud) by a
-    group of blocks spread over the GPU, in one launch whose blocks meet at a barrier after each step (the
-    same order again: ties to the lowest index, bit for bit the CPU's).
+    small cloud is sampled by one thread block (up to 8192 points: its distances in the block's registers);
+    a large one (N >= 16384, with at least two SMs per cloud) by a group of blocks spread over the GPU, in
+    one launch whose blocks meet at a barrier after each step (the same order again: ties to the lowest
+    index, bit for bit the CPU's).
 
     Args:
         points: ``(B, N, 3)`` or ``(N, 3)``; float16, bfloat16, float32 or float64.
@@ -260,7 +261,14 @@ _GRID_POINTS_PER_BLOCK = 4 * block_kernels.GRID_BLOCK_DIM
 #: How long a block of the persistent kernel waits at a barrier before the group gives up (clock cycles:
 #: ~70 ms at 2 GHz; a step takes microseconds). The group's last block then samples the cloud alone.
 _BARRIER_TIMEOUT_CYCLES = 1 << 27
-#: The design every CUDA-algorithm call takes, forced (benchmarks, tests): "block", "steps", "persistent";
+#: Up to this many points per cloud a cloud's distances are held in the registers of one block (``fps_strip``:
+#: ``STRIP`` points a lane), never stored, one block reduction a step instead of two. Written for
+#: B=32 N=8192 K=512 (issue 49: the block design 2.67 ms, torch-fps 1.29 ms on an H200); not yet timed on a
+#: GPU (``benchmarks/bench_fps.py --designs`` compares it with ``block``).
+_STRIP_MAX_POINTS = block_kernels.STRIP * block_kernels.STRIP_BLOCK_DIM
+#: The design every CUDA-algorithm call takes, forced (benchmarks, tests): "strip", "block", "steps",
+#: "persistent", "strip_held" (the strip's A/B variant; either strip on a cloud larger than
+#: ``_STRIP_MAX_POINTS``: "block");
 #: None (the default, or ``WARPGEO_FPS_DESIGN`` unset): chosen by size.
 _FORCED_DESIGN: str | None = os.environ.get("WARPGEO_FPS_DESIGN") or None
 
@@ -268,18 +276,28 @@ _FORCED_DESIGN: str | None = os.environ.get("WARPGEO_FPS_DESIGN") or None
 def _cuda_design(device: torch.device, batch: int, n: int) -> tuple[str, int]:
     """``(design, blocks per cloud)`` of a call on CUDA's algorithms.
 
-    Large clouds, with at least two SMs per cloud: a group of blocks per cloud, all resident at once (one
-    launch, ``persistent``) on CUDA; a launch per step (``steps``) on CPU tensors, where blocks run one after
-    another. Otherwise one block per cloud (``block``).
+    Small clouds (at most ``_STRIP_MAX_POINTS``; on CPU tensors only with Warp's CPU blocks): one block per
+    cloud, its distances in the lanes' registers (``strip``). Large clouds, with at least two SMs per cloud:
+    a group of blocks per cloud, all resident at once (one launch, ``persistent``) on CUDA; a launch per step
+    (``steps``) on CPU tensors, where blocks run one after another. Otherwise one block per cloud, its
+    distances in memory (``block``).
     """
     sms = _multiprocessors(device)
     groups = max(1, min(sms // max(batch, 1), -(-n // _GRID_POINTS_PER_BLOCK)))
+    # CPU tensors without Warp's CPU blocks run a block as one lane: ``STRIP`` points in all
+    strip_capacity = (
+        _STRIP_MAX_POINTS if device.type == "cuda" or _warp.warp().config.enable_cpu_blocks else 0
+    )
     design = _FORCED_DESIGN
     if design is None:
-        if n < _GRID_MIN_POINTS or groups < 2:
+        if n <= strip_capacity:
+            design = "strip"
+        elif n < _GRID_MIN_POINTS or groups < 2:
             design = "block"
         else:
             design = "persistent" if device.type == "cuda" else "steps"
+    if design in ("strip", "strip_held") and n > strip_capacity:  # a cloud the lanes' registers cannot hold
+        design = "block"
     if design == "persistent" and batch * groups > sms:  # never more blocks than can be resident together
         groups = max(1, sms // max(batch, 1))
     return design, groups
@@ -315,6 +333,14 @@ def _launch_block(args, key, batch, n, max_samples, groups, device) -> None:
         mindist=mindist,
         **args,
     )
+
+
+def _launch_strip(args, key, batch, n, max_samples, groups, device, *, held=False) -> None:
+    """One block per cloud, its distances in the lanes' registers (no workspace); ``held``: its coordinates
+    too (the A/B variant, ``"strip_held"``)."""
+    table = block_kernels.FPS_STRIP_HELD if held else block_kernels.FPS_STRIP
+    kernel = table[key].fps_strip_held if held else table[key].fps_strip
+    _launch.launch(kernel, batch, device=device, tiled=True, block_dim=table.block_dim, **args)
 
 
 def _grid_workspace(batch: int, n: int, groups: int, device: torch.device, *, zeroed: bool):
@@ -370,7 +396,13 @@ def _launch_persistent(args, key, batch, n, max_samples, groups, device, *, time
     return sync
 
 
-_CUDA_DESIGNS = {"block": _launch_block, "steps": _launch_steps, "persistent": _launch_persistent}
+_CUDA_DESIGNS = {
+    "block": _launch_block,
+    "steps": _launch_steps,
+    "persistent": _launch_persistent,
+    "strip": _launch_strip,
+    "strip_held": functools.partial(_launch_strip, held=True),
+}
 
 
 def _fps_fake(points, lengths, num_samples, start, max_samples):

@@ -51,8 +51,8 @@ class Robot:
             a disabled slot, see :meth:`attach`).
         pairs: ``(P, 2)`` int64 sphere pairs for :func:`warpgeo.self_collision_cost`.
         self_margin: ``(S,)`` float32 self-collision margin per sphere.
-        ee_link: the end-effector link a cuRobo configuration names (``ee_link`` / ``tool_frames[0]``), else
-            None.
+        ee_link: the end-effector link :meth:`from_urdf`'s ``ee_link`` or a cuRobo configuration names
+            (``ee_link`` / ``tool_frames[0]``), else None.
         device: where the tables live and the ops run.
     """
 
@@ -99,6 +99,12 @@ class Robot:
         lock_joints: Mapping[str, float] | None = None,
         joint_names: Sequence[str] | None = None,
         self_collision_ignore: Mapping[str, Iterable[str]] | Iterable[Sequence[str]] = (),
+        extra_links: Sequence[Mapping[str, Any]] | None = None,
+        sphere_slots: Mapping[str, int] | None = None,
+        self_margin: Mapping[str, float] | None = None,
+        ee_link: str | None = None,
+        keep_links: Iterable[str] | None = None,
+        ignore_unknown_links: bool = False,
         device: torch.device | str = "cpu",
     ) -> Robot:
         """A robot from a URDF (a file path or the XML text) and spheres per link.
@@ -110,14 +116,35 @@ class Robot:
         Args:
             urdf: the path of a URDF file, or its XML text (a string starting with ``<``).
             spheres: ``{link: [[x, y, z, r], ...]}``, each sphere in its link's frame (a negative radius:
-                disabled). Default: no spheres.
+                disabled). Default: no spheres. Their order is the spheres' order (:attr:`sphere_links`).
             base_link: the root of the tree (its frame is the base frame); default: the URDF's root link.
                 Links not below it are left out.
             lock_joints: ``{joint: value}``: joints held at a value, removed from ``q``.
             joint_names: the order of ``q``'s columns (every moving joint not locked nor mimic, once);
-                default: tree order.
+                default: tree order. Locked joints listed are left out.
             self_collision_ignore: link pairs never checked for self-collision (``{a: [b, ...]}`` or
                 ``[(a, b), ...]`` by link name), as :func:`warpgeo.collision_pairs` takes them.
+            extra_links: links added to the URDF's tree, in order, each a mapping: ``"link"`` (its name, new),
+                ``"parent"`` (a link of the URDF or another extra link), ``"pose"`` (``[x, y, z, qw, qx, qy,
+                qz]``: its joint frame in the parent's frame, a unit quaternion; default: identity),
+                ``"type"`` (``"fixed"``, the default, ``"revolute"``, ``"continuous"`` or ``"prismatic"``),
+                ``"axis"`` (``[x, y, z]`` in the joint frame; needed by a moving joint), ``"limits"``
+                (``[lower, upper]``, default unbounded), ``"joint"`` (the joint's name, default
+                ``"<link>_joint"``; a moving one is a column of ``q``) and ``"child"`` (optional: a link of
+                the URDF or an earlier extra link moved under this one; its joint keeps its origin and
+                motion, a root link is fixed at this link's origin: a floating base). E.g. a tool frame or
+                a fixed ``attached_object`` link.
+            sphere_slots: ``{link: n}``: ``n`` disabled spheres (radius -10 at the link's origin) after the
+                link's own, the slots :meth:`attach` fills (``n`` in ``[0, 65536]``).
+            self_margin: ``{link: metres}``: the self-collision margin of the link's spheres
+                (:attr:`self_margin`, for :func:`warpgeo.self_collision_cost`); default 0.
+            ee_link: the end-effector link, kept as :attr:`ee_link` (a link of the tree).
+            keep_links: prune the tree to these links and their ancestors (a gripper past the last link
+                with spheres and its joints dropped, say); default: every link below ``base_link``. The
+                links of ``spheres``, ``sphere_slots`` and ``ee_link`` must be kept.
+            ignore_unknown_links: names in ``self_collision_ignore`` that are not links of the tree, and in
+                ``self_margin`` that are not links of the URDF nor extra links, are skipped instead of
+                refused (lists written for several variants of a robot, as cuRobo's).
             device: where the robot's tables live.
 
         Returns:
@@ -125,11 +152,15 @@ class Robot:
 
         Raises:
             ImportError: yourdfpy is not installed.
-            TypeError: arguments of the wrong type.
+            TypeError: arguments of the wrong type (the message names the option and, for ``extra_links``,
+                the entry and key).
             ValueError: a missing or unreadable file, invalid XML; an unknown or unsupported joint type, a
                 joint naming a missing link, a link with two parents or a cycle, a moving joint with a zero
-                axis, a mimic of an unknown joint; an unknown link in ``spheres`` or an unknown joint in
-                ``lock_joints`` / ``joint_names`` (each named); non-finite values.
+                axis, a mimic of an unknown joint; an unknown link in ``spheres``, ``sphere_slots``,
+                ``self_margin``, ``keep_links`` or ``ee_link``, an unknown joint in ``lock_joints`` /
+                ``joint_names`` (each named); an ``extra_links`` entry with an unknown key, an existing link
+                name, an unknown parent or child, a quaternion that is not unit, a moving joint without an
+                axis; a slot count out of range; non-finite values.
 
         Example:
             >>> urdf = '''<robot name="arm"><link name="base"/><link name="link1"/>
@@ -141,8 +172,17 @@ class Robot:
             torch.Size([16, 1, 4])
             >>> robot.spheres(torch.tensor([torch.pi / 2], dtype=torch.float64))[0, 1:].tolist()  # x onto y
             [0.1, 0.3, 0.05]
+            >>> tool = {"link": "tool", "parent": "link1", "pose": [0.2, 0, 0, 1, 0, 0, 0]}
+            >>> robot = Robot.from_urdf(urdf, extra_links=[tool], sphere_slots={"tool": 2}, ee_link="tool")
+            >>> robot.link_names, robot.local_spheres[:, 3].tolist()     # two empty slots for attach()
+            (['base', 'link1', 'tool'], [-10.0, -10.0])
         """
+        if not isinstance(ignore_unknown_links, bool):
+            raise TypeError(f"ignore_unknown_links must be a bool; got {ignore_unknown_links!r:.60}")
+        if ee_link is not None and not isinstance(ee_link, str):
+            raise TypeError(f"ee_link must be a link name; got {ee_link!r:.60}")
         links, joints = _robot_tree.read_urdf(urdf)
+        links, joints = _robot_tree.add_extra_links(links, joints, extra_links)
         tree = _robot_tree.build(
             links,
             joints,
@@ -150,7 +190,12 @@ class Robot:
             lock_joints=lock_joints,
             joint_names=joint_names,
             spheres=spheres,
+            slots=_robot_tree.check_slots(sphere_slots),
+            self_margin=_robot_tree.check_margins(self_margin, links, ignore_unknown_links),
             self_collision_ignore=self_collision_ignore,
+            ignore_unknown=ignore_unknown_links,
+            ee_link=ee_link,
+            keep_links=_robot_tree.check_names(keep_links, "keep_links"),
         )
         return cls(tree, device=device)
 
@@ -240,7 +285,8 @@ class Robot:
     def attach(self, link: str, spheres: Any) -> None:
         """Put spheres (an attached object's, in ``link``'s frame) into ``link``'s disabled slots, in place.
 
-        The slots are the ones ``extra_collision_spheres`` made (cuRobo's attached-object slots); spheres
+        The slots are the ones :meth:`from_urdf`'s ``sphere_slots`` (cuRobo's ``extra_collision_spheres``:
+        its attached-object slots) made; spheres
         beyond the given ones stay disabled. Captured CUDA graphs see the new spheres (written in place).
 
         Args:

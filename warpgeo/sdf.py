@@ -125,6 +125,8 @@ def swept_sphere_mesh_cost(
     activation_distance: float | torch.Tensor = 0.0,
     weight: float | torch.Tensor = 1.0,
     env_index: torch.Tensor | None = None,
+    speed_metric: bool = False,
+    dt: float | torch.Tensor = 1.0,
 ) -> torch.Tensor:
     """Collision cost along trajectories: the time average of the cost over each interval.
 
@@ -139,19 +141,35 @@ def swept_sphere_mesh_cost(
     size ``(H - 1) * S * N`` is materialised), and the gradient is accumulated without atomics
     (deterministic).
 
+    With ``speed_metric=True`` (cuRobo's ``enable_speed_metric``), the cost of each interior step
+    ``0 < h < H - 1`` is multiplied by the speed of its sphere's centre ``c``, the central difference
+    ``|c[h + 1] - c[h - 1]| / (2 dt)``; the first and last steps are not scaled (as cuRobo). Where one
+    neighbour's sphere is disabled (negative radius), the one-sided difference with the other is used
+    (``|c[h + 1] - c[h]| / dt`` or ``|c[h] - c[h - 1]| / dt``); where both are, the step is not scaled. The
+    factor is continuous (a motionless interior step costs 0) and differentiated exactly: the gradient
+    reaches ``c[h - 1]``, ``c[h]``, ``c[h + 1]`` and, through the cost, the radii (and ``dt`` if it is a
+    tensor that requires grad). cuRobo differs in two ways: it scales only where the speed exceeds 1e-3
+    (leaving slower steps unscaled), and its gradient is a CHOMP-style functional gradient w.r.t. ``c[h]``
+    only, not the gradient of its cost (see ``docs/sdf.md``).
+
     Args:
         spheres: ``(B, H, N, 4)`` = x, y, z, radius over H time steps; float dtypes as for
             :func:`sphere_mesh_cost`, on ``world.device``.
         world: the :class:`MeshWorld`.
         sweep_steps: interpolated spheres per interval, an int >= 0.
         activation_distance, weight, env_index: as for :func:`sphere_mesh_cost`.
+        speed_metric: scale interior steps' costs by their sphere's speed (above), a bool.
+        dt: the time between steps, > 0 (at least the compute precision's smallest normal number): a float
+            or a 0-d / 1-element float tensor on ``world.device`` (its value is checked under the value
+            checks). A speed beyond the precision's range is taken as its largest number.
 
     Returns:
         Cost ``(B, H, N)``, dtype of ``spheres``.
 
     Raises:
-        As :func:`sphere_mesh_cost`; also ValueError for ``spheres`` not 4-D or a negative ``sweep_steps``,
-        TypeError for a non-int ``sweep_steps``.
+        As :func:`sphere_mesh_cost`; also ValueError for ``spheres`` not 4-D, a negative ``sweep_steps`` or
+        a ``dt`` that is not finite and > 0, TypeError for a non-int ``sweep_steps``, a non-bool
+        ``speed_metric`` or a ``dt`` that is neither a float nor a float tensor.
 
     Example:
         >>> world = MeshWorld([trimesh.creation.box((0.3, 1, 1))])           # a wall at x = 0
@@ -165,6 +183,10 @@ def swept_sphere_mesh_cost(
     if isinstance(spheres, torch.Tensor) and spheres.dim() != 4:
         raise ValueError(f"spheres must have shape (B, H, N, 4); got {tuple(spheres.shape)}")
     traj, compute_grad = prepare_query(spheres, world, 4, "spheres", reshape=False)
+    if type(speed_metric) is not bool:
+        raise TypeError(f"speed_metric must be a bool; got {type(speed_metric).__name__}")
+    if speed_metric:
+        dt = _check_dt(dt, traj)
     params = params_tensor(activation_distance, weight, traj)
     args = world_args(world, traj.dtype)
     cost, _ = _swept.call(
@@ -176,6 +198,8 @@ def swept_sphere_mesh_cost(
         sweep_steps=sweep_steps,
         compute_grad=compute_grad,
     )
+    if speed_metric:
+        return _speed_scaled(cost, traj, dt)
     return cost
 
 
@@ -216,6 +240,61 @@ def signed_distance(
         compute_grad=compute_grad,
     )
     return _shaped(dist, points.shape[:-1])
+
+
+def _check_dt(dt, x: torch.Tensor) -> float | torch.Tensor:
+    """``dt`` of the speed metric: a finite float > 0 (at least the compute precision's smallest normal number,
+    so that ``1 / dt`` is finite), or a 1-element float tensor on ``x``'s device (then 0-d, in the compute
+    precision; its value checked under the value checks, outside a compiled graph)."""
+    compute = _warp.compute_dtype(x.dtype)
+    tiny = torch.finfo(compute).tiny
+    if isinstance(dt, torch.Tensor):
+        if dt.numel() != 1:
+            raise ValueError(f"dt must be a float or a 1-element tensor; got shape {tuple(dt.shape)}")
+        if not dt.is_floating_point():
+            raise TypeError(f"dt must be a float tensor; got {dt.dtype}")
+        if dt.device != x.device:
+            raise ValueError(f"dt must be on {x.device}, like spheres; got {dt.device}")
+        dt = dt.reshape(()).to(compute)
+        if checks.checking_values(x.device) and not torch.compiler.is_compiling():
+            value = float(dt.detach())
+            if not (value >= tiny and math.isfinite(value)):
+                raise ValueError(f"dt must be finite and > 0 (at least {tiny:.4g} in {compute}); got {value}")
+        return dt
+    if isinstance(dt, bool) or not isinstance(dt, (int, float)):
+        raise TypeError(f"dt must be a float or a tensor; got {type(dt).__name__}")
+    value = as_float(dt, "dt")
+    if not (value >= tiny and math.isfinite(value)):
+        raise ValueError(f"dt must be finite and > 0 (at least {tiny:.4g} in {compute}); got {dt}")
+    return value
+
+
+def _speed_scaled(cost: torch.Tensor, spheres: torch.Tensor, dt: float | torch.Tensor) -> torch.Tensor:
+    """``cost`` (B, H, N) with each interior step's multiplied by its sphere's speed (the central difference
+    of the centres of ``spheres`` (B, H, N, 4) over ``2 dt``; one-sided where a neighbour is disabled, 1
+    where both are), in the compute precision; torch ops, differentiated by autograd."""
+    horizon = spheres.shape[1]
+    if horizon < 3:
+        return cost
+    compute = _warp.compute_dtype(spheres.dtype)
+    centres = spheres[..., :3].to(compute)
+    enabled = spheres[..., 3] >= 0
+    prev_on, next_on = enabled[:, :-2, :, None], enabled[:, 2:, :, None]
+    prev, here, nxt = centres[:, :-2], centres[:, 1:-1], centres[:, 2:]
+    # halves first: (nxt - prev) / 2 could overflow where the result does not
+    diff = torch.where(
+        prev_on & next_on, nxt * 0.5 - prev * 0.5, torch.where(next_on, nxt - here, here - prev)
+    )
+    # |diff| scaled by its largest component (no overflow or underflow of the squares); a safe divisor at 0
+    largest = diff.abs().amax(-1, keepdim=True)
+    safe = torch.where(largest > 0, largest, torch.ones_like(largest))
+    speed = (largest * torch.linalg.vector_norm(diff / safe, dim=-1, keepdim=True))[..., 0] / dt
+    # a speed beyond the precision's range (a huge step over a tiny dt) stays finite: a zero cost stays 0
+    speed = speed.clamp(max=torch.finfo(compute).max)
+    factor = torch.where(prev_on[..., 0] | next_on[..., 0], speed, torch.ones_like(speed))
+    ones = torch.ones_like(factor[:, :1])
+    scaled = cost.to(compute) * torch.cat([ones, factor, ones], dim=1)
+    return scaled.to(cost.dtype)
 
 
 def _check_params(params, x) -> None:

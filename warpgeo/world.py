@@ -20,9 +20,10 @@ from . import _threads, _warp, checks
 from ._kernels import world as world_kernels
 from ._mesh_ids import register_mesh_ids
 from ._world import builder as _builder
+from ._world import editing as _editing
 from ._world import loading as _loading
 from ._world import prepare as _prepare
-from ._world.entries import _layout, _named_slots, _sign_methods, _slot_poses, _warn_open
+from ._world.entries import _layout, _named_slot, _named_slots, _sign_methods, _slot_poses, _warn_open
 from ._world.loading import MeshLike
 from ._world.poses import (  # noqa: F401 (compat.curobo takes them from here)
     _IDENTITY_POSE,
@@ -108,6 +109,15 @@ class MeshWorld:
     update the world in place (so captured CUDA graphs see the new state): a world is not to be updated
     while another thread queries it (that query may see half an update); serialise them, e.g. with a lock.
 
+    Editing: a world built with ``capacity={kind: count}`` (kinds ``"mesh"``, ``"cuboid"``, ``"sphere"``,
+    ``"capsule"``, ``"cylinder"``) keeps room, in every environment, for that many more entries of each kind than
+    it was built with: :meth:`add` and :meth:`remove` write into the world's tensors in place (no tensor an op
+    reads is reallocated, so captured CUDA graphs stay valid, as with :meth:`set_poses`); beyond the capacity,
+    a ValueError naming the kind. The slots are one pool per environment (``max_meshes`` is the most entries an
+    environment may hold at once: those built plus every kind's capacity); a removed entry's slot is reused. A
+    world with room for meshes runs the general kernels from the start, even while it holds closed forms only.
+    Threads: as :meth:`set_poses` (not while another thread queries the world).
+
     Names: entries given as a dict ``{name: entry}`` are named (``world.names``), and :meth:`set_poses` /
     :meth:`set_enabled` then also take ``{name: value}``; a list gives unnamed entries. Names are unique
     strings within an environment.
@@ -138,7 +148,9 @@ class MeshWorld:
         meshes: the entries of a one-environment world, a list or a dict ``{name: entry}``; each a
             ``trimesh.Trimesh``, a ``trimesh.Scene`` (its geometries, see Scenes), a file path (obj, stl,
             ply, off: one mesh; glb, gltf, dae, 3mf: a scene), a ``(vertices (V, 3), faces (F, 3))`` pair of
-            arrays or tensors, or an analytic primitive (:mod:`warpgeo.primitives`).
+            arrays or tensors, an analytic primitive (:mod:`warpgeo.primitives`), or a
+            :class:`~warpgeo.DistanceGrid` (its values copied in float32; trilinear distance and the exact
+            gradient of the interpolant, the distance to its box outside it; new values by :meth:`set_grid`).
         poses: ``(M, 7)`` world-from-mesh poses, one per entry as given (identity by default); any
             array-like, or a dict ``{name: pose}`` for named entries (the others: identity).
         device: where the meshes live; every query must be on this device.
@@ -153,12 +165,16 @@ class MeshWorld:
             with one per mesh. A world whose open meshes (edges that do not pair up: holes, an open top)
             are signed by ``"ray"`` or ``"normal"`` warns once, at construction (a ``UserWarning`` naming
             them, the method and the alternatives): points in the opening of a bin may read as inside.
+        capacity: ``{kind: count}``: room per environment for entries added later (see Editing); None: none
+            (:meth:`add` refuses).
 
     Raises:
-        TypeError: a mesh of an unsupported type; faces that are not integers; complex vertices.
+        TypeError: a mesh of an unsupported type; faces that are not integers; complex vertices; a
+            ``capacity`` that is not a dict of ints.
         ValueError: an empty mesh or environment list, non-finite vertices or vertices beyond float32's
             range (Warp meshes are float32), meta tensors, bad shapes, a file trimesh cannot load as a mesh,
-            a bad ``sign_method``, a device that is not ``cpu`` / ``cuda[:N]`` or that this machine lacks,
+            a bad ``sign_method``, a ``capacity`` of an unknown kind or a negative count, a device that is not
+            ``cpu`` / ``cuda[:N]`` or that this machine lacks,
             bad poses (see :meth:`set_poses`).
         IndexError: face indices outside ``[0, V)``.
         RuntimeError: ``sign_method="winding"`` and this Warp build does not honour winding numbers.
@@ -185,6 +201,7 @@ class MeshWorld:
         poses: Any = None,
         device: torch.device | str = "cpu",
         sign_method: str | Sequence[str] = "ray",
+        capacity: Mapping[str, int] | None = None,
     ) -> None:
         if (
             isinstance(meshes, (str, os.PathLike))
@@ -197,7 +214,9 @@ class MeshWorld:
             )
         methods = sign_method if isinstance(sign_method, str) else [sign_method]
         device = _world_device(device)
-        self._build([meshes], None if poses is None else [poses], device, methods, single=True)
+        self._build(
+            [meshes], None if poses is None else [poses], device, methods, single=True, capacity=capacity
+        )
 
     @classmethod
     def from_envs(
@@ -207,6 +226,7 @@ class MeshWorld:
         poses: Any = None,
         device: torch.device | str = "cpu",
         sign_method: str | Sequence[Sequence[str]] = "ray",
+        capacity: Mapping[str, int] | None = None,
     ) -> MeshWorld:
         """A world of several environments, which may hold different numbers of meshes.
 
@@ -219,6 +239,7 @@ class MeshWorld:
             device: as for :class:`MeshWorld`.
             sign_method: one name for every mesh (see :class:`MeshWorld`), or per-environment lists nested
                 like ``envs``.
+            capacity: room for entries added later, per environment (see :class:`MeshWorld`).
         """
         if not isinstance(envs, Sequence) or isinstance(envs, str) or len(envs) == 0:
             raise ValueError("envs must be a non-empty list of per-environment mesh lists")
@@ -234,12 +255,15 @@ class MeshWorld:
                 )
             env_lists.append(env)
         world = cls.__new__(cls)
-        world._build(env_lists, poses, _world_device(device), sign_method, single=False)
+        world._build(env_lists, poses, _world_device(device), sign_method, single=False, capacity=capacity)
         return world
 
     # ----------------------------------------------------------------------------------------------------
 
-    def _build(self, given: list, poses: Any, device, sign_method, *, single: bool) -> None:
+    def _build(
+        self, given: list, poses: Any, device, sign_method, *, single: bool, capacity: Any = None
+    ) -> None:
+        self._capacity = _editing.parse_capacity(capacity)
         # names and scenes: each environment's entries as given (a list or a dict) -> one entry per slot
         seen: dict = {}  # scenes met already (by path, by object): loaded and expanded once, whatever recurs
         layouts = [_layout(env, "meshes" if single else f"envs[{e}]", seen) for e, env in enumerate(given)]
@@ -260,14 +284,19 @@ class MeshWorld:
             self._sign_method = given_methods[0] if single else given_methods
         self._single = single
         counts = [len(env) for env in envs]
-        if sum(counts) == 0:
-            raise ValueError("a MeshWorld needs at least one mesh; got none")
-        num_envs, max_meshes = len(envs), max(counts)
+        if sum(counts) == 0 and not any(self._capacity.values()):
+            raise ValueError(
+                "a MeshWorld needs at least one mesh (or a capacity for entries added later); got none"
+            )
+        # room for entries added later: every environment may reach its limit of every kind at once
+        self._counts, self._limits = _editing.limits(envs, self._capacity) if self._capacity else ([], [])
+        num_envs = len(envs)
+        max_meshes = max(sum(limit.values()) for limit in self._limits) if self._capacity else max(counts)
         self._num_meshes = tuple(counts)
 
         scenes = any(layout.scene_slots for layout in layouts)
         try:
-            prepared = _prepare.prepare(envs, methods, self._device, single=single)
+            prepared = _prepare.prepare(envs, methods, self._device, single=single, slots=max_meshes)
         except (TypeError, ValueError, IndexError) as exc:
             if not scenes:
                 raise
@@ -275,18 +304,24 @@ class MeshWorld:
             slots = "; ".join(note for layout in layouts for note in layout.scene_slots)
             raise type(exc)(f"{exc} [slots after expanding scenes: {slots}]") from exc
         # the Warp meshes own the BVHs the kernels query by id: they live as long as the mesh_ids tensor
-        self._wp_meshes: list[list[Any]] = prepared.meshes
+        self._wp_meshes: list[list[Any]] = [row + [None] * (max_meshes - len(row)) for row in prepared.meshes]
         #: the world's tensors by WORLD_FIELDS name (inv_poses: float64 here; float32 in _inv_poses32)
         self._tables = dict(prepared.tables)
         mesh_ids = self._tables["mesh_ids"]
-        register_mesh_ids(mesh_ids, list(self._wp_meshes), mesh_ids.cpu().numpy())
-        self._all_cuboids = prepared.all_cuboids
+        self._ids_host = mesh_ids.cpu().numpy().view(np.uint64).copy()  # what add / remove re-register
+        register_mesh_ids(mesh_ids, list(self._wp_meshes), self._ids_host.view(np.int64))
+        # a world with room for meshes runs the general kernels from the start (a captured graph stays valid)
+        self._all_cuboids = prepared.all_cuboids and not self._capacity.get("mesh", 0)
+        #: the distance grids' slots (e, m) -> (first row in voxel_values, (X, Y, Z)): what set_grid writes
+        self._grids = dict(prepared.grids)
         if prepared.open_signed:
             _warn_open(prepared.open_signed, methods, self._names, single)
 
         # slot m of environment e holds a mesh where m < counts[e] (no loop over environments)
         self._present = torch.arange(max_meshes) < torch.tensor(counts)[:, None]
         self._present = self._present.to(self._device)
+        self._present_host = (np.arange(max_meshes) < np.array(counts)[:, None]).copy()
+        self._kinds_host = self._tables["slot_kind"].cpu().numpy().copy()
         self._enabled = self._present.to(torch.int32)
         self._poses = torch.tensor(_IDENTITY_POSE, dtype=torch.float64).repeat(num_envs, max_meshes, 1)
         self._poses = self._poses.to(self._device)
@@ -307,9 +342,18 @@ class MeshWorld:
         #: the tables of large meshes, still being built on a background thread (None: all in; CPU only)
         self._later = prepared.later
         self._take_lock = _threads.ForkSafeLock()
-        if scenes or any(isinstance(p, Mapping) for p in ([poses] if not single else poses or ())):
-            # per-entry poses (or names) -> per-slot poses, each scene's node transforms composed in
-            self.set_poses(_slot_poses(poses, layouts, single))
+        if (
+            scenes
+            or max_meshes > max(counts)
+            or any(isinstance(p, Mapping) for p in ([poses] if not single else poses or ()))
+        ):
+            # per-entry poses (or names) -> per-slot poses, each scene's node transforms composed in; the
+            # slots kept for entries added later: identity
+            slot_poses = np.tile(np.asarray(_IDENTITY_POSE), (num_envs, max_meshes, 1))
+            if sum(counts):
+                given_poses = _slot_poses(poses, layouts, single)
+                slot_poses[:, : given_poses.shape[1]] = given_poses
+            self.set_poses(slot_poses)
         elif poses is not None:
             self.set_poses(poses if not single else poses[0])
         if self._later is not None:
@@ -336,12 +380,14 @@ class MeshWorld:
 
     @property
     def max_meshes(self) -> int:
-        """M, the largest number of meshes in one environment (the padded width of pose/enable tensors)."""
+        """M, the padded width of pose/enable tensors: the largest number of meshes in one environment, or with
+        ``capacity`` the slots kept for them."""
         return self._present.shape[1]
 
     @property
     def num_meshes(self) -> tuple[int, ...]:
-        """The number of meshes of each environment."""
+        """The number of meshes of each environment: its slots up to the last one in use (a slot emptied by
+        :meth:`remove` before it stays a disabled hole, named None, until :meth:`add` fills it)."""
         return self._num_meshes
 
     @property
@@ -456,6 +502,121 @@ class MeshWorld:
             )
         value = value.to(self._device).bool() & self._present
         self._enabled.copy_(value.to(torch.int32))
+
+    def add(
+        self,
+        entry: MeshLike,
+        *,
+        name: str | None = None,
+        pose: Any = None,
+        env: int = 0,
+        sign_method: str | None = None,
+    ) -> int:
+        """Put a new entry into environment ``env`` of a world built with ``capacity``, in place.
+
+        The entry takes the environment's first free slot; every tensor the ops read keeps its storage (only
+        that slot's row is written), so an op sees the entry at its next call and a captured CUDA graph at its
+        next replay. A primitive is a few small writes. A mesh gets its BVH, built here (as long as building
+        the world with it would take for its BVH), and none of the tables of the queries' shortcuts (distance
+        grid, pseudo-normals, plane tree: those live in flat tables shared by every mesh, which would have to
+        grow): its queries are exact (the same closest face and side as in a world built with it), only
+        slower for points deep inside it. A cuboid mesh is a closed form either way.
+
+        Args:
+            entry: a primitive (:mod:`warpgeo.primitives`) or a mesh (as :class:`MeshWorld` takes one; not a
+                scene of several geometries).
+            name: the entry's name (unique in its environment), for :meth:`set_poses` / :meth:`set_enabled` /
+                :meth:`remove` by name; None: unnamed.
+            pose: ``[x, y, z, qw, qx, qy, qz]`` world-from-entry (identity by default).
+            env: the environment.
+            sign_method: a mesh's sign method (see :class:`MeshWorld`); None: the world's, where it was given
+                as one name, else ``"ray"``.
+
+        Returns:
+            The entry's slot index ``m`` (its row in ``poses[env]``, ``enabled[env]``, ``names[env]``); it is
+            enabled.
+
+        Raises:
+            ValueError: a world built without ``capacity``; the environment holds as many entries of the kind
+                as its capacity allows (the message names the kind and the capacity); a name in use; a bad
+                pose (shape, NaN, not a unit quaternion), a bad mesh (see :class:`MeshWorld`), a scene.
+            IndexError: ``env`` outside ``[0, num_envs)``.
+            TypeError: ``env`` not an int, ``name`` not a string, an unsupported entry.
+
+        Not to be called while another thread queries this world (as :meth:`set_poses`). On CUDA, adding a
+        mesh waits for its BVH (a device synchronisation).
+        """
+        return _editing.add(self, entry, name, pose, env, sign_method)
+
+    def remove(self, name_or_index: str | int, *, env: int = 0) -> None:
+        """Take an entry out of environment ``env``, in place: its slot becomes free (for :meth:`add`), as a
+        padding slot is (disabled, no mesh), its name is gone; the other entries keep their slots. A removed
+        mesh's BVH is let go (on CUDA after a device synchronisation, so that no queued kernel still reads it).
+
+        Args:
+            name_or_index: the entry's name, or its slot index.
+            env: the environment.
+
+        Raises:
+            ValueError: no entry of that name. IndexError: no entry in that slot, or ``env`` out of range.
+            TypeError: neither a name nor an index.
+
+        Not to be called while another thread queries this world (as :meth:`set_poses`)."""
+        _editing.remove(self, name_or_index, env)
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        """The room kept per environment for entries added later, ``{kind: count}`` as given (empty: none)."""
+        return dict(self._capacity)
+
+    def set_grid(self, entry: int | str, values: torch.Tensor, *, env: int = 0) -> None:
+        """Write new values into a distance grid entry (a :class:`~warpgeo.DistanceGrid` given to the world),
+        in place: the same shape, no reallocation (the rows of the world's ``voxel_values`` it was given), so
+        a captured CUDA graph reads the new values on its next replay, and ``set_grid`` itself may be captured.
+
+        Args:
+            entry: the entry's index in environment ``env`` (an int) or its name (see :attr:`names`).
+            values: ``(X, Y, Z)`` signed distances (float32 or float64, any device: copied to the world's in
+                float32, as it stores them), the shape of the grid the entry was built with.
+            env: the environment (an int).
+
+        Raises:
+            TypeError: ``values`` not a float tensor; ``entry`` or ``env`` not an int (or a name).
+            ValueError: an unknown name, an index or ``env`` out of range, an entry that is no distance grid,
+                a shape other than the entry's; NaN or inf in ``values`` (with value checks on: one read).
+
+        Not to be called while another thread queries this world (the update is in place, see
+        :meth:`set_poses`).
+        """
+        if isinstance(env, bool) or not isinstance(env, (int, np.integer)):
+            raise TypeError(f"env must be an int; got {type(env).__name__}")
+        if not 0 <= env < self.num_envs:
+            raise ValueError(f"env must be in [0, {self.num_envs}); got {env}")
+        env = int(env)
+        if isinstance(entry, str):
+            _, m = _named_slot((env, entry), self._names, "entry")
+        elif isinstance(entry, (int, np.integer)) and not isinstance(entry, bool):
+            if not 0 <= entry < self._num_meshes[env]:
+                raise ValueError(
+                    f"entry must be in [0, {self._num_meshes[env]}) in environment {env}; got {entry}"
+                )
+            m = int(entry)
+        else:
+            raise TypeError(f"entry must be an int index or a name; got {type(entry).__name__}")
+        slot = self._grids.get((env, m))
+        if slot is None:
+            raise ValueError(f"entry {entry!r} of environment {env} is not a DistanceGrid")
+        first, shape = slot
+        if not isinstance(values, torch.Tensor) or values.dtype not in (torch.float32, torch.float64):
+            got = values.dtype if isinstance(values, torch.Tensor) else type(values).__name__
+            raise TypeError(f"values must be a float32 or float64 tensor; got {got}")
+        if tuple(values.shape) != tuple(shape):
+            raise ValueError(f"values must have the grid's shape {tuple(shape)}; got {tuple(values.shape)}")
+        checks.check_device("values", values=values)
+        if checks.checking_values(values.device) and not bool(torch.isfinite(values).all()):
+            raise ValueError("values must be finite (signed distances in metres); found NaN or inf")
+        rows = self._tables["voxel_values"].narrow(0, first, values.numel())
+        rows.copy_(values.detach().reshape(-1))
 
     # ----------------------------------------------------------------------------------------------------
     # by name: the dict forms of set_poses / set_enabled build the full tensor and take the tensor path

@@ -34,6 +34,10 @@ OPTIONS = {"enable_backward": False}
 
 #: The longest axis a transform takes: the envelope's fraction products stay below 2**63 (3 * 2**61).
 MAX_AXIS = 2**20
+#: A point within this many voxels outside a face of a grid's box reads as on the face (the interpolated
+#: value there), not as outside: a voxel centre on the face, moved by a pose or an origin's rounding
+#: (float32: ~1e-5 voxels at 2 m from the origin at 1 cm), keeps its value.
+FACE_SLACK = wp.constant(1.0e-4)
 #: "No seed on this line (in this grid)" in a squared-distance array.
 NO_SEED = wp.constant(-1)
 
@@ -63,16 +67,29 @@ def _cell(u: Any, n: int):
 
 @wp.func
 def grid_distance(values: wp.array(dtype=Any), dims: wp.vec3i, voxel_size: Any, origin: Any, p: Any):
-    """Signed distance of a grid at ``p`` and its gradient: ``(d, gradient)``.
+    """Signed distance of a grid at ``p`` and its gradient: ``(d, gradient)``; :func:`grid_distance_at` of
+    the grid whose values start at row 0 of ``values``."""
+    d, g = grid_distance_at(values, 0, dims, voxel_size, origin, p)
+    return d, g
 
-    ``values``: the grid's ``(X, Y, Z)`` values flattened (x-major), ``dims = (X, Y, Z)``, ``origin`` the
+
+@wp.func
+def grid_distance_at(
+    values: wp.array(dtype=Any), first: int, dims: wp.vec3i, voxel_size: Any, origin: Any, p: Any
+):
+    """Signed distance of a grid at ``p`` and its gradient: ``(d, gradient)``, in the precision of
+    ``voxel_size`` (the values are converted to it).
+
+    ``values[first:]``: the grid's ``(X, Y, Z)`` values flattened (x-major), ``dims = (X, Y, Z)``, ``origin`` the
     centre of voxel ``(0, 0, 0)``, ``p`` in the grid's frame. Inside the box of the voxel centres
     (``origin .. origin + voxel_size * (dims - 1)``): the trilinear interpolation of the 8 voxels around ``p``
     and the exact gradient of that interpolant (in the cell with the lower index on a cell boundary; an axis
     of one voxel contributes nothing). Outside: ``|p - q|`` for ``q`` the box's closest point, with gradient
     ``(p - q) / |p - q|`` -- the distance to the box, a lower bound of the distance to anything the grid
-    holds (the grid says nothing about space outside it). Sizes are never trusted: ``dims`` that do not fit
-    ``values`` (a size below 1, or more voxels than values) read no value (the box distance, 0 inside).
+    holds (the grid says nothing about space outside it); a point less than ``FACE_SLACK`` voxels out along
+    an axis is taken on the face along it. Sizes are never trusted: ``first`` and ``dims`` that
+    do not fit ``values`` (a negative ``first``, a size below 1, or more voxels than rows from ``first`` on)
+    read no value (the box distance, 0 inside).
     """
     h = voxel_size
     one = type(h)(1.0)
@@ -82,10 +99,12 @@ def grid_distance(values: wp.array(dtype=Any), dims: wp.vec3i, voxel_size: Any, 
     c = type(p)(wp.clamp(u[0], zero, hi[0]), wp.clamp(u[1], zero, hi[1]), wp.clamp(u[2], zero, hi[2]))
     # from the box's closest point, along the axes where p is out (not (u - c) * h: u overflows far out)
     edge = origin + c * h
+    # within FACE_SLACK voxels of a face counts as on it (poses and origins round points off the box)
+    slack = type(h)(FACE_SLACK)
     away = type(p)(
-        wp.where(u[0] != c[0], p[0] - edge[0], zero),
-        wp.where(u[1] != c[1], p[1] - edge[1], zero),
-        wp.where(u[2] != c[2], p[2] - edge[2], zero),
+        wp.where(wp.abs(u[0] - c[0]) > slack, p[0] - edge[0], zero),
+        wp.where(wp.abs(u[1] - c[1]) > slack, p[1] - edge[1], zero),
+        wp.where(wp.abs(u[2] - c[2]) > slack, p[2] - edge[2], zero),
     )
     big = wp.max(wp.max(wp.abs(away[0]), wp.abs(away[1])), wp.abs(away[2]))
     if big > zero:  # |away| scaled: no overflow of the squares for a point far out
@@ -93,8 +112,9 @@ def grid_distance(values: wp.array(dtype=Any), dims: wp.vec3i, voxel_size: Any, 
         norm = wp.length(unit)
         return big * norm, unit / norm
     fits = bool(False)
-    if dims[0] >= 1 and dims[1] >= 1 and dims[2] >= 1:  # noqa: SIM102
-        if wp.int64(dims[0]) * wp.int64(dims[1]) * wp.int64(dims[2]) <= wp.int64(values.shape[0]):
+    if first >= 0 and dims[0] >= 1 and dims[1] >= 1 and dims[2] >= 1:
+        count = wp.int64(dims[0]) * wp.int64(dims[1]) * wp.int64(dims[2])
+        if count <= wp.int64(values.shape[0]) - wp.int64(first):
             fits = True
     if not fits:
         return zero, type(p)(zero, zero, zero)
@@ -104,14 +124,14 @@ def grid_distance(values: wp.array(dtype=Any), dims: wp.vec3i, voxel_size: Any, 
     tx = wp.clamp(c[0] - type(h)(i0), zero, one)
     ty = wp.clamp(c[1] - type(h)(j0), zero, one)
     tz = wp.clamp(c[2] - type(h)(k0), zero, one)
-    v000 = values[_flat(i0, j0, k0, dims)]
-    v001 = values[_flat(i0, j0, k1, dims)]
-    v010 = values[_flat(i0, j1, k0, dims)]
-    v011 = values[_flat(i0, j1, k1, dims)]
-    v100 = values[_flat(i1, j0, k0, dims)]
-    v101 = values[_flat(i1, j0, k1, dims)]
-    v110 = values[_flat(i1, j1, k0, dims)]
-    v111 = values[_flat(i1, j1, k1, dims)]
+    v000 = type(h)(values[first + _flat(i0, j0, k0, dims)])
+    v001 = type(h)(values[first + _flat(i0, j0, k1, dims)])
+    v010 = type(h)(values[first + _flat(i0, j1, k0, dims)])
+    v011 = type(h)(values[first + _flat(i0, j1, k1, dims)])
+    v100 = type(h)(values[first + _flat(i1, j0, k0, dims)])
+    v101 = type(h)(values[first + _flat(i1, j0, k1, dims)])
+    v110 = type(h)(values[first + _flat(i1, j1, k0, dims)])
+    v111 = type(h)(values[first + _flat(i1, j1, k1, dims)])
     # along z, then y, then x
     a00 = v000 + tz * (v001 - v000)
     a01 = v010 + tz * (v011 - v010)

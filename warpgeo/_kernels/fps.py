@@ -6,8 +6,8 @@ Three kernels, one greedy order (the largest distance to the chosen set, ties to
   can split a batch among threads;
 * :func:`fps_tree` (CPU, large clouds): the same order, from a binary tree of boxes over small buckets of
   nearby points, whose subtrees a new sample cannot change are skipped whole;
-* ``fps_cuda.fps_block`` (CUDA, a table of its own marked ``cuda_only``: a CPU warmup never compiles it):
-  one block per cloud, a block-wide arg-max per step.
+* ``fps_cuda.fps_strip`` / ``fps_block`` (CUDA, tables of their own marked ``cuda_only``: a CPU warmup
+  never compiles them): one block per cloud, a block-wide arg-max per step (and the grid designs there).
 
 Each kernel is compiled per point precision, alone in a Warp module (:class:`KernelTable`).
 

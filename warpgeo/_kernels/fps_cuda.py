@@ -1,7 +1,11 @@
 """Farthest point sampling on CUDA (tables marked ``cuda_only``: a CPU warmup never compiles them, a first CUDA
 call compiles the precision it launches; the CPU test suite runs them through Warp's CPU blocks):
 
-* :func:`fps_block` (``FPS_BLOCK``): one block per cloud, a block-wide arg-max per step (small clouds);
+* :func:`fps_strip` (``FPS_STRIP``): one block per cloud, its distances in the lanes' registers, one block
+  reduction per step (small clouds, up to ``STRIP * STRIP_BLOCK_DIM`` points; :func:`fps_strip_held`, its
+  A/B variant, holds the coordinates in registers too);
+* :func:`fps_block` (``FPS_BLOCK``): one block per cloud, its distances in memory, a block-wide arg-max per
+  step (clouds too large for the strip design, too small for a group);
 * :func:`fps_steps` and :func:`fps_persistent` (``FPS_GRID``): a group of blocks per cloud, the same steps
   separated by kernel boundaries (a launch per step) or by a barrier of the group (one launch, every block
   resident: sized from the device's SMs by ``warpgeo/fps.py``). See "the grid designs" below.
@@ -22,6 +26,7 @@ from warpgeo._kernels.fps import (
     TYPES,
     begin_row,
     cloud,
+    distance_sq,
     fold_loaded,
 )
 
@@ -150,6 +155,160 @@ def fps_block(
 #: options of every FPS module (no FMA).
 FPS_BLOCK = KernelTable(
     f"{__name__}.fps_block", (fps_block,), TYPES, options=OPTIONS, block_dim=FPS_BLOCK_DIM, cuda_only=True
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the strip design: one block per cloud, the cloud's distances in the lanes' registers (many small clouds)
+# --------------------------------------------------------------------------------------------------------
+#
+# Lane ``lane`` of the block owns the points ``lane + j * nthreads`` (j < ``STRIP``) of its cloud and holds
+# their squared distances to the chosen set in registers (a Warp vector of ``STRIP`` float64, every loop over
+# it unrolled: constant indices). A step reads the lane's points (``STRIP`` independent loads, all in flight
+# at once; a cloud of 8192 float32 points is 96 KB, L1-resident) and the new sample (one address for every
+# lane), stores nothing, and makes one block reduction of ``(distance, index)`` (:func:`block_best`);
+# :func:`fps_block` also reads and writes every distance in memory each step, a four-load chain at a time,
+# and reduces twice. Same folds, same order of arithmetic, same total order on candidates: the same samples
+# and distances, bit for bit.
+
+#: Points per lane of the strip design; a cloud of at most ``STRIP * STRIP_BLOCK_DIM`` points takes it.
+STRIP = wp.constant(16)
+#: Threads per block of the strip design (16 x 512 = 8192 points: the batched small-cloud case of issue 49).
+STRIP_BLOCK_DIM = 512
+#: The register cap of the strip kernel: a block of 512 lanes fits an SM's 65,536 registers. ``ptxas -v``
+#: (13.0, sm_90, the test_codegen PTX, 2026-11-29): at 128 it spills ~0.25 KB a lane (L1); with the
+#: coordinates in registers too (loaded once) it spilled ~0.9 KB (uncapped: 254 registers, a launch that
+#: fails). Untimed: the next GPU run decides (``bench_fps.py --designs``: ``strip`` against ``block``).
+STRIP_MAX_REGISTERS = 65536 // STRIP_BLOCK_DIM
+
+
+@wp.func
+def strip_fold(d: wp.float64, q: wp.vec3d, p: wp.vec3d, i: int, cur: int):
+    """:func:`~warpgeo._kernels.fps.fold_loaded` of a distance held in a register (nothing stored)."""
+    if d > CHOSEN:
+        d = CHOSEN if i == cur else wp.min(d, distance_sq(q - p))
+    return d
+
+
+def fps_strip(
+    points: wp.array2d(dtype=Any),
+    lengths: wp.array(dtype=wp.int64),
+    num_samples: wp.array(dtype=wp.int64),
+    start: wp.array(dtype=wp.int64),
+    out_index: wp.array2d(dtype=wp.int64),
+    out_dist: wp.array2d(dtype=Any),
+):
+    """Greedy FPS of cloud ``b`` by one block, its distances in the lanes' registers (launched tiled, one
+    block per cloud; a cloud of at most ``STRIP * wp.block_dim()`` points: the host checks, and points past
+    that are never read)."""
+    b, lane = wp.tid()
+    nthreads = wp.block_dim()
+    n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
+    n = wp.min(n, STRIP * nthreads)
+    k = wp.min(k, n)
+    for s in range(k + lane, out_index.shape[1], nthreads):
+        out_index[b, s] = SENTINEL_INDEX
+        out_dist[b, s] = out_dist.dtype(wp.nan)
+    ds = wp.vector(CHOSEN, length=STRIP)  # a slot past the cloud's end: never a candidate
+    for j in range(STRIP):
+        if lane + j * nthreads < n:
+            ds[j] = FAR
+    last = wp.max(n - 1, 0)
+    best = wp.float64(wp.inf)
+    for s in range(k):
+        if lane == 0:
+            out_index[b, s] = wp.int64(cur)
+            out_dist[b, s] = out_dist.dtype(wp.sqrt(best))
+        p = wp.vec3d(points[b, cur])
+        my_best = CHOSEN
+        my_index = NO_POINT
+        for j in range(STRIP):
+            i = lane + j * nthreads
+            q = wp.vec3d(points[b, wp.min(i, last)])  # past the end: a valid point, ignored (CHOSEN)
+            d = strip_fold(ds[j], q, p, i, cur)
+            ds[j] = d
+            # ascending indices within the lane and a strict '>': the lowest index among equal distances
+            if d > my_best:
+                my_best = d
+                my_index = i
+        best, cur = block_best(my_best, my_index)
+        cur = valid_sample(cur, n)
+
+
+#: ``FPS_STRIP[precision].fps_strip``, launched tiled with ``FPS_STRIP.block_dim`` threads per cloud (clouds
+#: of at most ``STRIP * STRIP_BLOCK_DIM`` points); the options of every FPS module, every strip loop unrolled.
+FPS_STRIP = KernelTable(
+    f"{__name__}.fps_strip",
+    (fps_strip,),
+    TYPES,
+    options={**OPTIONS, "max_unroll": STRIP},
+    block_dim=STRIP_BLOCK_DIM,
+    max_registers=STRIP_MAX_REGISTERS,
+    cuda_only=True,
+)
+
+
+def fps_strip_held(
+    points: wp.array2d(dtype=Any),
+    lengths: wp.array(dtype=wp.int64),
+    num_samples: wp.array(dtype=wp.int64),
+    start: wp.array(dtype=wp.int64),
+    out_index: wp.array2d(dtype=wp.int64),
+    out_dist: wp.array2d(dtype=Any),
+):
+    """:func:`fps_strip` with the lanes' coordinates held in registers too (loaded once, in the points'
+    precision, widened where used): no load a step but the new sample's, at the price of spills (~0.9 KB a
+    lane at 128 registers). The A/B variant of the strip design (forced as ``"strip_held"``)."""
+    b, lane = wp.tid()
+    nthreads = wp.block_dim()
+    n, k, cur = cloud(b, points, lengths, num_samples, start, out_index)
+    n = wp.min(n, STRIP * nthreads)
+    k = wp.min(k, n)
+    for s in range(k + lane, out_index.shape[1], nthreads):
+        out_index[b, s] = SENTINEL_INDEX
+        out_dist[b, s] = out_dist.dtype(wp.nan)
+    zero = out_dist.dtype(0.0)
+    xs = wp.vector(zero, length=STRIP)
+    ys = wp.vector(zero, length=STRIP)
+    zs = wp.vector(zero, length=STRIP)
+    ds = wp.vector(CHOSEN, length=STRIP)  # a slot past the cloud's end: never a candidate
+    for j in range(STRIP):
+        i = lane + j * nthreads
+        if i < n:
+            loaded = points[b, i]
+            xs[j] = loaded[0]
+            ys[j] = loaded[1]
+            zs[j] = loaded[2]
+            ds[j] = FAR
+    best = wp.float64(wp.inf)
+    for s in range(k):
+        if lane == 0:
+            out_index[b, s] = wp.int64(cur)
+            out_dist[b, s] = out_dist.dtype(wp.sqrt(best))
+        p = wp.vec3d(points[b, cur])
+        my_best = CHOSEN
+        my_index = NO_POINT
+        for j in range(STRIP):
+            i = lane + j * nthreads
+            q = wp.vec3d(wp.float64(xs[j]), wp.float64(ys[j]), wp.float64(zs[j]))
+            d = strip_fold(ds[j], q, p, i, cur)
+            ds[j] = d
+            if d > my_best:  # ascending indices, a strict '>': the lowest index among equal distances
+                my_best = d
+                my_index = i
+        best, cur = block_best(my_best, my_index)
+        cur = valid_sample(cur, n)
+
+
+#: ``FPS_STRIP_HELD[precision].fps_strip_held``: the strip design's A/B variant, launched as ``FPS_STRIP``.
+FPS_STRIP_HELD = KernelTable(
+    f"{__name__}.fps_strip_held",
+    (fps_strip_held,),
+    TYPES,
+    options={**OPTIONS, "max_unroll": STRIP},
+    block_dim=STRIP_BLOCK_DIM,
+    max_registers=STRIP_MAX_REGISTERS,
+    cuda_only=True,
 )
 
 

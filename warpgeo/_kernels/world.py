@@ -19,6 +19,7 @@ from typing import Any
 import warp as wp
 
 from warpgeo import _constants
+from warpgeo._kernels.distance_grid import grid_distance_at
 
 # the torch glue differentiates through the gradient these kernels write; Warp's adjoints are not needed
 # (and would double the build time)
@@ -82,6 +83,9 @@ KIND_CAPSULE = wp.constant(_constants.KIND_CAPSULE)
 KIND_CYLINDER = wp.constant(_constants.KIND_CYLINDER)
 
 
+KIND_GRID = wp.constant(_constants.KIND_GRID)
+
+
 #: A point farther from a mesh's box than this many box diagonals takes the far path (nearest vertex): from
 #: here on the nearest vertex (relative error <= 2**-23, falling as 1/D^2) beats the float32 face choice.
 FAR_RATIO = wp.constant(2048.0)
@@ -123,6 +127,9 @@ WORLD_FIELDS: dict[str, tuple[Any, tuple]] = {
     "cone_faces": (wp.int32, (None,)),
     "slot_kind": (wp.int32, ("E", "M")),  # KIND_MESH, or a primitive's KIND_* (no mesh: a closed form)
     "prim_size": (wp.vec3, ("E", "M")),  # a primitive's half-extents (0 for a mesh)
+    "voxel_dims": (wp.vec4i, ("E", "M")),  # a distance grid's X, Y, Z and its first row in voxel_values
+    "voxel_frame": (wp.vec4d, ("E", "M")),  # a distance grid's origin (voxel (0, 0, 0)'s centre), voxel size
+    "voxel_values": (wp.float32, (None,)),  # the values of every distance grid, x-major, grid after grid
 }
 
 
@@ -304,11 +311,31 @@ def primitive_distance(p: Any, kind: int, size: wp.vec3, search: Any, surface_ep
 
 
 @wp.func
+def voxel_grid_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: Any):
+    """``mesh_distance`` of a distance grid's slot (``KIND_GRID``): the trilinear value of its voxels and the
+    exact gradient of that interpolant (``grid_distance_at``: values from row ``voxel_dims[e, m][3]`` of
+    ``voxel_values``, origin and voxel size from ``voxel_frame[e, m]``), in ``T``; outside the box of its
+    voxel centres the distance to that box. Not unit: the interpolant's own gradient. No hit where ``d > 0``
+    and ``d >= search``. Sizes and rows are checked against ``voxel_values`` (no read out of it)."""
+    dims = world.voxel_dims[e, m]
+    frame = world.voxel_frame[e, m]
+    h = type(surface_eps)(frame[3])
+    origin = type(p)(type(h)(frame[0]), type(h)(frame[1]), type(h)(frame[2]))
+    d, g = grid_distance_at(world.voxel_values, dims[3], wp.vec3i(dims[0], dims[1], dims[2]), h, origin, p)
+    if d > type(h)(0.0) and d >= search:
+        return False, type(surface_eps)(0.0), type(p)()
+    return True, d, g
+
+
+@wp.func
 def closed_form_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: Any):
-    """``mesh_distance`` of a closed-form slot: a primitive (``slot_kind`` not ``KIND_MESH``:
-    :func:`primitive_distance`, of its ``prim_size``) or a mesh that is exactly the surface of its box
-    (``FLAG_BOX``: :func:`cuboid_distance` of ``bounds``, with the slot's ``sign``). No mesh is read."""
+    """``mesh_distance`` of a closed-form slot: a distance grid (``KIND_GRID``: :func:`voxel_grid_distance`),
+    a primitive (``slot_kind`` another kind than ``KIND_MESH``: :func:`primitive_distance`, of its
+    ``prim_size``) or a mesh that is exactly the surface of its box (``FLAG_BOX``: :func:`cuboid_distance` of
+    ``bounds``, with the slot's ``sign``). No mesh is read."""
     kind = world.slot_kind[e, m]
+    if kind == KIND_GRID:
+        return voxel_grid_distance(world, e, m, p, search, surface_eps)
     if kind != KIND_MESH:
         return primitive_distance(p, kind, world.prim_size[e, m], search, surface_eps)
     return cuboid_distance(

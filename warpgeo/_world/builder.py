@@ -49,6 +49,36 @@ class _Assembly:
         ]
         self.cone_parts += [[np.zeros((0, 4), np.float32)], [np.zeros(0, np.int32)]]
         self.cone_rows = [0, 0, 0, 0]
+        # distance grids (KIND_GRID slots): sizes and first row in voxel_values (-1: none), origin and voxel
+        # size, each grid's values (float32, flat) in slot order
+        self.voxel_dims = np.zeros((num_envs, max_meshes, 4), dtype=np.int32)
+        self.voxel_dims[..., 3] = -1
+        self.voxel_frame = np.zeros((num_envs, max_meshes, 4), dtype=np.float64)
+        self.voxel_parts: list[torch.Tensor] = []
+        self.voxel_rows = 0
+
+    def add_grid(self, e: int, m: int, values: torch.Tensor, origin: tuple, voxel_size: float) -> int:
+        """Give slot ``(e, m)`` a distance grid: its ``(X, Y, Z)`` float32 ``values`` appended to the rows of
+        ``voxel_values``; returns its first row. ValueError past int32 rows (the kernels' offsets)."""
+        first = self.voxel_rows
+        if first + values.numel() >= 2**31:
+            raise ValueError(
+                f"a world's distance grids hold at most 2**31 - 1 voxels in all; got {first + values.numel()}"
+            )
+        self.voxel_dims[e, m] = (*values.shape, first)
+        self.voxel_frame[e, m] = (*origin, voxel_size)
+        self.voxel_parts.append(values.reshape(-1))
+        self.voxel_rows += values.numel()
+        return first
+
+    def grid_tensors(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """``voxel_dims``, ``voxel_frame``, ``voxel_values`` on ``device``: made once, at the world's build
+        (not among the fields later tables replace: ``MeshWorld.set_grid`` writes ``voxel_values`` in place)."""
+        return {
+            "voxel_dims": _meshes._dense(self.voxel_dims, device),
+            "voxel_frame": _meshes._dense(self.voxel_frame, device),
+            "voxel_values": _concat(self.voxel_parts, device),
+        }
 
     def add(self, e: int, m: int, tables: _tables._Built) -> None:
         """Give slot ``(e, m)`` the tables of its mesh (appending its rows)."""

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from .. import _constants, _warp
+from .. import _constants, _warp, checks
 from ..primitives import PRIMITIVES
 from . import builder as _builder
 from . import loading as _loading
@@ -54,11 +54,16 @@ class Prepared(NamedTuple):
     #: the slots ``(e, m)`` of open meshes (their directed edges do not pair up with reversed ones: see
     #: :func:`_face_checks`) given a signed method that reads them as closed (``"ray"``, ``"normal"``)
     open_signed: tuple[tuple[int, int], ...] = ()
+    #: the distance grids: ``((e, m), (first row in voxel_values, (X, Y, Z)))`` per grid slot
+    grids: tuple = ()
 
 
-def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *, single: bool) -> Prepared:
+def prepare(
+    envs: list[list], methods: list[list[str]], device: torch.device, *, single: bool, slots: int = 0
+) -> Prepared:
     """Load, validate and build every mesh of ``envs`` (one list per environment; ``methods`` nested alike)
-    on ``device``; padding slots (``m >= len(envs[e])``) get mesh id ``NO_MESH`` and no tables.
+    on ``device``; padding slots (``m >= len(envs[e])``) get mesh id ``NO_MESH`` and no tables. ``slots``: the
+    world's width ``M`` at least (room kept for entries added later, ``MeshWorld(capacity=...)``).
 
     What a query needs is built here: each mesh's Warp mesh (its BVH) and box, the per-face checks of every
     new mesh in one launch. The tables of the kernels' exact shortcuts (see :func:`build_tables`: every
@@ -81,9 +86,9 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     ``meshes[m]``, else ``envs[e][m]``)."""
     wp = _warp.warp()
     wdev = _warp.warp_device(device)
-    num_envs, max_meshes = len(envs), max(len(env) for env in envs)
+    num_envs, max_meshes = len(envs), max(slots, *(len(env) for env in envs))
     if any(
-        method == "winding" and not isinstance(item, PRIMITIVES)
+        method == "winding" and not (isinstance(item, PRIMITIVES) or is_grid(item))
         for env, env_methods in zip(envs, methods, strict=True)
         for item, method in zip(env, env_methods, strict=True)
     ):
@@ -103,8 +108,14 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
     jobs: dict[tuple, int] = {}  # (content, method) -> index into `job_meshes`
     job_meshes: list[tuple[int, str]] = []  # (index into `arrays`, method)
     slots: list[tuple[int, int, int]] = []  # (e, m, job) of every mesh slot, in slot order
+    grids: dict[tuple[int, int], tuple[int, tuple[int, int, int]]] = {}
     for e, env in enumerate(envs):
         for m, item in enumerate(env):
+            if is_grid(item):
+                values = _grid_values(item, device, f"meshes[{m}]" if single else f"envs[{e}][{m}]")
+                kinds[e, m], bounds[e, m] = _constants.KIND_GRID, _grid_box(item)
+                grids[e, m] = (assembly.add_grid(e, m, values, item.origin, item.voxel_size), item.shape)
+                continue  # no mesh, no tables: a closed form (trilinear), whatever its sign method
             if isinstance(item, PRIMITIVES):
                 half = np.asarray(item.half_extents(), dtype=np.float32)  # float32, as the kernels read it
                 kinds[e, m], sizes[e, m], bounds[e, m] = item._kind, half, (-half, half)
@@ -186,6 +197,7 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
         **assembly.tensors(device),
         "slot_kind": torch.from_numpy(kinds).to(device),
         "prim_size": torch.from_numpy(sizes).to(device),
+        **assembly.grid_tensors(device),
     }
     closed_forms = all(
         kinds[e, m] != _constants.KIND_MESH or assembly.flags[e, m] & _constants.FLAG_BOX
@@ -197,7 +209,34 @@ def prepare(envs: list[list], methods: list[list[str]], device: torch.device, *,
         later = _builder.Later(
             assembly, [(specs[job], job_slots) for job, job_slots in deferred.items()], device
         )
-    return Prepared(meshes, tables, bool(closed_forms), later, open_signed)
+    return Prepared(meshes, tables, bool(closed_forms), later, open_signed, tuple(grids.items()))
+
+
+def is_grid(entry: Any) -> bool:
+    """Whether ``entry`` is a distance grid (:class:`warpgeo.DistanceGrid`, which says so by its class attribute
+    ``WORLD_ENTRY``: the wing reads its ``values``, ``voxel_size`` and ``origin`` and imports nothing of the op
+    module above it)."""
+    return getattr(type(entry), "WORLD_ENTRY", None) == "distance_grid"
+
+
+def _grid_values(grid: Any, device: torch.device, where: str) -> torch.Tensor:
+    """A distance grid's values as a world stores them: ``(X, Y, Z)`` float32 on ``device`` (a copy is made
+    when the world's table is put together); with value checks on, NaN / inf is a ValueError naming it."""
+    values = grid.values.detach().to(device=device, dtype=torch.float32)
+    if checks.checking_values(device) and not bool(torch.isfinite(values).all()):
+        raise ValueError(f"{where}: a DistanceGrid's values must be finite (float32); found NaN or inf")
+    return values
+
+
+def _grid_box(grid: Any) -> np.ndarray:
+    """The box of a grid's voxel centres ``(lower, upper)`` in its frame, float32 rounded outwards (the
+    queries' broad phase must not cut off a point the grid's own box reaches)."""
+    lower = np.asarray(grid.origin, dtype=np.float64)
+    upper = lower + grid.voxel_size * (np.asarray(grid.shape, dtype=np.float64) - 1.0)
+    lo32, hi32 = lower.astype(np.float32), upper.astype(np.float32)
+    lo32 = np.where(lo32 > lower, np.nextafter(lo32, np.float32(-np.inf)), lo32)
+    hi32 = np.where(hi32 < upper, np.nextafter(hi32, np.float32(np.inf)), hi32)
+    return np.stack([lo32, hi32])
 
 
 #: Meshes of at least this many faces get their tables on a background thread (CPU worlds): building them

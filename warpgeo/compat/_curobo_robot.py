@@ -1,5 +1,7 @@
 """``warpgeo.compat.curobo.load_robot``'s reading of a cuRobo robot configuration into a
-:class:`~warpgeo.robot.Robot` (the public function and its documentation are in ``curobo.py``)."""
+:class:`warpgeo.Robot` (the public function and its documentation are in ``curobo.py``): cuRobo's keys are
+translated into :meth:`warpgeo.Robot.from_urdf`'s arguments, which builds the robot (compat is a layer over
+the public API only)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,11 @@ from typing import Any
 
 import torch
 
-from .. import _robot_tree
-from . import curobo
+from . import _curobo_yaml as curobo
 
-#: cuRobo's joint types of an ``extra_links`` entry (its ``JointType``): URDF type and axis.
+#: cuRobo's joint types of an ``extra_links`` entry (its ``JointType``): ``Robot.from_urdf``'s type and axis.
 _EXTRA_JOINTS = {
-    "FIXED": ("fixed", (0.0, 0.0, 1.0)),
+    "FIXED": ("fixed", None),
     "X_PRISM": ("prismatic", (1.0, 0.0, 0.0)),
     "Y_PRISM": ("prismatic", (0.0, 1.0, 0.0)),
     "Z_PRISM": ("prismatic", (0.0, 0.0, 1.0)),
@@ -29,7 +30,7 @@ _EXTRA_JOINTS = {
 
 
 def load(config: Any, root: Any, device: torch.device | str):
-    from ..robot import Robot
+    from .. import Robot
 
     path_folder = None
     if isinstance(config, (str, os.PathLike)):
@@ -37,36 +38,34 @@ def load(config: Any, root: Any, device: torch.device | str):
     config, root_dir = curobo._robot_config(config, root)
     kinematics = _section(config)
     urdf = _urdf_path(kinematics.get("urdf_path"), root_dir, path_folder)
-    links, joints = _robot_tree.read_urdf(urdf)
     base_link = kinematics.get("base_link")
     if base_link is not None and not isinstance(base_link, str):
         raise TypeError(f"base_link must be a link name; got {base_link!r:.60}")
-    extra, joints = _extra_links(kinematics.get("extra_links"), set(links), joints)
-    links = [*links, *(j.child for j in extra)]
-    joints = [*joints, *extra]
+    extra = _extra_links(kinematics.get("extra_links"))
     ee_link = _ee_link(kinematics)
     spheres, slots, order, margins = _spheres(kinematics, path_folder or root_dir)
     names = _cspace_names(kinematics.get("cspace"))
-    keep = [*order, *([] if ee_link is None else [ee_link]), *(j.child for j in extra)]
+    # cuRobo's kinematic chain: the collision links, the tool frames and the extra links (and their ancestors)
+    keep = [*order, *([] if ee_link is None else [ee_link]), *(entry["link"] for entry in extra)]
     for key in ("link_names", "tool_frames"):
         listed = kinematics.get(key)
         if isinstance(listed, (list, tuple)):
             keep += [name for name in listed if isinstance(name, str)]
-    tree = _robot_tree.build(
-        links,
-        joints,
+    return Robot.from_urdf(
+        urdf,
+        spheres=spheres,
         base_link=base_link,
         lock_joints=kinematics.get("lock_joints"),
         joint_names=names,
-        spheres=spheres,
-        slots=slots,
-        self_margin=margins,
         self_collision_ignore=curobo._ignored_links(kinematics.get("self_collision_ignore")),
-        ignore_unknown=True,
+        extra_links=extra,
+        sphere_slots=slots,
+        self_margin=margins,
         ee_link=ee_link,
         keep_links=keep or None,
+        ignore_unknown_links=True,
+        device=device,
     )
-    return Robot(tree, device=device)
 
 
 def _section(config: Mapping) -> Mapping:
@@ -106,18 +105,17 @@ def _ee_link(kinematics: Mapping) -> str | None:
     return ee
 
 
-def _extra_links(
-    extra: Any, known: set[str], urdf_joints: list[_robot_tree.Joint]
-) -> tuple[list[_robot_tree.Joint], list[_robot_tree.Joint]]:
-    """cuRobo's ``extra_links`` as joints (``fixed_transform`` [x, y, z, qw, qx, qy, qz] to the parent, then
-    the joint's motion along x, y or z), and the URDF's joints with ``child_link_name``'s re-parented under
-    the extra link (cuRobo's floating bases: a chain of six extra joints above the URDF's root)."""
+def _extra_links(extra: Any) -> list[dict[str, Any]]:
+    """cuRobo's ``extra_links`` as ``Robot.from_urdf``'s entries: ``fixed_transform`` [x, y, z, qw, qx, qy, qz]
+    to the parent (its ``pose``), then the joint's motion along x, y or z; ``child_link_name`` (its ``child``)
+    re-parents that link under the extra one (cuRobo's floating bases: a chain of six extra joints above the
+    URDF's root). The links themselves (new, parent, child) are checked by ``from_urdf``."""
     where = "extra_links"
     if extra is None:
-        return [], urdf_joints
+        return []
     if not isinstance(extra, Mapping):
         raise TypeError(f"{where} must map link names to link descriptions; got {type(extra).__name__}")
-    joints = []
+    entries = []
     for name, fields in extra.items():
         at = f"{where}[{name!r}]"
         if not isinstance(fields, Mapping):
@@ -128,12 +126,10 @@ def _extra_links(
             raise TypeError(
                 f"{at}: link_name and parent_link_name must be link names; got {link!r}, {parent!r}"
             )
-        if link in known:
-            raise ValueError(f"{at}: link {link!r} is in the URDF already")
         kind = str(fields.get("joint_type", "FIXED")).upper()
         if kind not in _EXTRA_JOINTS:
             raise ValueError(f"{at}: joint_type {kind!r} is not one of cuRobo's {', '.join(_EXTRA_JOINTS)}")
-        urdf_type, axis = _EXTRA_JOINTS[kind]
+        joint_type, axis = _EXTRA_JOINTS[kind]
         limits = fields.get("joint_limits")
         if limits is None:
             limits = (-math.inf, math.inf)
@@ -142,34 +138,19 @@ def _extra_links(
         else:
             limits = tuple(curobo._float_value(v, f"{at}.joint_limits") for v in limits)
         transform = fields.get("fixed_transform", [0, 0, 0, 1, 0, 0, 0])
-        origin = [curobo._float_value(v, f"{at}.fixed_transform") for v in _list(transform, 7, at)]
-        norm = math.sqrt(sum(v * v for v in origin[3:]))
+        pose = [curobo._float_value(v, f"{at}.fixed_transform") for v in _list(transform, 7, at)]
+        norm = math.sqrt(sum(v * v for v in pose[3:]))
         if abs(norm - 1.0) > 1e-3:
             raise ValueError(f"{at}.fixed_transform: the quaternion must be unit; got norm {norm:.6g}")
-        origin[3:] = [v / norm for v in origin[3:]]
-        joint_name = fields.get("joint_name", f"{link}_joint")
-        joints.append(
-            _robot_tree.Joint(str(joint_name), urdf_type, parent, link, tuple(origin), axis, limits, None)
-        )
-        known.add(link)
+        entry = {"link": link, "parent": parent, "pose": pose, "type": joint_type, "limits": limits}
+        entry["joint"] = str(fields.get("joint_name", f"{link}_joint"))
+        if axis is not None:
+            entry["axis"] = axis
         child = fields.get("child_link_name")
         if child is not None:
-            if child not in known:
-                raise ValueError(f"{at}: child_link_name {child!r} is not a link")
-            above = [j for j in urdf_joints if j.child == child]
-            if above:  # the child keeps its joint, under the extra link
-                urdf_joints = [j._replace(parent=link) if j.child == child else j for j in urdf_joints]
-            else:  # the URDF's root: fixed to the extra link
-                urdf_joints = [
-                    *urdf_joints,
-                    _robot_tree.Joint(
-                        f"{link}_to_{child}", "fixed", link, child, _IDENTITY, axis, (0, 0), None
-                    ),
-                ]
-    return joints, urdf_joints
-
-
-_IDENTITY = (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
+            entry["child"] = child
+        entries.append(entry)
+    return entries
 
 
 def _list(value: Any, size: int, where: str) -> list:

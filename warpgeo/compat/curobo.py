@@ -22,13 +22,29 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 import warpgeo
+
+from ._curobo_yaml import (  # noqa: F401 (MAX_EXTRA_SPHERES: a public constant of this module)
+    _DISABLED_RADIUS,
+    _SPHERE_FIELDS,
+    MAX_EXTRA_SPHERES,
+    _buffers,
+    _collision_links,
+    _extra_spheres,
+    _float_value,
+    _ignored_links,
+    _kinematics_section,
+    _robot_config,
+    _sphere,
+    _sphere_table,
+    _yaml_mapping,
+)
 
 __all__ = ["RobotSpheres", "load_robot", "load_robot_spheres", "load_world"]
 
@@ -42,22 +58,27 @@ _FIELDS = {
     "capsule": ("radius", "base", "tip", "scale"),
     "cylinder": ("radius", "height", "scale"),
     "mesh": ("file_path", "vertices", "faces", "scale", "file_string"),
+    # xyzr_tensor (the voxel centres, implied by dims and voxel_size) and feature_dtype are accepted, unread
+    "voxel": ("dims", "voxel_size", "feature_tensor", "feature_dtype", "xyzr_tensor"),
 }
 #: A mesh's fields for visualisation only (cuRobo's ``urdf_path`` is for Isaac Gym's viewer).
 _MESH_COSMETIC = ("vertex_colors", "vertex_normals", "face_colors", "urdf_path")
-#: cuRobo's map types, which are not obstacles warpgeo can build.
-_MAPS = ("blox", "voxel")
+#: cuRobo's map types, which are not obstacles warpgeo can build (nvblox's maps: see DepthFusion).
+_MAPS = ("blox",)
 _IDENTITY = np.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
 
 
 def load_world(
-    config: Mapping[str, Any] | str | os.PathLike,
+    config: Mapping[str, Any] | str | os.PathLike | Sequence[Mapping[str, Any] | str | os.PathLike],
     *,
     device: torch.device | str = "cpu",
     mesh_root: str | os.PathLike | None = None,
     sign_method: str = "ray",
+    capacity: Mapping[str, int] | None = None,
 ) -> warpgeo.MeshWorld:
-    """A one-environment :class:`~warpgeo.MeshWorld` from a cuRobo world configuration.
+    """A :class:`~warpgeo.MeshWorld` from a cuRobo world configuration, or from a list of them (a batch of
+    problems): one environment per configuration (:meth:`~warpgeo.MeshWorld.from_envs`), each named by its
+    own obstacles (``world.names[e]``), in the list's order.
 
     Obstacle types (each maps names to obstacles; the order of the configuration is the order of the
     world's slots):
@@ -71,6 +92,15 @@ def load_world(
     * ``mesh``: ``file_path`` (relative to ``mesh_root``; loaded as one mesh, as cuRobo does, a scene file
       concatenated) or ``vertices`` and ``faces``; optional ``scale`` (one factor or one per axis, > 0,
       applied in the mesh's frame before ``pose``).
+    * ``voxel`` (cuRobo's ``VoxelGrid``, an ESDF): ``dims`` (the box's full side lengths, centred on the
+      obstacle's frame), ``voxel_size``, optional ``feature_tensor`` -> :class:`warpgeo.DistanceGrid` of
+      ``round(dims / voxel_size)`` voxels per axis, voxel ``i``'s centre at ``(i + 1 - round(dims / (2
+      voxel_size))) * voxel_size - voxel_size / 2`` along each axis (cuRobo's voxel centres). The
+      ``feature_tensor`` (``X * Y * Z`` numbers, any shape, x-major, z fastest: cuRobo's order) holds
+      cuRobo's ESDF, positive inside obstacles; the grid holds its negation (warpgeo's distances are
+      negative inside). Without one, the grid is free space: every voxel holds the box's diagonal (fill
+      it later with ``world.set_grid(name, values)``). ``xyzr_tensor`` and ``feature_dtype`` are accepted
+      and not read (values are stored in float32).
 
     Every obstacle takes ``pose`` ``[x, y, z, qw, qx, qy, qz]`` (identity when absent). The fields that
     carry no geometry (``color``, ``texture_id``, ``texture``, ``material``, ``tensor_args``; for meshes
@@ -80,7 +110,8 @@ def load_world(
 
     Args:
         config: the configuration: a dict, or the path of a YAML file (read with PyYAML: ``pip install
-            "warpgeo[curobo]"``).
+            "warpgeo[curobo]"``); or a list of them, one environment each (a one-item list: a world of one
+            environment, as the configuration alone gives).
         device: where the world lives (as for :class:`~warpgeo.MeshWorld`).
         mesh_root: the folder that a relative ``file_path`` starts from (joined as cuRobo joins its asset
             path); default: the YAML file's folder, or the current directory for a dict. It is where paths
@@ -88,13 +119,16 @@ def load_world(
             configuration can load any mesh file the process may read (check paths yourself before
             loading a configuration you do not trust).
         sign_method: the meshes' sign method (see :class:`~warpgeo.MeshWorld`; primitives are always signed).
+        capacity: room per environment for obstacles added later (``{kind: count}``, see
+            :class:`~warpgeo.MeshWorld`: ``world.add`` / ``world.remove``).
 
     Returns:
-        The world, its slots named by the obstacles' names (``world.names[0]``).
+        The world, its slots named by the obstacles' names (``world.names[e]`` for configuration ``e``).
 
     Raises:
         TypeError: a configuration that is not a dict or a path; a field of the wrong type.
-        ValueError: an unknown obstacle type or field (named), ``blox`` / ``voxel`` maps (not supported),
+        ValueError: an unknown obstacle type or field (named), ``blox`` maps (not supported: see
+            :class:`warpgeo.DepthFusion`), a ``feature_tensor`` of the wrong size or with NaN / inf,
             a missing field, a bad size or pose, a mesh file that does not exist or does not load, and what
             :class:`~warpgeo.MeshWorld` refuses.
         ImportError: a YAML path without PyYAML installed.
@@ -105,35 +139,54 @@ def load_world(
         >>> world.names
         [['table']]
     """
+    if isinstance(config, Sequence) and not isinstance(config, (str, bytes, Mapping)):
+        if len(config) == 0:
+            raise ValueError("config: an empty list of configurations (give one per environment)")
+        read = [_read_config(item, mesh_root, f"config[{e}]") for e, item in enumerate(config)]
+        poses = {(e, name): pose for e, (_, env_poses) in enumerate(read) for name, pose in env_poses.items()}
+        return warpgeo.MeshWorld.from_envs(
+            [entries for entries, _ in read],
+            poses=poses,
+            device=device,
+            sign_method=sign_method,
+            capacity=capacity,
+        )
+    entries, poses = _read_config(config, mesh_root, "config")
+    return warpgeo.MeshWorld(entries, poses=poses, device=device, sign_method=sign_method, capacity=capacity)
+
+
+def _read_config(config: Any, mesh_root: Any, arg: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """One configuration's ``(entries, poses)`` by obstacle name; ``arg`` names it in messages."""
     root = None if mesh_root is None else os.fspath(mesh_root)
     if isinstance(config, (str, os.PathLike)):
         path = os.fspath(config)
-        config = _yaml_mapping(path, "config", "a mapping of obstacle types")
+        config = _yaml_mapping(path, arg, "a mapping of obstacle types")
         if root is None:
             root = os.path.dirname(os.path.abspath(path))
     elif not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict or a YAML file path; got {type(config).__name__}")
+        raise TypeError(f"{arg} must be a dict or a YAML file path; got {type(config).__name__}")
     entries: dict[str, Any] = {}
     poses: dict[str, np.ndarray] = {}
     for kind, obstacles in config.items():
         if kind in _MAPS:
             raise ValueError(
-                f"config[{kind!r}]: cuRobo's {kind} maps (nvblox / voxel grids) are not supported; give the "
-                "scene as meshes or primitives (e.g. a mesh exported from the map)"
+                f"{arg}[{kind!r}]: cuRobo's {kind} maps (nvblox) are not supported; fuse the depth frames "
+                "with warpgeo.DepthFusion (integrate(), then distance_grid()) and give the DistanceGrid to a "
+                "MeshWorld, or give the map as a 'voxel' entry (an ESDF feature_tensor)"
             )
         if kind not in _FIELDS:
             known = ", ".join(repr(k) for k in _FIELDS)
-            raise ValueError(f"config: unknown obstacle type {kind!r}; the types are {known}")
+            raise ValueError(f"{arg}: unknown obstacle type {kind!r}; the types are {known}")
         if obstacles is None:
             continue
         if not isinstance(obstacles, Mapping):
             raise TypeError(
-                f"config[{kind!r}] must map names to obstacles ({{name: {{...}}}}); got {type(obstacles).__name__}"
+                f"{arg}[{kind!r}] must map names to obstacles ({{name: {{...}}}}); got {type(obstacles).__name__}"
             )
         for name, fields in obstacles.items():
-            where = f"{kind}.{name}"
+            where = f"{kind}.{name}" if arg == "config" else f"{arg}: {kind}.{name}"
             if not isinstance(name, str):
-                raise TypeError(f"config[{kind!r}]: obstacle names must be strings; got {name!r}")
+                raise TypeError(f"{arg}[{kind!r}]: obstacle names must be strings; got {name!r}")
             if name in entries:
                 raise ValueError(f"{where}: the name {name!r} is given twice (names are unique in a world)")
             if not isinstance(fields, Mapping):
@@ -143,7 +196,7 @@ def load_world(
             entry, local = _entry(kind, fields, where, root)
             entries[name] = entry
             poses[name] = pose if local is None else _compose(pose, local)
-    return warpgeo.MeshWorld(entries, poses=poses, device=device, sign_method=sign_method)
+    return entries, poses
 
 
 def _check_fields(kind: str, name: str, fields: Mapping, where: str) -> None:
@@ -188,12 +241,51 @@ def _entry(kind: str, fields: Mapping, where: str, root: str | None) -> tuple[An
             if fields.get("pose") is None:
                 local = np.concatenate([position, [1.0, 0.0, 0.0, 0.0]])
         return warpgeo.Sphere(radius), local
+    if kind == "voxel":
+        return _voxel(need("dims"), need("voxel_size"), fields.get("feature_tensor"), where), None
     if kind == "capsule":
         radius = _number(need("radius"), f"{where}.radius")
         base = _vector(need("base"), 3, f"{where}.base")
         tip = _vector(need("tip"), 3, f"{where}.tip")
         return _capsule(radius, base, tip)
     return _mesh(fields, where, root), None
+
+
+def _voxel(dims: Any, voxel_size: Any, feature: Any, where: str) -> warpgeo.DistanceGrid:
+    """cuRobo's ``VoxelGrid`` (an ESDF, positive inside) as a :class:`warpgeo.DistanceGrid` (negative inside),
+    with cuRobo's grid shape and voxel centres (see :func:`load_world`)."""
+    sides = _vector(dims, 3, f"{where}.dims")
+    h = _number(voxel_size, f"{where}.voxel_size")
+    if not (math.isfinite(h) and h > 0):
+        raise ValueError(f"{where}.voxel_size must be finite and > 0; got {h!r}")
+    shape = [round(float(side) / h) for side in sides]
+    if min(shape) < 1:
+        raise ValueError(
+            f"{where}.dims must be at least voxel_size along each axis (round(dims / voxel_size) voxels); "
+            f"got dims {sides.tolist()}, voxel_size {h}"
+        )
+    origin = [(1 - round(0.5 * float(side) / h)) * h - 0.5 * h for side in sides]
+    if feature is None:
+        values = torch.full(shape, float(np.linalg.norm(sides)), dtype=torch.float32)
+        return warpgeo.DistanceGrid(values, h, origin=origin)
+    if isinstance(feature, (str, bytes, Mapping)):
+        raise TypeError(f"{where}.feature_tensor must be numbers; got {type(feature).__name__}")
+    try:
+        tensor = torch.as_tensor(feature)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise TypeError(f"{where}.feature_tensor must be numbers; got {feature!r:.80}") from exc
+    if not (tensor.is_floating_point() or tensor.dtype in (torch.int32, torch.int64)):
+        raise TypeError(f"{where}.feature_tensor must be real numbers; got {tensor.dtype}")
+    if tensor.numel() != math.prod(shape):
+        raise ValueError(
+            f"{where}.feature_tensor must hold {math.prod(shape)} values (round(dims / voxel_size) = {shape}); "
+            f"got {tensor.numel()} (shape {tuple(tensor.shape)})"
+        )
+    dtype = torch.float64 if tensor.dtype == torch.float64 else torch.float32
+    values = -tensor.detach().reshape(shape).to(dtype)
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError(f"{where}.feature_tensor must be finite; found NaN or inf")
+    return warpgeo.DistanceGrid(values, h, origin=origin)
 
 
 def _capsule(radius: float, base: np.ndarray, tip: np.ndarray) -> tuple[Any, np.ndarray]:
@@ -333,18 +425,6 @@ class RobotSpheres(NamedTuple):
     local_spheres: torch.Tensor
     pairs: torch.Tensor
     self_margin: torch.Tensor
-
-
-#: The fields of one sphere of ``collision_spheres``.
-_SPHERE_FIELDS = ("center", "radius")
-#: The radius of the disabled spheres ``extra_collision_spheres`` adds (cuRobo's; any negative radius is off).
-_DISABLED_RADIUS = -10.0
-#: The most disabled spheres ``extra_collision_spheres`` may add to one link (cuRobo's configurations use
-#: 4-100; a count beyond this is a typo or a hostile file, not an attached object).
-MAX_EXTRA_SPHERES = 2**16
-#: The largest magnitude a sphere's centre, radius or a buffer may have: the spheres are computed in float32,
-#: where a larger value would be inf.
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def load_robot_spheres(
@@ -503,223 +583,3 @@ def load_robot(
     from . import _curobo_robot
 
     return _curobo_robot.load(config, root, device)
-
-
-def _robot_config(config: Any, root: Any) -> tuple[Mapping, str | None]:
-    """A robot configuration (a dict, or read from a YAML path) and the folder relative paths start from."""
-    if root is not None and not isinstance(root, (str, os.PathLike)):
-        raise TypeError(f"root must be a folder path; got {type(root).__name__} {root!r:.60}")
-    root_dir = None if root is None else os.fspath(root)
-    if isinstance(config, (str, os.PathLike)):
-        path = os.fspath(config)
-        config = _yaml_mapping(path, "config", "a robot configuration (a mapping)")
-        if root_dir is None:
-            root_dir = os.path.dirname(os.path.abspath(path))
-    elif not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict or a YAML file path; got {type(config).__name__}")
-    return config, root_dir
-
-
-def _float_value(value: Any, where: str) -> float:
-    """A number of a robot configuration as a float within float32's range (an int beyond float64's range,
-    inf, NaN or a value float32 cannot hold: ValueError naming ``where``; not a number: TypeError)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{where} must be a number; got {type(value).__name__} {value!r:.60}")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise ValueError(
-            f"{where} must be finite and within float32's range; got an int of {len(str(value))} digits"
-        ) from None
-    if not math.isfinite(number) or abs(number) > _FLOAT32_MAX:
-        raise ValueError(f"{where} must be finite and within float32's range (|x| <= 3.4e38); got {number}")
-    return number
-
-
-def _yaml_mapping(path: str, where: str, what: str) -> Mapping:
-    """The mapping a YAML file holds; ValueError naming ``where`` for a missing file, bad YAML or no mapping."""
-    if not os.path.isfile(path):
-        raise ValueError(f"{where}: no such file {path!r}")
-    try:
-        import yaml
-    except ImportError as exc:
-        raise ImportError(
-            'reading a cuRobo YAML file needs PyYAML: pip install "warpgeo[curobo]" (or pyyaml), or pass the '
-            "configuration as a dict"
-        ) from exc
-    with open(path, encoding="utf-8") as f:
-        try:
-            loaded = yaml.safe_load(f)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{where}: {path!r} is not valid YAML: {exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{where}: {path!r} is not UTF-8 text: {exc}") from exc
-        except RecursionError as exc:
-            raise ValueError(f"{where}: {path!r} nests too deeply to read") from exc
-    if not isinstance(loaded, Mapping):
-        raise ValueError(f"{where}: {path!r} must hold {what}; got {type(loaded).__name__}")
-    return loaded
-
-
-def _kinematics_section(config: Mapping) -> Mapping:
-    """cuRobo's ``robot_cfg: kinematics:`` section of a configuration, or the configuration itself where it
-    is that section already (it has ``collision_spheres``)."""
-    section: Any = config
-    for key in ("robot_cfg", "kinematics"):
-        if isinstance(section, Mapping) and "collision_spheres" not in section and key in section:
-            section = section[key]
-    if not isinstance(section, Mapping) or "collision_spheres" not in section:
-        raise ValueError(
-            "config has no collision_spheres (looked in robot_cfg.kinematics, kinematics and at the top level)"
-        )
-    return section
-
-
-def _sphere_table(spheres: Any, root: str | None) -> dict[str, list]:
-    """``collision_spheres`` (inline, a file, or Isaac Sim's list of one-link mappings; None: no spheres) as
-    ``{link: [entries]}`` in order."""
-    where = "collision_spheres"
-    if spheres is None:
-        return {}
-    if isinstance(spheres, (str, os.PathLike)):
-        path = os.fspath(spheres)
-        if root is not None and not os.path.isabs(path):
-            path = os.path.join(root, path)
-        if not os.path.isfile(path):
-            raise ValueError(f"{where}: no such spheres file {path!r} (root: {root!r})")
-        loaded = _yaml_mapping(path, where, "a mapping of links to spheres")
-        if "collision_spheres" not in loaded:
-            raise ValueError(f"{where}: the spheres file {path!r} has no collision_spheres key")
-        inner = loaded["collision_spheres"]
-        if inner is None or isinstance(inner, (str, os.PathLike)):
-            raise ValueError(
-                f"{where}: the spheres file {path!r} must give the spheres themselves under collision_spheres "
-                f"(a spheres file does not refer to another, nor to itself); got {inner!r:.80}"
-            )
-        return _sphere_table(inner, None)
-    items: list[tuple[Any, Any]] = []
-    if isinstance(spheres, Mapping):
-        items = list(spheres.items())
-    elif isinstance(spheres, list) and all(isinstance(e, Mapping) for e in spheres):
-        items = [item for entry in spheres for item in entry.items()]
-    else:
-        raise ValueError(
-            f"{where} must map links to lists of spheres (or be a spheres file's path); got "
-            f"{type(spheres).__name__}"
-        )
-    table: dict[str, list] = {}
-    for link, entries in items:
-        if not isinstance(link, str):
-            raise ValueError(f"{where}: link names must be strings; got {link!r}")
-        if link in table:
-            raise ValueError(f"{where}: link {link!r} is given twice")
-        if entries is None:
-            entries = []
-        if not isinstance(entries, list):
-            raise ValueError(
-                f"{where}[{link!r}] must be a list of spheres ({{center: [x, y, z], radius: r}}); got "
-                f"{type(entries).__name__}"
-            )
-        table[link] = entries
-    return table
-
-
-def _sphere(entry: Any, link: str, n: int) -> list[float]:
-    """One sphere ``{center: [x, y, z], radius: r}`` as ``[x, y, z, r]``; ValueError naming link and entry."""
-    where = f"collision_spheres[{link!r}][{n}]"
-    if not isinstance(entry, Mapping):
-        raise ValueError(f"{where} must be {{center: [x, y, z], radius: r}}; got {entry!r:.80}")
-    unknown = [key for key in entry if key not in _SPHERE_FIELDS]
-    if unknown:
-        raise ValueError(f"{where}: unknown field {unknown[0]!r} (a sphere has 'center' and 'radius')")
-    for key in _SPHERE_FIELDS:
-        if entry.get(key) is None:
-            raise ValueError(f"{where}: no {key!r} (a sphere is {{center: [x, y, z], radius: r}})")
-    center = entry["center"]
-    try:
-        if isinstance(center, (str, bytes, Mapping)):
-            raise TypeError
-        values = np.asarray(center, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{where}: 'center' must be three finite numbers; got {center!r:.80}") from None
-    if values.shape != (3,) or not np.isfinite(values).all() or np.abs(values).max() > _FLOAT32_MAX:
-        raise ValueError(
-            f"{where}: 'center' must be three finite numbers within float32's range; got {center!r:.80}"
-        )
-    radius = entry["radius"]
-    if isinstance(radius, bool) or not isinstance(radius, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{where}: 'radius' must be a number; got {radius!r:.60}")
-    return [*values.tolist(), _float_value(radius, f"{where}: 'radius'")]
-
-
-def _extra_spheres(extra: Any) -> dict[str, int]:
-    where = "extra_collision_spheres"
-    if extra is None:
-        return {}
-    if not isinstance(extra, Mapping):
-        raise ValueError(f"{where} must map links to counts; got {type(extra).__name__}")
-    counts = {}
-    for link, count in extra.items():
-        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
-            raise ValueError(f"{where}[{link!r}] must be a count (an int >= 0); got {count!r:.60}")
-        if count > MAX_EXTRA_SPHERES:
-            raise ValueError(
-                f"{where}[{link!r}] must be at most {MAX_EXTRA_SPHERES} (disabled slots for an attached "
-                f"object); got {count}"
-            )
-        counts[str(link)] = int(count)
-    return counts
-
-
-def _collision_links(names: Any, table: dict[str, list], extra: dict[str, int]) -> list[str]:
-    """The links checked, in order: ``collision_link_names`` where given, else the spheres' links."""
-    if names is None:
-        return list(table) + [link for link in extra if link not in table]
-    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
-        raise ValueError(f"collision_link_names must be a list of link names; got {type(names).__name__}")
-    seen: set[str] = set()
-    for name in names:
-        if not isinstance(name, str):
-            raise TypeError(
-                f"collision_link_names must hold link names; got {type(name).__name__} {name!r:.60}"
-            )
-        if name not in table and name not in extra:
-            raise ValueError(
-                f"collision_link_names names {name!r}, which has no collision_spheres (nor "
-                "extra_collision_spheres)"
-            )
-        if name in seen:
-            raise ValueError(f"collision_link_names names {name!r} twice")
-        seen.add(name)
-    return list(names)
-
-
-def _buffers(buffers: Any) -> dict[str, float]:
-    where = "self_collision_buffer"
-    if buffers is None:
-        return {}
-    if not isinstance(buffers, Mapping):
-        raise TypeError(f"{where} must map links to metres; got {type(buffers).__name__}")
-    found = {}
-    for link, value in buffers.items():
-        found[str(link)] = _float_value(value, f"{where}[{link!r}]")
-    return found
-
-
-def _ignored_links(ignore: Any) -> list[tuple[str, str]]:
-    where = "self_collision_ignore"
-    if ignore is None:
-        return []
-    if not isinstance(ignore, Mapping):
-        raise TypeError(f"{where} must map links to lists of links; got {type(ignore).__name__}")
-    pairs = []
-    for link, others in ignore.items():
-        if others is None:
-            continue
-        if not isinstance(others, (list, tuple)):
-            raise TypeError(f"{where}[{link!r}] must be a list of link names; got {others!r:.60}")
-        for other in others:
-            if not isinstance(other, str):
-                raise TypeError(f"{where}[{link!r}] must hold link names; got {other!r:.60}")
-            pairs.append((str(link), other))
-    return pairs
