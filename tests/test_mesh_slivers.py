@@ -278,3 +278,19 @@ def test_a_cable_added_to_a_world_is_measured():
     got = warpgeo.signed_distance(torch.tensor(points), world).numpy()
     want = _cylinder_distance(points - shift, radius)
     np.testing.assert_allclose(got, want, rtol=0, atol=radius * (1 - math.cos(math.pi / 256)) + 4e-6)
+
+
+def test_closest_point_and_collision_of_the_cable():
+    """The planner queries read the same distances: the foot of a point near the cable (and of one farther
+    than the cable's extent, where the foot is looked up again) lies on its side, and a sphere overlapping it
+    collides."""
+    radius, length = 0.0005, 10.0
+    world = warpgeo.MeshWorld([_rod(radius, length, 256)])
+    points = torch.tensor([[0.01, 0.0, 5.0], [0.0, 15.0, 9.9]], dtype=torch.float64)
+    closest = warpgeo.closest_point(points, world)
+    np.testing.assert_allclose(closest.distance.numpy(), [0.0095, 15.0 - radius], rtol=0, atol=1e-7)
+    foot = closest.point.numpy()
+    np.testing.assert_allclose(np.hypot(foot[:, 0], foot[:, 1]), radius, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(foot[:, 2], [5.0, 9.9], rtol=0, atol=1e-6)  # a cap is within 1.001 d
+    spheres = torch.tensor([[0.001, 0.0, 5.0, 0.003], [0.0, 0.02, 5.0, 0.003]], dtype=torch.float64)
+    assert warpgeo.sphere_collision(spheres, world).tolist() == [True, False]
