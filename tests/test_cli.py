@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,8 +59,32 @@ def test_demo_quick_writes_pngs(tmp_path, capsys):
     assert main(["demo", "--quick", "-q", "--device", "cpu", "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "collision-free: yes" in text
-    for name in ("collision_avoidance.png", "point_sampling.png"):
+    assert re.search(r"collision-free trajectories: [1-9]\d*/4 \(at the start: 0\)", text), text
+    for name in ("collision_avoidance.png", "point_sampling.png", "arm_trajectory.png"):
         assert (out / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_demo_arm_is_the_examples_arm_and_its_path_clears_the_torus():
+    """The demo's arm (package data) is the example's, and the optimised path it draws is clear: every sphere
+    of the drawn trajectory at least its radius from the torus and above the table, by an independent
+    check (trimesh's signed distance to the posed torus, the table's top at z = 0)."""
+    from warpgeo import demos
+
+    data = Path(demos.__file__).parent / "data"
+    examples = Path(__file__).resolve().parents[1] / "examples" / "data"
+    for name in ("arm7.urdf", "arm7_spheres.json"):
+        assert (data / name).read_bytes() == (examples / name).read_bytes(), name
+    result = demos.run_arm_trajectory(trajectories=2, waypoints=8, steps=30, progress=False)
+    assert not result.free_before.any() and result.free_after.any()
+    spheres = result.spheres[result.spheres[..., 3] > 0]  # (H * S', 4)
+    torus = result.torus.copy()
+    x, y, z, w, qx, qy, qz = result.poses["torus"]
+    torus.apply_transform(trimesh.transformations.quaternion_matrix([w, qx, qy, qz]))
+    torus.apply_translation([x, y, z])
+    distance = -trimesh.proximity.signed_distance(torus, spheres[:, :3])  # trimesh: positive inside
+    assert (distance > spheres[:, 3]).all()
+    on_table = (np.abs(spheres[:, 0] - 0.55) < 0.35) & (np.abs(spheres[:, 1]) < 0.7)
+    assert (spheres[on_table, 2] - spheres[on_table, 3] > 0).all()
 
 
 def test_demo_output_folder_is_a_file(tmp_path, capsys):

@@ -38,7 +38,10 @@ def test_the_wheel_is_pure_python(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     package = [n for n in names if n.startswith("warpgeo/")]
     assert "warpgeo/_kernels/sdf.py" in package and "warpgeo/py.typed" in package
-    compiled = [n for n in package if not n.endswith((".py", "py.typed"))]
+    # the demo's arm (package data: `warpgeo demo` runs from an installed package)
+    assert "warpgeo/data/arm7.urdf" in package and "warpgeo/data/arm7_spheres.json" in package
+    data = [n for n in package if n.startswith("warpgeo/data/") and n.endswith((".urdf", ".json"))]
+    compiled = [n for n in package if not n.endswith((".py", "py.typed")) and n not in data]
     assert not compiled, compiled
 
 

@@ -67,6 +67,10 @@ KIND_GRID = 5
 #: directions of no symmetry a mesh is likely to share (exact on closed meshes; Warp's axis rays are not, where
 #: they graze a vertex or an edge, as on a symmetric mesh), so its answers do not change when the tables come.
 FLAG_PENDING = 32
+#: ``grid_flags`` bit: faces of the mesh (some, or all with an area) are slivers Warp's closest-point queries skip
+#: (``warpgeo._kernels.build_checks.SLIVER_RATIO``): never closed, no grid; its closest face is found among
+#: every face whose box is nearer than Warp's pick (``warpgeo._kernels.mesh_distance.nearest_in_box``).
+FLAG_SLIVERS = 64
 
 # ---- gather (warpgeo/gather.py, _kernels/gather.py)
 #: Rows ``(b, c)`` one CPU gather thread copies together (the host launches ``ceil(B * C / this)`` threads):

@@ -2,7 +2,7 @@
 
 ::
 
-    warpgeo demo [-o DIR] [--quick]                    collision avoidance + sampling demos, PNGs in DIR
+    warpgeo demo [-o DIR] [--quick]                    collision avoidance, sampling, arm demos: PNGs in DIR
     warpgeo sample MESH_OR_CLOUD -k 4096 -o out.ply     farthest point sampling of a mesh surface or a cloud
     warpgeo sdf MESH POINTS.npy -o sd.npy               signed distance of points to a mesh (negative inside)
 
@@ -388,11 +388,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if args.quick
         else {"horizon": 40, "iterations": 150, "num_surface": 20000, "max_k": 1024, "show_k": 256}
     )
+    arm_sizes = (
+        {"trajectories": 4, "waypoints": 12, "steps": 30}
+        if args.quick
+        else {"trajectories": 8, "waypoints": 16, "steps": 60}
+    )
     t0 = time.perf_counter()
     print(f"warpgeo demo on {device} -> {out}/")
 
     print(
-        "1/2 collision avoidance: a sphere's trajectory pushed out of three obstacles (swept sphere-mesh cost)"
+        "1/3 collision avoidance: a sphere's trajectory pushed out of three obstacles (swept sphere-mesh cost)"
     )
     ca = demos.run_collision_avoidance(
         horizon=sizes["horizon"], iterations=sizes["iterations"], device=device, progress=not args.quiet
@@ -405,7 +410,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     print(f"    wrote {ca_png}")
 
-    print("2/2 farthest point sampling on a torus vs random sampling (coverage radius)")
+    print("2/3 farthest point sampling on a torus vs random sampling (coverage radius)")
     ps = demos.run_point_sampling(
         num_surface=sizes["num_surface"], max_k=sizes["max_k"], show_k=sizes["show_k"], device=device
     )
@@ -415,11 +420,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"random within {ps.random_radius[-1]:.4f} ({ps.random_radius[-1] / ps.fps_radius[-1]:.1f}x)"
     )
     print(f"    wrote {ps_png}")
+
+    print(
+        "3/3 a 7-DoF arm's trajectories optimised around a torus (its spheres: robot, swept and self costs)"
+    )
+    arm_hint = demos.urdf_reader_missing("the arm demo")
+    arm = None
+    if arm_hint is not None:
+        print(f"    skipped: {arm_hint}")
+    else:
+        arm = demos.run_arm_trajectory(**arm_sizes, device=device, progress=not args.quiet)
+        arm_png = demos.plot_arm_trajectory(arm, out / "arm_trajectory.png")
+        print(
+            f"    world cost {arm.costs[0]['world']:.4f} -> {arm.costs[-1]['world']:.4f} in "
+            f"{len(arm.costs) - 1} Adam steps; collision-free trajectories: {int(arm.free_after.sum())}/"
+            f"{len(arm.free_after)} (at the start: {int(arm.free_before.sum())})"
+        )
+        print(f"    wrote {arm_png}")
     print(f"done in {time.perf_counter() - t0:.1f} s")
     if not ca.collision_free:
         print(
             "warpgeo: the collision-avoidance demo did not reach a collision-free trajectory", file=sys.stderr
         )
+        return EXIT_FAILED
+    if arm is not None and not arm.free_after.any():
+        print("warpgeo: the arm demo did not reach a collision-free trajectory", file=sys.stderr)
         return EXIT_FAILED
     return 0
 
@@ -588,8 +613,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo",
         parents=[common],
-        help="run the collision-avoidance and sampling demos, write PNGs (needs warpgeo[demo])",
-        description="Run the collision-avoidance and farthest-point-sampling demos on generated data and "
+        help="run the collision-avoidance, sampling and arm demos, write PNGs (needs warpgeo[demo])",
+        description="Run the collision-avoidance, farthest-point-sampling and 7-DoF arm demos on generated data and "
         'write their pictures to a folder. Needs matplotlib: python3 -m pip install "warpgeo[demo]".',
     )
     demo.add_argument("-o", "--output", default="warpgeo-demo", help="output folder (default: warpgeo-demo)")

@@ -9,11 +9,14 @@ matplotlib's object API (``matplotlib.figure.Figure``, rendered by Agg): no wind
 
 from __future__ import annotations
 
+import importlib.resources
 import importlib.util
+import json
 import math
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,22 +24,30 @@ import torch
 import warpgeo
 
 __all__ = [
+    "ARM_GOAL",
+    "ARM_START",
     "DEMO_INSTALL",
     "GOAL",
     "START",
+    "ArmTrajectoryResult",
     "CollisionAvoidanceResult",
     "PointSamplingResult",
+    "arm_robot",
+    "arm_scene",
     "collision_scene",
     "coverage_radius",
     "matplotlib_missing",
+    "plot_arm_trajectory",
     "plot_collision_avoidance",
     "plot_point_sampling",
     "require_device",
     "require_matplotlib",
+    "run_arm_trajectory",
     "run_collision_avoidance",
     "run_point_sampling",
     "sampling_ks",
     "sampling_mesh",
+    "urdf_reader_missing",
 ]
 
 #: What to run when matplotlib is missing.
@@ -536,6 +547,210 @@ def plot_point_sampling(result: PointSamplingResult, path: str | os.PathLike, *,
     ax.set_title("coverage radius vs K (lower is better)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    fig.savefig(path, dpi=dpi)
+    return os.fspath(path)
+
+
+# --------------------------------------------------------------------------------------------------------
+# a 7-DoF arm's trajectories around an obstacle (examples/arm_trajectory.py, smaller)
+# --------------------------------------------------------------------------------------------------------
+
+#: The arm demo's start and goal configurations (rad): the arm swings from its left to its right, the hand
+#: low over the table, through a torus standing in its way (as ``examples/arm_trajectory.py``).
+ARM_START = (-1.1, 0.55, 0.0, -1.9, 0.0, 2.4, 0.8)
+ARM_GOAL = (1.1, 0.55, 0.0, -1.9, 0.0, 2.4, 0.8)
+#: The arm demo's objective: weights of the world and self costs, smoothness, joint limits; the world cost's
+#: activation distance (m) and its samples between waypoints.
+_ARM_WEIGHTS = {"world": 100.0, "self": 100.0, "smooth": 1.0, "limits": 100.0}
+_ARM_ACTIVATION = 0.05
+_ARM_SWEEP = 4
+
+
+def urdf_reader_missing(what: str) -> str | None:
+    """A one-line hint naming the extras if yourdfpy (the arm demo's URDF reader) is missing, else ``None``."""
+    if importlib.util.find_spec("yourdfpy") is not None:
+        return None
+    return f"{what} reads the arm's URDF with yourdfpy, which is not installed; run: {DEMO_INSTALL}"
+
+
+def arm_robot(device: torch.device | str = "cpu") -> warpgeo.Robot:
+    """The demo's 7-DoF arm: warpgeo's own URDF (a Franka-like arm's kinematics, ``warpgeo/data/arm7.urdf``,
+    a copy of ``examples/data/``'s) and its 62 collision spheres, the gripper held 4 cm open."""
+    data = importlib.resources.files("warpgeo") / "data"
+    model = json.loads((data / "arm7_spheres.json").read_text(encoding="utf-8"))
+    return warpgeo.Robot.from_urdf(
+        (data / "arm7.urdf").read_text(encoding="utf-8"),
+        spheres=model["spheres"],
+        lock_joints={"arm_finger_joint1": 0.04},
+        self_collision_ignore=model["self_collision_ignore"],
+        device=device,
+    )
+
+
+def arm_scene(device: torch.device | str = "cpu"):
+    """``(world, torus, poses)``: a table (a :class:`warpgeo.Cuboid`) and a torus mesh 30 cm across standing
+    on it across the arm's way (its axis along x, facing the arm); ``poses``: ``{name: [x, y, z, qw, qx, qy,
+    qz]}``."""
+    import trimesh
+
+    torus = trimesh.creation.torus(major_radius=0.11, minor_radius=0.04, major_sections=48, minor_sections=16)
+    poses = {
+        "table": [0.55, 0.0, -0.025, 1.0, 0.0, 0.0, 0.0],
+        "torus": [0.5, 0.0, 0.2, math.sqrt(0.5), 0.0, math.sqrt(0.5), 0.0],
+    }
+    world = warpgeo.MeshWorld(
+        {"table": warpgeo.Cuboid([0.7, 1.4, 0.05]), "torus": torus}, poses=poses, device=device
+    )
+    return world, torus, poses
+
+
+@dataclass
+class ArmTrajectoryResult:
+    """The arm demo's run, as :func:`plot_arm_trajectory` draws it. Arrays: numpy."""
+
+    spheres: np.ndarray  #: (H, S, 4) the arm's spheres along the drawn trajectory, after
+    hand_before: np.ndarray  #: (B, H, 3) the hand's path of every trajectory before
+    hand_after: np.ndarray  #: (B, H, 3) and after
+    costs: list[dict[str, float]]  #: per Adam step, each term's mean over the trajectories
+    free_before: np.ndarray  #: (B,) bool: collision-free before (every waypoint, swept, no self-collision)
+    free_after: np.ndarray  #: (B,) bool: and after
+    drawn: int  #: the trajectory drawn (the first collision-free one after, else 0)
+    torus: Any = None  #: the obstacle's mesh (trimesh), in its own frame
+    poses: dict = field(default_factory=dict)  #: the world's poses
+
+
+def _arm_costs(robot: warpgeo.Robot, world: warpgeo.MeshWorld, q: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per trajectory (B,): the arm against the world (swept between waypoints), against itself, smoothness
+    (squared joint steps) and joint limits (squared excess)."""
+    spheres = robot.spheres(q)
+    world_cost = warpgeo.swept_sphere_mesh_cost(
+        spheres, world, sweep_steps=_ARM_SWEEP, activation_distance=_ARM_ACTIVATION
+    ).sum((1, 2))
+    self_cost = warpgeo.self_collision_cost(spheres, robot.pairs, margin=robot.self_margin).sum(1)
+    smooth = (q[:, 1:] - q[:, :-1]).pow(2).sum((1, 2))
+    limits = robot.joint_limits.to(q)
+    excess = torch.relu(limits[:, 0] - q) + torch.relu(q - limits[:, 1])
+    return {"world": world_cost, "self": self_cost, "smooth": smooth, "limits": excess.pow(2).sum((1, 2))}
+
+
+def _arm_free(robot: warpgeo.Robot, world: warpgeo.MeshWorld, q: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: no sphere in the world at any waypoint or swept sample, no self-collision (no margin)."""
+    with torch.no_grad():
+        spheres = robot.spheres(q)
+        hit = warpgeo.swept_sphere_mesh_cost(spheres, world, sweep_steps=_ARM_SWEEP).sum((1, 2)) > 0
+        hit |= warpgeo.self_collision_cost(spheres, robot.pairs).amax(1) > 0
+    return ~hit
+
+
+def run_arm_trajectory(
+    *,
+    trajectories: int = 8,
+    waypoints: int = 24,
+    steps: int = 150,
+    lr: float = 0.03,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+) -> ArmTrajectoryResult:
+    """B joint-space trajectories of H waypoints, straight lines from :data:`ARM_START` to :data:`ARM_GOAL`
+    (the inner waypoints jittered by 0.05 rad, seed 0) through the torus of :func:`arm_scene`, optimised all
+    at once by Adam on the inner waypoints' joint angles: the world and self costs (weight 100 each), joint
+    steps squared (1), joint limits' excess squared (100). Needs yourdfpy (:func:`urdf_reader_missing`)."""
+    robot = arm_robot(device)
+    world, torus, poses = arm_scene(device)
+    t = torch.linspace(0, 1, waypoints, dtype=torch.float32)[:, None]
+    line = torch.tensor(ARM_START) * (1 - t) + torch.tensor(ARM_GOAL) * t
+    jitter = 0.05 * torch.randn(trajectories, waypoints, 7, generator=torch.Generator().manual_seed(0))
+    jitter[:, 0] = jitter[:, -1] = 0.0
+    start = (line + jitter).to(device)
+    inner = start[:, 1:-1].clone().requires_grad_(True)
+    optimiser = torch.optim.Adam([inner], lr=lr)
+    history: list[dict[str, float]] = []
+    bar = _progress(steps, "arm", enabled=progress)
+    for step in range(steps + 1):
+        q = torch.cat([start[:, :1], inner, start[:, -1:]], dim=1)
+        terms = _arm_costs(robot, world, q)
+        history.append({k: v.mean().item() for k, v in terms.items()})
+        if step == steps:
+            break
+        total = sum(_ARM_WEIGHTS[k] * v for k, v in terms.items())
+        optimiser.zero_grad()
+        total.sum().backward()
+        optimiser.step()
+        bar.update()
+    bar.close()
+    final = torch.cat([start[:, :1], inner.detach(), start[:, -1:]], dim=1)
+    before, after = _arm_free(robot, world, start), _arm_free(robot, world, final)
+    drawn = int(torch.nonzero(after)[0]) if bool(after.any()) else 0
+    hand = robot.link_names.index("arm_hand")
+    with torch.no_grad():
+        return ArmTrajectoryResult(
+            spheres=robot.spheres(final[drawn]).cpu().numpy(),
+            hand_before=robot.link_poses(start)[..., hand, :3].cpu().numpy(),
+            hand_after=robot.link_poses(final)[..., hand, :3].cpu().numpy(),
+            costs=history,
+            free_before=before.cpu().numpy(),
+            free_after=after.cpu().numpy(),
+            drawn=drawn,
+            torus=torus,
+            poses=poses,
+        )
+
+
+def plot_arm_trajectory(result: ArmTrajectoryResult, path: str | os.PathLike, *, dpi: int = 110) -> str:
+    """Left: the arm's spheres at a few waypoints of the drawn trajectory (darker later), the hand's paths
+    before (red) and after (blue), the torus and the table's outline. Right: each cost per Adam step."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(13, 5.5))
+    ax = fig.add_subplot(1, 2, 1, projection="3d")
+    torus = result.torus.copy()
+    x, y, z, w, qx, qy, qz = result.poses["torus"]
+    rotation = np.array(
+        [
+            [1 - 2 * (qy * qy + qz * qz), 2 * (qx * qy - w * qz), 2 * (qx * qz + w * qy)],
+            [2 * (qx * qy + w * qz), 1 - 2 * (qx * qx + qz * qz), 2 * (qy * qz - w * qx)],
+            [2 * (qx * qz - w * qy), 2 * (qy * qz + w * qx), 1 - 2 * (qx * qx + qy * qy)],
+        ]
+    )
+    v = torus.vertices @ rotation.T + np.array([x, y, z])
+    ax.plot_trisurf(
+        v[:, 0], v[:, 1], v[:, 2], triangles=torus.faces, color="tab:orange", alpha=0.3, linewidth=0
+    )
+    x0, x1, y0, y1 = 0.2, 0.9, -0.7, 0.7
+    ax.plot([x0, x1, x1, x0, x0], [y0, y0, y1, y1, y0], [0, 0, 0, 0, 0], color="0.5")
+    for b in range(result.hand_before.shape[0]):
+        ax.plot(
+            *result.hand_before[b].T,
+            color="tab:red",
+            alpha=0.4,
+            lw=1,
+            label="hand before" if b == 0 else None,
+        )
+        ax.plot(
+            *result.hand_after[b].T, color="tab:blue", alpha=0.6, lw=1, label="hand after" if b == 0 else None
+        )
+    horizon = result.spheres.shape[0]
+    shown = sorted(set(np.linspace(0, horizon - 1, min(5, horizon)).round().astype(int).tolist()))
+    for j, h in enumerate(shown):
+        s = result.spheres[h]
+        s = s[s[:, 3] > 0]
+        shade = 0.35 + 0.65 * j / max(1, len(shown) - 1)
+        ax.scatter(*s[:, :3].T, s=(s[:, 3] * 400) ** 2 / 4, color=(0.1, 0.2 + 0.5 * shade, shade), alpha=0.5)
+    ax.set_xlabel("x (m)")
+    ax.set_ylabel("y (m)")
+    ax.set_zlabel("z (m)")
+    ax.set_title(f"the arm's spheres along trajectory {result.drawn}, after")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_box_aspect((1, 1.4, 0.8))
+    ax2 = fig.add_subplot(1, 2, 2)
+    for key, colour in (("world", "tab:orange"), ("self", "tab:green"), ("smooth", "tab:blue")):
+        ax2.plot([c[key] for c in result.costs], color=colour, label=f"{key} cost")
+    ax2.set_yscale("symlog", linthresh=1e-3)
+    ax2.set_xlabel("Adam step")
+    ax2.set_ylabel("cost (mean over trajectories)")
+    ax2.set_title(f"collision-free: {int(result.free_after.sum())}/{len(result.free_after)} after")
+    ax2.legend()
+    fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     return os.fspath(path)
 

@@ -158,7 +158,8 @@ class MeshWorld:
             rays; exact on closed meshes and forgiving of small holes; default), ``"winding"`` (generalised
             winding number; robust on open or self-intersecting meshes, slower; such meshes are built with
             winding-number support), ``"normal"`` (the closest feature's angle-weighted pseudo-normal:
-            exact on closed, consistently wound, manifold meshes, and the cheapest) or ``"unsigned"``
+            exact on closed, consistently wound, manifold meshes, and the cheapest; Warp's own test where
+            the mesh's edges do not pair up) or ``"unsigned"``
             (no inside: thin shells and open containers such as bins and shelves; distances are >= 0 and
             a sphere collides only where it touches the surface). One name for every mesh, or a list
             with one per mesh. A world whose open meshes (edges that do not pair up: holes, an open top)

@@ -16,6 +16,7 @@ from warpgeo._kernels.world import (
     FLAG_BOX,
     FLAG_CLOSED,
     FLAG_PENDING,
+    FLAG_SLIVERS,
     GRID_MARGIN,
     KIND_MESH,
     SEARCH_PAD_ABS,
@@ -113,6 +114,28 @@ def ray_vote_inside(mesh: wp.uint64, p: wp.vec3):
     if q.result and q.sign < 0.0:
         votes += 1
     return votes >= 2
+
+
+@wp.func
+def nearest_in_box(mesh: wp.uint64, pd: wp.vec3d, p32: wp.vec3, radius: float, face: int, best: wp.float64):
+    """``(face, distance)``: the face nearest ``pd`` (float64, by :func:`closest_point_on_triangle`) among
+    ``face`` at ``best`` and every face whose box meets the cube of half-side ``radius`` about ``p32`` (Warp's
+    box query, which skips no face: its closest-point queries skip slivers, ``FLAG_SLIVERS``)."""
+    r = wp.vec3(radius, radius, radius)
+    query = wp.mesh_query_aabb(mesh, p32 - r, p32 + r)
+    nearest = best
+    found = face
+    f = int(0)
+    while wp.mesh_query_aabb_next(query, f):
+        a = wp.vec3d(wp.mesh_get_point(mesh, f * 3 + 0))
+        b = wp.vec3d(wp.mesh_get_point(mesh, f * 3 + 1))
+        c = wp.vec3d(wp.mesh_get_point(mesh, f * 3 + 2))
+        closest, _feature = closest_point_on_triangle(pd, a, b, c)
+        d = wp.length(pd - closest)
+        if found < 0 or d < nearest:
+            nearest = d
+            found = f
+    return found, nearest
 
 
 @wp.func
@@ -373,7 +396,7 @@ def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: 
     inside = False
     s = float(0.0)
     slack = UNBOUNDED
-    if box > zero and (closed or sign == SIGN_UNSIGNED):
+    if box > zero and (closed or sign == SIGN_UNSIGNED) and (flags & FLAG_SLIVERS) == 0:
         # outside the box of a closed mesh is outside the mesh (and an unsigned mesh has no inside): the closest
         # face within the search radius, if any, and no sign (nor grid: its cells cover the box only)
         q = wp.mesh_query_point_no_sign(mesh, p32, padded(search32))
@@ -424,7 +447,10 @@ def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: 
     c = wp.vec3d()
     closest = wp.vec3d()
     feature = FEATURE_FACE
-    if face < 0 and closed and sign != SIGN_UNSIGNED:
+    # The same for a "normal" mesh whose edges pair up but that is not known to be closed: its pseudo-normal
+    # tables are built all the same (the side "normal" names), and Warp's own normal sign is not exact.
+    topo = world.topo_offsets[e, m]
+    if face < 0 and sign != SIGN_UNSIGNED and (closed or (sign == SIGN_NORMAL and topo[0] >= 0)):
         radius = padded(search32)
         if slack < UNBOUNDED:
             radius = padded(wp.abs(s) + slack)
@@ -440,9 +466,7 @@ def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: 
         c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
         closest, feature = closest_point_on_triangle(pd, a, b, c)
         if by_face:
-            known, inside = pseudo_normal_side(
-                world, mesh, face, feature, pd - closest, a, b, c, world.topo_offsets[e, m]
-            )
+            known, inside = pseudo_normal_side(world, mesh, face, feature, pd - closest, a, b, c, topo)
             if not known:
                 face = -1
                 by_face = False
@@ -461,6 +485,44 @@ def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: 
         b = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 1))
         c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
         closest, feature = closest_point_on_triangle(pd, a, b, c)
+    if face < 0 and (flags & FLAG_SLIVERS) != 0:
+        # a mesh with slivers (never closed, no grid): Warp's closest-point queries skip them, so the closest
+        # face is the nearest of Warp's pick and every face whose box is nearer (nearest_in_box); the side is
+        # Warp's (rays, winding numbers: they see every face), or for "normal" the closest face's normal
+        # where the closest point is inside it, else a vote of rays
+        q = query_point(mesh, p32, float(UNBOUNDED), method)
+        inside = sign != SIGN_UNSIGNED and q.result and q.sign < 0.0
+        best = wp.float64(UNBOUNDED)
+        radius = padded(search32)
+        if q.result:
+            face = q.face
+            a = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 0))
+            b = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 1))
+            c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
+            closest, feature = closest_point_on_triangle(pd, a, b, c)
+            best = wp.length(pd - closest)
+            radius = wp.min(radius, padded(float(best)))
+            if inside:  # deep inside: as far as Warp's pick, whatever the search radius
+                radius = padded(float(best))
+        elif sign != SIGN_UNSIGNED:
+            # every face is a sliver (Warp's query finds none): the side from rays, and inside, every face
+            inside = ray_vote_inside(mesh, p32)
+            if inside:
+                radius = float(UNBOUNDED)
+        face, best = nearest_in_box(mesh, pd, p32, radius, face, best)
+        if face < 0:
+            return False, zero, type(p)()
+        a = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 0))
+        b = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 1))
+        c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
+        closest, feature = closest_point_on_triangle(pd, a, b, c)
+        if sign == SIGN_NORMAL:
+            side = wp.dot(pd - closest, wp.cross(b - a, c - a))
+            if feature == FEATURE_FACE and side != wp.float64(0.0):
+                inside = side < wp.float64(0.0)
+            else:
+                inside = ray_vote_inside(mesh, p32)
+        by_face = not inside  # outside and beyond the search radius: no hit (below)
     if face < 0:
         q = query_point(mesh, p32, padded(search32), method)
         if q.result:
@@ -469,7 +531,7 @@ def mesh_distance(world: Any, e: int, m: int, p: Any, search: Any, surface_eps: 
         else:
             if sign == SIGN_UNSIGNED:  # nothing within reach, and no inside to be deep in
                 return False, zero, type(p)()
-            q = query_point(mesh, p32, UNBOUNDED, method)
+            q = query_point(mesh, p32, float(UNBOUNDED), method)
             if (not q.result) or q.sign >= 0.0:
                 return False, zero, type(p)()
             inside = True

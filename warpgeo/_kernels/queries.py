@@ -17,12 +17,19 @@ import warp as wp
 
 from warpgeo import _constants
 from warpgeo._kernels._table import KernelTable
-from warpgeo._kernels.mesh_distance import cell_bounds, closest_point_on_triangle, padded, slot_distance
+from warpgeo._kernels.mesh_distance import (
+    cell_bounds,
+    closest_point_on_triangle,
+    nearest_in_box,
+    padded,
+    slot_distance,
+)
 from warpgeo._kernels.world import (
     FAR_ABS,
     FAR_RATIO,
     FLAG_BOX,
     FLAG_CLOSED,
+    FLAG_SLIVERS,
     KEYS,
     KIND_CAPSULE,
     KIND_CYLINDER,
@@ -203,11 +210,18 @@ def mesh_foot(world: Any, e: int, m: int, p: Any, d: Any, n: Any):
             return p - n * d
         return type(p)(foot)
     q = wp.mesh_query_point_no_sign(mesh, wp.vec3(p), padded(float(wp.abs(d))) * 1.001)
-    if not q.result:
+    face = q.face
+    if (world.grid_flags[e, m] & FLAG_SLIVERS) != 0:  # Warp's query skips the slivers: every face near enough
+        face, _near = nearest_in_box(
+            mesh, pd, wp.vec3(p), padded(float(wp.abs(d))) * 1.001, int(-1), wp.float64(UNBOUNDED)
+        )
+    elif not q.result:
+        face = int(-1)
+    if face < 0:
         return p - n * d
-    a = wp.vec3d(wp.mesh_get_point(mesh, q.face * 3 + 0))
-    b = wp.vec3d(wp.mesh_get_point(mesh, q.face * 3 + 1))
-    c = wp.vec3d(wp.mesh_get_point(mesh, q.face * 3 + 2))
+    a = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 0))
+    b = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 1))
+    c = wp.vec3d(wp.mesh_get_point(mesh, face * 3 + 2))
     foot, _feature = closest_point_on_triangle(pd, a, b, c)
     return type(p)(foot)
 

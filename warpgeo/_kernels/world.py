@@ -65,6 +65,10 @@ FLAG_BOX = wp.constant(_constants.FLAG_BOX)
 FLAG_PENDING = wp.constant(_constants.FLAG_PENDING)
 
 
+#: ``grid_flags`` bit: some faces are slivers Warp's closest-point queries skip (see ``warpgeo._constants``).
+FLAG_SLIVERS = wp.constant(_constants.FLAG_SLIVERS)
+
+
 #: ``world.slot_kind`` codes: a mesh, or an analytic primitive (``warpgeo.primitives``) of half-extents
 #: ``world.prim_size`` (see ``warpgeo._constants.KIND_*``).
 KIND_MESH = wp.constant(_constants.KIND_MESH)
@@ -108,7 +112,10 @@ WORLD_FIELDS: dict[str, tuple[Any, tuple]] = {
     "enabled": (wp.int32, ("E", "M")),  # 1 where a mesh is present and enabled
     "sign": (wp.int32, ("E", "M")),  # sign method codes (SIGN_*)
     "grid_dims": (wp.vec4i, ("E", "M")),  # grid cells along x, y, z and the first cell's row in grid_cells
-    "grid_flags": (wp.int32, ("E", "M")),  # FLAG_CLOSED, FLAG_BOX, FLAG_PENDING (meshes; 0 for a primitive)
+    "grid_flags": (
+        wp.int32,
+        ("E", "M"),
+    ),  # FLAG_CLOSED, FLAG_BOX, FLAG_PENDING, FLAG_SLIVERS (meshes; 0 for a primitive)
     "grid_cells": (wp.float32, (None,)),  # cell-centre distances of every grid
     "topo_offsets": (wp.vec2i, ("E", "M")),  # first rows in face_neighbors and vertex_normals (-1: none)
     "face_neighbors": (wp.vec3i, (None,)),  # the face across each edge of each face of the closed meshes

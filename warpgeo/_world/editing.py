@@ -159,14 +159,14 @@ def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any
         vertices, faces = _loading.load_mesh(entry, "entry")
         if method == "winding":
             _tables._check_winding_support(device)
-        mesh, may_close, pairs_up, _ = _meshes._build_meshes(
+        mesh, may_close, pairs_up, _, slivers = _meshes._build_meshes(
             [(vertices, faces, method == "winding", "entry")], device
         )[0]
         if device.type == "cuda":
             _warp.warp().synchronize_device(
                 _warp.warp_device(device)
             )  # the BVH (Warp's stream) before any query
-        spec = _meshes._MeshSpec(mesh, vertices, faces, may_close, method, None)
+        spec = _meshes._MeshSpec(mesh, vertices, faces, may_close, method, None, slivers=slivers)
         box = spec.box.astype(np.float32)
         size = np.zeros(3, dtype=np.float32)
         flags = _constants.FLAG_CLOSED | _constants.FLAG_BOX if spec.cuboid else spec.pending_flags

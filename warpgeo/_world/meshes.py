@@ -59,8 +59,8 @@ def _position_hash(vertices: np.ndarray, seed: np.uint64) -> np.ndarray:
 def _build_meshes(
     arrays: list[tuple[np.ndarray, np.ndarray, bool, str]], device: torch.device
 ) -> list[tuple]:
-    """``(Warp mesh, may be closed, its edges may pair up, edge pairs or None)`` of each new mesh ``(vertices,
-    faces, winding, where)`` (may be closed: its edges may pair up and it has no sliver; see
+    """``(Warp mesh, may be closed, its edges may pair up, edge pairs or None, has slivers)`` of each new mesh
+    ``(vertices, faces, winding, where)`` (may be closed: its edges may pair up and it has no sliver; see
     :func:`_face_checks`): the per-face checks of all of them in one launch (:func:`face_checks`), then their
     BVHs (on the CPU in runs of meshes on threads, :func:`_in_chunks`: Warp builds a host BVH with the GIL
     released) and, side by side with them where they leave a core free (from :data:`_CHUNK_FACES` faces),
@@ -85,11 +85,11 @@ def _build_meshes(
         slivers, pairs_up = _face_checks(points, indices, vertex_rows, face_rows, device)
         slivers[cuboid] = 0
         pairs_up[cuboid] = True
-    for k, (_, faces, _, where) in enumerate(arrays):
-        if slivers[k] == len(faces):
+    for k, (vertices, faces, _, where) in enumerate(arrays):
+        if slivers[k] == len(faces) and not _has_area(vertices, faces):
             raise ValueError(
-                f"{where}: every face has zero area (or is a sliver Warp's queries skip), so the mesh "
-                f"has no surface to measure; got {len(faces)} degenerate faces"
+                f"{where}: every face has zero area, so the mesh has no surface to measure; got {len(faces)} "
+                "degenerate faces"
             )
 
     # the edge pairs of the meshes that may be closed (NumPy) on a thread of their own, side by side with the
@@ -134,8 +134,71 @@ def _build_meshes(
         for j, k in enumerate(closable):
             pairs[k] = _Pairing(pairing, j)
     return [
-        (mesh, slivers[k] == 0 and pairs_up[k], bool(pairs_up[k]), pairs[k]) for k, mesh in enumerate(built)
+        (
+            mesh,
+            slivers[k] == 0 and pairs_up[k],
+            bool(pairs_up[k]),
+            pairs[k],
+            bool(slivers[k] > 0) and slivers_matter(*arrays[k][:2]),
+        )
+        for k, mesh in enumerate(built)
     ]
+
+
+def slivers_matter(vertices: np.ndarray, faces: np.ndarray) -> bool:
+    """Whether skipping a mesh's slivers (the faces Warp's closest-point queries skip) could move a distance by
+    more than a few float32 roundings of its vertices: False where every sliver's longest edge is an edge of a
+    face that is no sliver and its height onto that edge is at most ``2**-22`` of the mesh's largest
+    coordinate (every point of a triangle lies within that height of its longest edge): a degenerate face
+    of a mesh, which costs nothing to skip. Else the mesh gets ``FLAG_SLIVERS`` (its queries look at every
+    face). NumPy, for meshes with slivers only; a face counts as a sliver here from twice Warp's threshold
+    (float32 rounding may differ), as a face that is no sliver only above it."""
+    v = np.asarray(vertices, dtype=np.float32)
+    p, q, r = (v[faces[:, k]] for k in range(3))
+    e0, e1, e2 = q - p, r - p, r - q
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        ratio = np.linalg.norm(np.cross(e0, e1), axis=1) / (
+            (e0 * e0).sum(1) + (e1 * e1).sum(1) + (e2 * e2).sum(1)
+        )
+    thin = ~(ratio >= 2 * _SLIVER_RATIO)
+    if not thin.any():
+        return False
+    solid = faces[~thin].astype(np.int64)
+    n = np.int64(len(v))
+    edges = np.concatenate(
+        [
+            np.minimum(solid[:, i], solid[:, (i + 1) % 3]) * n
+            + np.maximum(solid[:, i], solid[:, (i + 1) % 3])
+            for i in range(3)
+        ]
+    )
+    mine = faces[thin].astype(np.int64)
+    a, b, c = (v[mine[:, k]].astype(np.float64) for k in range(3))
+    lengths = np.stack(
+        [np.linalg.norm(b - a, axis=1), np.linalg.norm(c - b, axis=1), np.linalg.norm(a - c, axis=1)], 1
+    )
+    longest = lengths.argmax(axis=1)
+    span = lengths.max(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        height = np.where(span > 0, np.linalg.norm(np.cross(b - a, c - a), axis=1) / span, 0.0)
+    rows = np.arange(len(mine))
+    i, j = mine[rows, longest], mine[rows, (longest + 1) % 3]
+    shared = np.isin(np.minimum(i, j) * n + np.maximum(i, j), edges)
+    shared |= (span == 0) & np.isin(i, solid)  # all three corners at one point: a vertex of a face
+    covered = shared & (height <= 2.0**-22 * float(np.abs(v).max()))
+    return not bool(covered.all())
+
+
+def _has_area(vertices: np.ndarray, faces: np.ndarray) -> bool:
+    """Whether some face of a mesh whose every face is a sliver has an area (float64, of its float32
+    corners): then it is measured (``FLAG_SLIVERS``), else refused."""
+    v = np.asarray(vertices, dtype=np.float32).astype(np.float64)
+    p, q, r = (v[faces[:, k]] for k in range(3))
+    return bool((np.abs(np.cross(q - p, r - p)).max(axis=1) > 0).any())
+
+
+#: Warp's sliver threshold (``warpgeo._kernels.build_checks.SLIVER_RATIO``).
+_SLIVER_RATIO = 1.0e-6
 
 
 #: A mesh's edge pairs not looked for yet (:func:`build_tables` does).
@@ -210,7 +273,7 @@ class _MeshSpec:
     whether it is a cuboid, and whether it may be closed (no sliver, and its directed edges may pair up:
     :func:`_face_checks`)."""
 
-    __slots__ = ("box", "cuboid", "faces", "may_be_closed", "mesh", "method", "pairs", "vertices")
+    __slots__ = ("box", "cuboid", "faces", "may_be_closed", "mesh", "method", "pairs", "slivers", "vertices")
 
     def __init__(
         self,
@@ -220,8 +283,11 @@ class _MeshSpec:
         may_close: bool,
         method: str,
         pairs: np.ndarray | None,
+        slivers: bool = False,
     ) -> None:
         self.mesh, self.vertices, self.faces, self.method = mesh, vertices, faces, method
+        # some faces are slivers Warp's closest-point queries skip (FLAG_SLIVERS): no grid, never closed
+        self.slivers = slivers
         self.box = _box_of(vertices)
         self.cuboid = _is_cuboid(vertices, faces, self.box)
         self.may_be_closed = may_close and not self.cuboid
@@ -232,7 +298,12 @@ class _MeshSpec:
     @property
     def pending_flags(self) -> int:
         """``grid_flags`` of its slots while its tables are built on the background thread."""
-        return _constants.FLAG_PENDING if self.may_be_closed else 0
+        return self.flags | (_constants.FLAG_PENDING if self.may_be_closed else 0)
+
+    @property
+    def flags(self) -> int:
+        """The ``grid_flags`` bits of the mesh itself, whatever its tables: ``FLAG_SLIVERS``."""
+        return _constants.FLAG_SLIVERS if self.slivers else 0
 
 
 def _box_of(vertices: np.ndarray) -> np.ndarray:

@@ -153,7 +153,13 @@ def prepare(
     )
     specs = [
         _meshes._MeshSpec(
-            built_meshes[i][0], arrays[i][0], arrays[i][1], built_meshes[i][1], method, built_meshes[i][3]
+            built_meshes[i][0],
+            arrays[i][0],
+            arrays[i][1],
+            built_meshes[i][1],
+            method,
+            built_meshes[i][3],
+            slivers=built_meshes[i][4],
         )
         for i, method in job_meshes
     ]

@@ -56,8 +56,9 @@ def build_tables(specs: list[_meshes._MeshSpec], device: torch.device, *, alive:
     A cuboid (exactly the surface of its box, see :func:`_is_cuboid`) gets none: the kernels compute its
     distance in closed form. A closed mesh (see :func:`edge_pairs`) gets a signed grid and its pseudo-normal
     tables (``topology = (face_neighbors (F, 3) int32, vertex_normals (V, 3) float64)``), and a convex one its
-    plane tree (see :func:`_plane_tree`); an ``"unsigned"`` one an unsigned grid, any other none (its sign may
-    change away from its surface). Each mesh's tables are those of building it alone. ``alive``: built on the
+    plane tree (see :func:`_plane_tree`); a ``"normal"`` one whose edges pair up its pseudo-normal tables,
+    closed or not; an ``"unsigned"`` one an unsigned grid, any other none (its sign may change away from its
+    surface). Each mesh's tables are those of building it alone. ``alive``: built on the
     background thread (:class:`Later`), its kernels launched on that thread alone, stopping with
     :class:`_Cancelled` once ``alive()`` is None."""
 
@@ -124,6 +125,7 @@ def build_tables(specs: list[_meshes._MeshSpec], device: torch.device, *, alive:
             k
             for k, spec in enumerate(specs)
             if not spec.cuboid
+            and not spec.slivers  # its grid would be Warp's distances, which skip the slivers
             and (closed[k] or spec.method == "unsigned")
             and ((spec.box[1] - spec.box[0]).astype(np.float64) > 0).all()
         ]
@@ -135,13 +137,17 @@ def build_tables(specs: list[_meshes._MeshSpec], device: torch.device, *, alive:
         built = None if side is None else side.result()  # its errors (a cancelled build) raise here
     if built is None:
         check()
-        chosen = [j for j, k in enumerate(paired) if closed[k]]
+        chosen = [j for j, k in enumerate(paired) if closed[k] or specs[k].method == "normal"]
         built = dict(zip(chosen, closed_tables(chosen), strict=True))
     else:
         built = dict(enumerate(built))
     for j, k in enumerate(paired):
         if closed[k]:
             topology[k], trees[k] = built[j]
+        elif specs[k].method == "normal":
+            # the side "normal" names is the angle-weighted pseudo-normal's: its tables, whether or not the
+            # mesh is closed (two faces of it may meet, or be too near for the closed-mesh check to tell)
+            topology[k] = built[j][0]
     out = []
     for k, spec in enumerate(specs):
         if spec.cuboid:
@@ -149,7 +155,7 @@ def build_tables(specs: list[_meshes._MeshSpec], device: torch.device, *, alive:
             out.append(_Built(spec.box, flags, (0, 0, 0), _empty(device), None, None))
             continue
         dims, values = grids.get(k, ((0, 0, 0), _empty(device)))
-        flags = _constants.FLAG_CLOSED if closed[k] else 0
+        flags = (_constants.FLAG_CLOSED if closed[k] else 0) | spec.flags
         out.append(_Built(spec.box, flags, dims, values, topology[k], trees[k]))
     return out
 
