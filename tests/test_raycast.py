@@ -808,3 +808,80 @@ def test_render_depth_compiles_fullgraph():
     (g_ref,) = torch.autograd.grad(ref, pose)
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(g, g_ref)
+
+
+def _ball_grid(radius: float, centre, voxel: float, half: float) -> warpgeo.DistanceGrid:
+    """A DistanceGrid of a ball's exact signed distance sampled at the voxel centres of [-half, half]^3."""
+    n = round(2 * half / voxel) + 1
+    axis = torch.linspace(-half, half, n, dtype=torch.float64)
+    x, y, z = torch.meshgrid(axis, axis, axis, indexing="ij")
+    c = torch.tensor(centre, dtype=torch.float64)
+    values = torch.sqrt((x - c[0]) ** 2 + (y - c[1]) ** 2 + (z - c[2]) ** 2) - radius
+    return warpgeo.DistanceGrid(values, voxel, origin=(-half, -half, -half))
+
+
+def _ray_ball(origins: np.ndarray, directions: np.ndarray, centre: np.ndarray, radius: float):
+    """Analytic first hits of rays (unit directions) with a ball (float64): the entry, or the exit from inside."""
+    oc = origins - centre
+    b = np.einsum("ij,ij->i", oc, directions)
+    c = np.einsum("ij,ij->i", oc, oc) - radius**2
+    disc = b * b - c
+    root = np.sqrt(np.where(disc >= 0, disc, np.nan))
+    near, far = -b - root, -b + root
+    t = np.where(near >= 0, near, np.where(far >= 0, far, np.inf))
+    return np.where(disc >= 0, t, np.inf)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_distance_grid_entries_by_sphere_tracing(device, dtype):
+    """A DistanceGrid entry (a ball's distance field, posed) is hit where the analytic ball is, to the
+    trilinear interpolation's error (~h^2 / R); from inside, the exit; outside the ball but inside the grid's
+    box, a miss; a cuboid in front of it wins; its normals are radial."""
+    radius, voxel = 0.3, 0.02
+    centre_local = np.array([0.1, -0.05, 0.02])
+    grid = _ball_grid(radius, centre_local, voxel, 0.5)
+    angle = 0.7
+    pose = [0.2, 0.1, -0.3, math.cos(angle / 2), 0.0, math.sin(angle / 2), 0.0]
+    world = MeshWorld([grid], poses=[pose], device=device)
+    rot = trimesh.transformations.quaternion_matrix(pose[3:])[:3, :3]
+    centre = rot @ centre_local + np.array(pose[:3])
+    gen = np.random.default_rng(4)
+    # from outside towards points near the ball's centre, from inside it, and past it (misses in the box)
+    far = centre + gen.normal(size=(64, 3)) / 0.6
+    aims = centre + 0.5 * radius * gen.uniform(-1, 1, size=(64, 3))
+    inside = centre + 0.3 * radius * gen.uniform(-1, 1, size=(32, 3))
+    origins = np.concatenate([far, inside, centre + np.array([[0.45, 0.0, 0.0]])])
+    directions = np.concatenate([aims - far, gen.normal(size=(32, 3)), np.array([[0.0, 0.0, 1.0]])])
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    expected = _ray_ball(origins, directions, centre, radius)
+    hits = raycast(
+        world,
+        torch.tensor(origins, dtype=dtype, device=device),
+        torch.tensor(directions, dtype=dtype, device=device),
+    )
+    got = hits.distance.cpu().double().numpy()
+    assert np.isinf(expected[-1]) and np.isinf(got[-1]) and int(hits.entry[-1]) == -1  # passes the ball
+    finite = np.isfinite(expected)
+    assert finite[:-1].all()
+    np.testing.assert_allclose(got[finite], expected[finite], atol=2e-3)  # 0.1 voxel
+    assert (hits.entry[:-1] == 0).all()
+    points = origins[finite] + got[finite, None] * directions[finite]
+    radial = (points - centre) / np.linalg.norm(points - centre, axis=1, keepdims=True)
+    normal = hits.normal.cpu().double().numpy()[finite]
+    facing = np.where(np.einsum("ij,ij->i", radial, directions[finite]) > 0, -1.0, 1.0)[:, None]
+    np.testing.assert_allclose(normal, facing * radial, atol=0.05)
+    # a cuboid in front of the ball takes the rays first
+    mixed = MeshWorld(
+        [grid, Cuboid((0.05, 2.0, 2.0))],
+        poses=[pose, [float(centre[0]) - 0.6, 0, 0, 1, 0, 0, 0]],
+        device=device,
+    )
+    o = torch.tensor(
+        [[float(centre[0]) - 1.5, float(centre[1]), float(centre[2])]], dtype=dtype, device=device
+    )
+    d = torch.tensor([[1.0, 0.0, 0.0]], dtype=dtype, device=device)
+    first = raycast(mixed, o, d)
+    assert int(first.entry[0]) == 1 and abs(float(first.distance[0]) - (0.9 - 0.025)) < 1e-5
+    mixed.set_enabled([True, False])
+    second = raycast(mixed, o, d)
+    assert int(second.entry[0]) == 0 and abs(float(second.distance[0]) - (1.5 - radius)) < 2e-3

@@ -24,11 +24,13 @@ import warp as wp
 
 from warpgeo import _constants
 from warpgeo._kernels._table import KernelTable
+from warpgeo._kernels.distance_grid import grid_distance_at
 from warpgeo._kernels.world import (
     FLAG_BOX,
     KEYS,
     KIND_CAPSULE,
     KIND_CYLINDER,
+    KIND_GRID,
     KIND_MESH,
     KIND_SPHERE,
     WORLD,
@@ -51,6 +53,15 @@ BOX_PAD_ABS = wp.constant(wp.float64(1.0e-6))
 #: fraction of the box's size (plus BOX_PAD_ABS) is one the ray grazes (nearly parallel): the query's own
 #: distance is kept.
 REFINE_TOL = wp.constant(wp.float64(1.0e-3))
+#: Sphere tracing on a distance grid (``KIND_GRID``): a hit where the interpolated distance is within
+#: GRID_HIT_TOL voxels of 0. A step is |d| / GRID_SLOPE: the trilinear interpolant of samples that differ by
+#: at most a voxel size between neighbours (a true distance field) changes by at most sqrt(3) per unit length
+#: along any line, so no step passes the surface. After GRID_MAX_STEPS steps (a ray grazing the surface) a
+#: point within GRID_LAST_TOL voxels counts as the hit; farther, a miss.
+GRID_HIT_TOL = wp.constant(wp.float64(1.0e-4))
+GRID_LAST_TOL = wp.constant(wp.float64(1.0e-2))
+GRID_SLOPE = wp.constant(wp.float64(1.7320508075688772))
+GRID_MAX_STEPS = wp.constant(2048)
 
 
 @wp.func
@@ -286,12 +297,67 @@ def closed_form_hit(world: Any, e: int, m: int, o: wp.vec3d, d: wp.vec3d):
 
 
 @wp.func
+def grid_hit(world: Any, e: int, m: int, o: wp.vec3d, d: wp.vec3d, reach: wp.float64):
+    """A distance grid's slot (``KIND_GRID``, in its frame): sphere tracing on its trilinear distance from where
+    the ray enters the box of its voxel centres (``bounds``) to where it leaves it (or ``reach``). The surface
+    is the interpolant's zero level, and the box's faces where the grid is negative on them (the grid says
+    nothing beyond its box): a ray from outside that enters the box where the grid is negative hits the box
+    face; a ray starting where the grid is negative hits where it leaves (the interpolant's zero, or the
+    box). The normal: the interpolant's gradient, made unit (the box face's on a face hit)."""
+    none = wp.vec3d()
+    t_in, t_out, n_in, n_out = box_interval(
+        o, d, wp.vec3d(world.bounds[e, m, 0]), wp.vec3d(world.bounds[e, m, 1])
+    )
+    if not (t_in <= t_out) or t_out < wp.float64(0.0):
+        return False, inf64(), none
+    dims = world.voxel_dims[e, m]
+    frame = world.voxel_frame[e, m]
+    h = wp.float64(frame[3])
+    origin = wp.vec3d(wp.float64(frame[0]), wp.float64(frame[1]), wp.float64(frame[2]))
+    size = wp.vec3i(dims[0], dims[1], dims[2])
+    tol = GRID_HIT_TOL * h
+    t = wp.max(t_in, wp.float64(0.0))
+    stop = wp.min(t_out, reach)
+    v, g = grid_distance_at(world.voxel_values, dims[3], size, h, origin, o + t * d)
+    inside = v < -tol
+    if inside and t_in >= wp.float64(0.0):
+        return True, t_in, n_in  # enters the box where the grid is solid: the box's face
+    hit = bool(False)
+    steps = int(0)
+    while not hit and steps < GRID_MAX_STEPS:
+        if wp.abs(v) <= tol or (inside and v > wp.float64(0.0)) or (not inside and v < wp.float64(0.0)):
+            hit = True
+        else:
+            t = t + wp.max(wp.abs(v) / GRID_SLOPE, tol)
+            if t > stop:
+                steps = GRID_MAX_STEPS
+            else:
+                v, g = grid_distance_at(world.voxel_values, dims[3], size, h, origin, o + t * d)
+                steps += 1
+    if not hit and t <= stop and wp.abs(v) <= GRID_LAST_TOL * h:
+        hit = True
+    if hit:
+        return True, t, unit_or(wp.vec3d(g), -d)
+    if inside and t_out <= reach:
+        return True, t_out, n_out  # solid up to the box's face where the ray leaves it
+    return False, inf64(), none
+
+
+@wp.func
+def closed_or_grid_hit(world: Any, e: int, m: int, o: wp.vec3d, d: wp.vec3d, reach: wp.float64):
+    """A slot read without a BVH: a distance grid (:func:`grid_hit`) or a closed form (:func:`closed_form_hit`)."""
+    if world.slot_kind[e, m] == KIND_GRID:
+        return grid_hit(world, e, m, o, d, reach)
+    return closed_form_hit(world, e, m, o, d)
+
+
+@wp.func
 def mesh_hit(world: Any, e: int, m: int, o: wp.vec3d, d: wp.vec3d, reach: wp.float64):
     """A mesh slot: Warp's BVH ray query within ``reach``, started where the ray enters the mesh's box,
     then the distance on the found face's plane in float64 and its unit normal (outward by the winding)."""
     kind = world.slot_kind[e, m]
     if kind != KIND_MESH or (world.grid_flags[e, m] & FLAG_BOX) != 0:
-        return closed_form_hit(world, e, m, o, d)
+        return closed_or_grid_hit(world, e, m, o, d, reach)
     lo = wp.vec3d(world.bounds[e, m, 0])
     hi = wp.vec3d(world.bounds[e, m, 1])
     size = wp.length(hi - lo)
@@ -340,14 +406,14 @@ def slot_hit(  # noqa: F811 (a Warp overload, by the world's struct type)
 def slot_hit(  # noqa: F811 (a Warp overload, by the world's struct type)
     world: WORLD["float32", "cuboids"], e: int, m: int, o: wp.vec3d, d: wp.vec3d, reach: wp.float64
 ):
-    return closed_form_hit(world, e, m, o, d)
+    return closed_or_grid_hit(world, e, m, o, d, reach)
 
 
 @wp.func
 def slot_hit(  # noqa: F811 (a Warp overload, by the world's struct type)
     world: WORLD["float64", "cuboids"], e: int, m: int, o: wp.vec3d, d: wp.vec3d, reach: wp.float64
 ):
-    return closed_form_hit(world, e, m, o, d)
+    return closed_or_grid_hit(world, e, m, o, d, reach)
 
 
 @wp.func
