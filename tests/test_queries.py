@@ -628,3 +628,38 @@ def test_queries_before_and_after_the_background_tables(monkeypatch):
     np.testing.assert_allclose(after[0].distance.numpy(), sign * dist, atol=1e-6)
     assert torch.equal(after[1], sphere_mesh_cost(spheres, world) > 0)
     assert 0.2 < after[1].float().mean() < 0.9
+
+
+def test_queries_on_a_distance_grid_entry(device):
+    """A DistanceGrid entry (a ball's distance field, posed): closest_point's foot, distance and unit normal
+    match the analytic ball to the interpolation's error; sphere_collision agrees with the ball."""
+    radius, voxel, half = 0.3, 0.02, 0.5
+    centre_local = np.array([0.1, -0.05, 0.02])
+    n = round(2 * half / voxel) + 1
+    axis = torch.linspace(-half, half, n, dtype=torch.float64)
+    x, y, z = torch.meshgrid(axis, axis, axis, indexing="ij")
+    c = torch.tensor(centre_local)
+    values = torch.sqrt((x - c[0]) ** 2 + (y - c[1]) ** 2 + (z - c[2]) ** 2) - radius
+    grid = warpgeo.DistanceGrid(values, voxel, origin=(-half, -half, -half))
+    pose = [0.2, 0.1, -0.3, np.cos(0.35), 0.0, np.sin(0.35), 0.0]
+    world = warpgeo.MeshWorld([grid], poses=[pose], device=device)
+    centre = quaternion_matrix(pose[3:])[:3, :3] @ centre_local + np.array(pose[:3])
+    gen = np.random.default_rng(11)
+    direction = gen.normal(size=(200, 3))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    depth = gen.uniform(-0.15, 0.15, size=(200, 1))  # inside and outside the ball (not near its centre: there
+    # the distance field bends within a voxel and its interpolant's gradient turns), inside the grid's box
+    points = centre + (radius + depth) * direction
+    got = warpgeo.closest_point(torch.tensor(points, device=device), world)
+    np.testing.assert_allclose(got.distance.cpu().numpy(), depth[:, 0], atol=2e-3)
+    # the foot is p - d n along the interpolant's unit gradient: first order, its error grows with |d|
+    foot_error = np.linalg.norm(got.point.cpu().numpy() - (centre + radius * direction), axis=1)
+    assert (foot_error <= 3e-3 + 0.1 * np.abs(depth[:, 0])).all(), foot_error.max()
+    np.testing.assert_allclose(np.linalg.norm(got.normal.cpu().numpy(), axis=1), 1.0, atol=1e-9)
+    np.testing.assert_allclose(got.normal.cpu().numpy(), direction, atol=0.06)
+    assert (got.entry == 0).all()
+    r = 0.05
+    spheres = torch.tensor(np.concatenate([points, np.full((200, 1), r)], axis=1), device=device)
+    collides = warpgeo.sphere_collision(spheres, world).cpu().numpy()
+    clear = np.abs(depth[:, 0] - r) > 5e-3  # away from the boundary case by more than the grid's error
+    np.testing.assert_array_equal(collides[clear], (depth[:, 0] < r)[clear])

@@ -93,8 +93,12 @@ def closest_point(
     the outward normal of the surface at the closest point, outward for a point inside too (on the surface,
     the face normal; for a mesh of ``sign_method="unsigned"``, which has no inside, it points from the
     surface towards the point). ``point = p - d * normal``, the foot of ``p`` on that surface (computed on the
-    surface, so that a far point's foot keeps its digits). A point whose
-    environment has no enabled entry gets ``distance = inf``, zeros and ``entry = -1``.
+    surface, so that a far point's foot keeps its digits). A :class:`~warpgeo.DistanceGrid` entry: ``d`` its
+    trilinear distance, ``normal`` that interpolant's gradient made unit, and ``point = p - d * normal``, a first
+    order foot (exact where the interpolant is exact; its error grows with ``|d|`` times the gradient's turn);
+    its ``distance``'s gradient below is that unit normal, not the interpolant's own (non-unit) gradient that
+    :func:`~warpgeo.signed_distance` gives. A point whose environment has no enabled entry gets
+    ``distance = inf``, zeros and ``entry = -1``.
 
     Differentiable w.r.t. ``points``: ``distance``'s gradient is ``normal`` (as for
     :func:`~warpgeo.signed_distance`), ``point``'s is the projection ``I - normal normal^T`` onto the tangent

@@ -33,6 +33,7 @@ from warpgeo._kernels.world import (
     KEYS,
     KIND_CAPSULE,
     KIND_CYLINDER,
+    KIND_GRID,
     KIND_MESH,
     KIND_SPHERE,
     SIGN_UNSIGNED,
@@ -153,9 +154,9 @@ def closed_form_foot(world: Any, e: int, m: int, p: Any, d: Any, n: Any):
     """The closest surface point of closed-form slot ``(e, m)`` to ``p`` (slot frame), given its distance ``d``
     and unit gradient ``n`` (``slot_distance``'s), computed where it lies rather than as ``p - d n``, which
     loses every digit of a point far away (``|p| >> |q|``); inside (bounded by the entry) ``p - d n``."""
-    if d <= type(d)(0.0):
-        return p - n * d
     kind = world.slot_kind[e, m]
+    if d <= type(d)(0.0) or kind == KIND_GRID:  # a grid: along its (unit) gradient, as far as its distance
+        return p - n * d
     size = wp.vec3d(world.prim_size[e, m])
     if kind == KIND_SPHERE:
         return type(p)(wp.vec3d(n) * size[0])
@@ -316,6 +317,10 @@ def closest_point(
         foot = type(p_world)()
         if best_m >= 0:
             xf = world.inv_poses[e, best_m]
+            if world.slot_kind[e, best_m] == KIND_GRID:  # the interpolant's gradient is not unit
+                length = wp.length(best_local_n)
+                if length > type(length)(0.0):
+                    best_local_n = best_local_n / length
             best_n = wp.quat_rotate_inv(wp.transform_get_rotation(xf), best_local_n)
             local = slot_foot(world, e, best_m, wp.transform_point(xf, p_world), best_d, best_local_n)
             foot = wp.transform_point(wp.transform_inverse(xf), local)
