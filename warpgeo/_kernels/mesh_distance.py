@@ -30,6 +30,7 @@ from warpgeo._kernels.world import (
     closed_form_distance,
     cuboid_mesh_distance,
     scaled_length,
+    slot_in_use,
 )
 
 # the torch glue differentiates through the gradient these kernels write; Warp's adjoints are not needed
@@ -583,3 +584,25 @@ def slot_distance(  # noqa: F811 (a Warp overload, by the world's struct type)
 ):
     hit, d, n = cuboid_mesh_distance(world, e, m, p, search, surface_eps)
     return hit, d, n
+
+
+@wp.func
+def union_bound(world: Any, e: int, p_world: Any, far: Any):
+    """The smallest upper bound on ``|d|`` the grids give over the enabled meshes of environment ``e`` at
+    ``p_world`` (``far`` without any): the nearest surface is no farther (``signed_distance``, ``closest_point``). ``(0, UNBOUNDED)`` from
+    ``cell_bounds`` is no bound (no grid): padded, it would read as a cap of ~3.4e38."""
+    bound = far
+    for m in range(world.mesh_ids.shape[1]):
+        if slot_in_use(world, e, m):
+            p = wp.transform_point(world.inv_poses[e, m], p_world)
+            s, r = cell_bounds(
+                wp.vec3(p),
+                world.bounds[e, m, 0],
+                world.bounds[e, m, 1],
+                world.grid_dims[e, m],
+                world.grid_cells,
+            )
+            upper = type(far)(padded(wp.abs(s) + r))
+            if r < UNBOUNDED and wp.isfinite(upper) and upper < bound:
+                bound = upper
+    return bound

@@ -23,6 +23,7 @@ from warpgeo._kernels.mesh_distance import (
     nearest_in_box,
     padded,
     slot_distance,
+    union_bound,
 )
 from warpgeo._kernels.world import (
     FAR_ABS,
@@ -247,27 +248,6 @@ def slot_foot(world: WORLD["float32", "cuboids"], e: int, m: int, p: Any, d: Any
 @wp.func
 def slot_foot(world: WORLD["float64", "cuboids"], e: int, m: int, p: Any, d: Any, n: Any):  # noqa: F811
     return closed_form_foot(world, e, m, p, d, n)
-
-
-@wp.func
-def union_bound(world: Any, e: int, p_world: Any, far: Any):
-    """The smallest upper bound on ``|d|`` the grids give over the enabled meshes of environment ``e`` at
-    ``p_world`` (``far`` without any): the nearest surface is no farther."""
-    bound = far
-    for m in range(world.mesh_ids.shape[1]):
-        if slot_in_use(world, e, m):
-            p = wp.transform_point(world.inv_poses[e, m], p_world)
-            s, r = cell_bounds(
-                wp.vec3(p),
-                world.bounds[e, m, 0],
-                world.bounds[e, m, 1],
-                world.grid_dims[e, m],
-                world.grid_cells,
-            )
-            upper = type(far)(padded(wp.abs(s) + r))
-            if r < UNBOUNDED and wp.isfinite(upper) and upper < bound:
-                bound = upper
-    return bound
 
 
 def closest_point(

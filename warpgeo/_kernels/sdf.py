@@ -15,10 +15,9 @@ import warp as wp
 
 from warpgeo import _constants
 from warpgeo._kernels._table import KernelTable
-from warpgeo._kernels.mesh_distance import cell_bounds, padded, slot_distance
+from warpgeo._kernels.mesh_distance import slot_distance, union_bound
 from warpgeo._kernels.world import (
     KEYS,
-    UNBOUNDED,
     WORLD,
     beyond_world_box,
     grid_index,
@@ -211,21 +210,7 @@ def signed_distance(
         e = world_environment(bi, env_index, world)
         if e >= 0:
             # the grids bound every mesh's distance from above: the union's is below the smallest bound
-            bound = far
-            for m in range(world.mesh_ids.shape[1]):
-                if slot_in_use(world, e, m):
-                    p = wp.transform_point(world.inv_poses[e, m], p_world)
-                    s, r = cell_bounds(
-                        wp.vec3(p),
-                        world.bounds[e, m, 0],
-                        world.bounds[e, m, 1],
-                        world.grid_dims[e, m],
-                        world.grid_cells,
-                    )
-                    upper = type(far)(padded(wp.abs(s) + r))
-                    # (0, UNBOUNDED) is no bound (no grid): padded, it would read as a cap of ~3.4e38
-                    if r < UNBOUNDED and wp.isfinite(upper) and upper < bound:
-                        bound = upper
+            bound = union_bound(world, e, p_world, far)
             for m in range(world.mesh_ids.shape[1]):
                 if not slot_in_use(world, e, m):
                     continue
