@@ -378,7 +378,7 @@ def rl_phases(meshes, poses, device) -> str:
     spent = dict.fromkeys(_PHASES, 0.0)
     homes = {name: importlib.import_module(module) for name, (module, _) in _PHASES.items()}
     saved = {name: getattr(homes[name], name) for name in _PHASES}
-    limits = (_prepare.BACKGROUND_FACES, _prepare.BACKGROUND_WORLD_FACES)
+    limit = _prepare.BACKGROUND_FACES
 
     def timed(name, fn):
         def run(*args, **kwargs):
@@ -395,7 +395,7 @@ def rl_phases(meshes, poses, device) -> str:
     try:
         for name, fn in saved.items():
             setattr(homes[name], name, timed(name, fn))
-        _prepare.BACKGROUND_FACES = _prepare.BACKGROUND_WORLD_FACES = 1 << 62
+        _prepare.BACKGROUND_FACES = 1 << 62
         start = time.perf_counter()
         warpgeo.MeshWorld.from_envs(meshes, poses=poses, device=device)
         sync(device)
@@ -403,7 +403,7 @@ def rl_phases(meshes, poses, device) -> str:
     finally:
         for name, fn in saved.items():
             setattr(homes[name], name, fn)
-        _prepare.BACKGROUND_FACES, _prepare.BACKGROUND_WORLD_FACES = limits
+        _prepare.BACKGROUND_FACES = limit
     parts = ", ".join(f"{label} {spent[name]:.2f} s" for name, (_, label) in _PHASES.items())
     return f"every table at once: from_envs {total:.2f} s; {parts}"
 

@@ -87,6 +87,19 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _tables_at_once(request, monkeypatch):
+    """A test's CPU worlds build their meshes' tables at once (as CUDA worlds do), so that what it reads of a
+    world's tables, and the work it counts of a query, does not depend on when a background thread is done.
+    The background build (every CPU world's default, ``warpgeo._world.prepare.BACKGROUND_FACES``) is tested
+    where a test sets that threshold itself or is marked ``background_tables`` (tests/test_world_build.py,
+    tests/test_first_calls.py: subprocesses, the default)."""
+    if request.node.get_closest_marker("background_tables") is None:
+        from warpgeo._world import prepare
+
+        monkeypatch.setattr(prepare, "BACKGROUND_FACES", 1 << 62)
+
+
 def _listed(nodeid: str, entries: dict[str, str]) -> str | None:
     path, _, rest = nodeid.partition("::")
     name = path.rsplit("/", 1)[-1]

@@ -70,7 +70,7 @@ def test_first_calls_after_warmup_compile_nothing_it_warmed(tmp_path):
 
 
 #: A world whose tables are being built in the background, forked while a thread of the parent is in the
-#: middle of a first launch (it holds the launcher's lock, as the background build does while it loads a
+#: middle of first launches (it holds the launcher's locks, as the background build does while it loads a
 #: module): the child must build its own tables and answer (a DataLoader worker forked while a world builds).
 _FORKED = """
 import os, threading, torch, trimesh, warpgeo
@@ -82,9 +82,12 @@ assert world._later is not None  # pending
 held, release = threading.Event(), threading.Event()
 
 def first_launch():
-    with _launch._FIRST_LAUNCH:
-        held.set()
-        release.wait()
+    # the locks of the build modules the child needs (as the background build holds one while it loads it)
+    from warpgeo._kernels import build_closed, build_grids
+    with _launch.first_launch_lock(build_grids.GRIDS["float32"].grid_cells_rows):
+        with _launch.first_launch_lock(build_closed.CLOSED_FACES["float32"].closed_faces_rows):
+            held.set()
+            release.wait()
 
 threading.Thread(target=first_launch, daemon=True).start()
 held.wait()
@@ -113,3 +116,37 @@ def test_a_forked_child_builds_the_tables_pending_at_the_fork():
     _, depth, _ = trimesh.proximity.closest_point(mesh, np.zeros((1, 3)))  # the centre is inside
     assert abs(float(child[4]) + depth[0]) < 1e-6, (child, depth)
     assert parent == ["parent", "True", "0"], done.stdout
+
+
+#: A fresh process's first world of a box and a mesh, and its first query: which modules each thread launches.
+_FIRST_WORLD = """
+import threading, torch, trimesh, warpgeo
+from warpgeo import _launch
+launched = []
+run = _launch.run
+
+def watched(kernel, *args):
+    launched.append((threading.current_thread() is threading.main_thread(), kernel.module.name))
+    return run(kernel, *args)
+
+_launch.run = watched
+world = warpgeo.MeshWorld([trimesh.creation.box(), trimesh.creation.icosphere(subdivisions=3)])
+warpgeo.sphere_mesh_cost(torch.rand(64, 4), world)
+main = sorted({name for on_main, name in launched if on_main})
+assert world.wait_tables(timeout=300)
+print(" ".join(main))
+print(" ".join(sorted({name for on_main, name in launched if not on_main})))
+"""
+
+
+def test_a_first_world_leaves_its_table_modules_to_the_background():
+    """Issue 50: a first world in a fresh process compiled six build modules (10 s with an empty kernel cache)
+    before its first query. Now its caller's thread launches only the per-face checks and the query's own
+    module; the table builds (edge pairs, the closed-mesh check, grids, pseudo-normals, plane trees) run on
+    the background thread, whose modules compile there, side by side with the query's."""
+    done = subprocess.run([sys.executable, "-c", _FIRST_WORLD], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    main, background = (line.split() for line in done.stdout.splitlines()[-2:])
+    assert [name.split(".")[2] for name in main] == ["build_checks", "sdf"], main
+    built = {name.split(".")[2] for name in background}
+    assert {"build_pairs", "build_meet", "build_grids", "build_closed"} <= built, background

@@ -601,6 +601,7 @@ def test_speed_metric_errors():
         swept_sphere_mesh_cost(traj, world, speed_metric=True, dt=torch.tensor(-1.0))
 
 
+@pytest.mark.background_tables
 def test_queries_before_and_after_the_background_tables(monkeypatch):
     """A CPU world's large mesh is queried before its background tables are in (``FLAG_PENDING``: rays for
     the side, no grid, so no grid shortcut) and after: the same answers, and the distances trimesh's."""

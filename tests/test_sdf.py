@@ -1132,7 +1132,7 @@ def created(*names):
     return [sorted(t._built) for t in _table.TABLES for n in names if t.name.endswith("sdf." + n)]
 world = warpgeo.MeshWorld([trimesh.creation.box((1, 1, 1))])
 after_box = loaded()
-warpgeo.MeshWorld([trimesh.creation.icosphere(1)])
+assert warpgeo.MeshWorld([trimesh.creation.icosphere(1)]).wait_tables(600)  # its tables built (background)
 after_build = created("sphere_mesh_cost", "signed_distance")
 warpgeo.sphere_mesh_cost(torch.rand(8, 4, dtype=torch.float64, requires_grad=True), world).sum().backward()
 tables = created("sphere_mesh_cost", "swept_sphere_mesh_cost", "signed_distance")

@@ -186,3 +186,55 @@ def test_first_calls_from_two_threads_at_once(family, round_):
     assert out.returncode == 0 and out.stdout.strip() == "ok", (
         f"exit status {out.returncode} (-11: a segfault)\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     )
+
+
+def test_first_launches_of_different_modules_do_not_wait_for_each_other():
+    """The first-launch lock is one per Warp module: a thread loading one module (a world's background table
+    build compiling its modules) holds up no first launch of another module (the caller's first query), and
+    a first launch of the module it holds waits for it."""
+    import threading
+
+    import torch
+
+    import warpgeo
+    from warpgeo import _launch
+    from warpgeo._kernels import build_grids, fps
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold(kernel):
+        with _launch.first_launch_lock(kernel):
+            held.set()
+            release.wait(120)
+
+    points = torch.rand(64, 3, dtype=torch.float64)
+    expected = warpgeo.farthest_point_sampling(points, 8)
+    results = []
+
+    def first_call():  # a new thread: its first launch of each kernel takes that kernel's module lock
+        results.append(warpgeo.farthest_point_sampling(points, 8))
+
+    serial = fps.FPS_SERIAL["float64"].fps_serial
+    holder = threading.Thread(target=hold, args=(build_grids.GRIDS["float32"].grid_cells_rows,))
+    holder.start()
+    held.wait(60)
+    other = threading.Thread(target=first_call)
+    other.start()
+    other.join(120)
+    finished = not other.is_alive()
+    release.set()
+    holder.join(120)
+    assert finished and torch.equal(results[0], expected)  # another module's lock held: it went on
+    held.clear()
+    release.clear()
+    holder = threading.Thread(target=hold, args=(serial,))
+    holder.start()
+    held.wait(60)
+    same = threading.Thread(target=first_call)
+    same.start()
+    same.join(1.0)
+    waited = same.is_alive()  # its own module's lock held: it waits (however long it is given)
+    release.set()
+    holder.join(120)
+    same.join(120)
+    assert waited and len(results) == 2 and torch.equal(results[1], expected)

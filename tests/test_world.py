@@ -941,6 +941,7 @@ def _icosphere_reference(points: np.ndarray) -> tuple[trimesh.Trimesh, np.ndarra
 _TAKE_IN_POINTS = np.random.default_rng(5).uniform(-1.1, 1.1, (48, 3))
 
 
+@pytest.mark.background_tables
 def test_tables_taken_in_under_a_running_op_stay_alive(monkeypatch):
     """Another thread's take-in of a world's background tables at the worst moment: after an op has built its
     world struct, before its kernel runs (done here on the op's own thread, inside the launch). Every tensor
@@ -974,6 +975,7 @@ def test_tables_taken_in_under_a_running_op_stay_alive(monkeypatch):
     np.testing.assert_allclose(again, want, atol=1e-5, rtol=0)
 
 
+@pytest.mark.background_tables
 @pytest.mark.parametrize("rounds", [2, pytest.param(12, marks=pytest.mark.slow)])
 def test_queries_from_four_threads_through_a_take_in(rounds):
     """4 threads query a fresh world of a 20,480-face icosphere over and over while its background tables
@@ -1007,6 +1009,7 @@ def test_queries_from_four_threads_through_a_take_in(rounds):
     assert wrong == []
 
 
+@pytest.mark.background_tables
 def test_wait_tables_timeouts():
     """``wait_tables(inf)`` and timeouts beyond threading's limit wait without limit (no OverflowError);
     NaN, negative and non-numeric timeouts are refused naming ``timeout``, with or without tables to wait

@@ -1,9 +1,11 @@
-"""Building a MeshWorld: what a query needs now, the large meshes' tables on a background thread.
+"""Building a MeshWorld: what a query needs now, the meshes' tables on a background thread.
 
 A CPU world builds each mesh's BVH at once and leaves the tables of the kernels' exact shortcuts (closed-mesh
-pseudo-normals, distance grid, plane tree) of meshes of ``BACKGROUND_FACES`` faces or more to a background
-thread; an op call takes them in once they are done, ``wait_tables`` waits for them. These tests lower the
-threshold so that small meshes take that path, and hold the background build where they need to.
+pseudo-normals, distance grid, plane tree) of its meshes (of ``BACKGROUND_FACES`` faces or more: every mesh)
+to a background thread; an op call takes them in once they are done, ``wait_tables`` waits for them. The
+suite's worlds build them at once (tests/conftest.py); these tests set the threshold themselves (or keep
+the default: ``background_tables``), compare with tables built at once, and hold the background build where
+they need to.
 """
 
 from __future__ import annotations
@@ -197,12 +199,20 @@ def test_compiled_query_before_and_after_the_tables(background):
     torch.testing.assert_close(after, 2.0 * _sphere_distance(points), atol=2e-6, rtol=0)
 
 
-def test_small_and_large_meshes_build_where_documented():
-    small = MeshWorld([_sphere()])  # 320 faces: tables at once
-    assert small._later is None and small._tables["grid_flags"].item() == 1
-    big = trimesh.creation.icosphere(subdivisions=6, radius=0.5)  # 81,920 faces: on the background thread
-    assert len(big.faces) >= _prepare.BACKGROUND_FACES
+@pytest.mark.background_tables
+def test_meshes_build_where_documented():
+    """On the CPU every mesh's tables come later, small or large; a cuboid has none to build (a closed form)."""
+    assert _prepare.BACKGROUND_FACES == 0
+    boxes = MeshWorld([trimesh.creation.box((0.2, 0.3, 0.4)), warpgeo.Cuboid([0.1, 0.1, 0.1])])
+    assert boxes._later is None and boxes._tables["grid_flags"].tolist() == [
+        [_constants.FLAG_CLOSED | _constants.FLAG_BOX, 0]
+    ]
+    small = MeshWorld([_sphere()])  # 320 faces
+    assert small._later is not None and small.wait_tables(timeout=60)
+    assert small._tables["grid_flags"].item() == 1
+    big = trimesh.creation.icosphere(subdivisions=6, radius=0.5)  # 81,920 faces
     world = MeshWorld([big])
+    assert world._later is not None
     points = _points(200)
     got = signed_distance(points, world)
     assert world.wait_tables(timeout=120)
@@ -642,10 +652,10 @@ def test_edge_pairs_of_many_meshes_in_one_sort():
         assert pairs is not None and {frozenset(p) for p in pairs.tolist()} == expected
 
 
+@pytest.mark.background_tables
 def test_many_small_meshes_build_their_tables_in_the_background(monkeypatch):
-    """A CPU world whose small meshes add up to BACKGROUND_WORLD_FACES defers their tables: queries before are
-    exact (signs against brute-force winding numbers), equal after, and the tables those of building at once."""
-    monkeypatch.setattr(_prepare, "BACKGROUND_WORLD_FACES", 1000)
+    """A CPU world of many small meshes defers their tables: queries before are exact (signs against
+    brute-force winding numbers), equal after, and the tables those of building at once."""
     spheres = [trimesh.creation.icosphere(2, radius=0.2 + 0.05 * k) for k in range(3)]  # 320 faces each
     torus = trimesh.creation.torus(0.3, 0.1, major_sections=16, minor_sections=8)
     envs = [[spheres[0], torus], [spheres[1]], [spheres[2], spheres[0]]]
@@ -669,7 +679,7 @@ def test_many_small_meshes_build_their_tables_in_the_background(monkeypatch):
             _, unsigned, _ = trimesh.proximity.closest_point(mesh, p)
             local.append(np.where(_winding_numbers(mesh, p) > 0.5, -unsigned, unsigned))
         np.testing.assert_allclose(before[e].numpy(), np.min(local, axis=0), atol=1e-6, rtol=0)
-    monkeypatch.setattr(_prepare, "BACKGROUND_WORLD_FACES", 1 << 30)
+    monkeypatch.setattr(_prepare, "BACKGROUND_FACES", 1 << 30)
     inline = MeshWorld.from_envs(envs, poses=poses)
     assert inline._later is None
     for e, env in enumerate(envs):

@@ -263,10 +263,24 @@ _THREAD = threading.local()
 #: for an op that looks it up once per call and launches several kernels; left out, each launch looks it up.
 STREAM = "stream"
 #: Held over a kernel's first launch from each thread: recording it (Warp loads, and on first use compiles,
-#: its module on that path) and running it once. Without it a thread could enter a module that another
-#: thread was still loading: several threads' first calls at once crashed (SIGSEGV at the kernel's entry).
-#: Taken once per kernel, device, block size and thread; later launches take no lock.
-_FIRST_LAUNCH = _threads.ForkSafeLock(reentrant=True)
+#: its module on that path) and running it once. One lock per Warp module (:func:`first_launch_lock`): without
+#: it a thread could enter a module that another thread was still loading (several threads' first calls at
+#: once crashed: SIGSEGV at the kernel's entry), while different modules load side by side, as Warp's own
+#: ``wp.force_load(max_workers=...)`` loads them (a world's background table build compiling its modules
+#: does not hold up the caller's first query). Taken once per kernel, device, block size and thread; later
+#: launches take no lock.
+_FIRST_LAUNCH: dict[Any, _threads.ForkSafeLock] = {}
+_FIRST_LAUNCH_MADE = _threads.ForkSafeLock()
+
+
+def first_launch_lock(kernel: Any) -> _threads.ForkSafeLock:
+    """The lock held over the first launches of ``kernel``'s Warp module (see :data:`_FIRST_LAUNCH`)."""
+    module = kernel.module
+    lock = _FIRST_LAUNCH.get(module)
+    if lock is None:
+        with _FIRST_LAUNCH_MADE:
+            lock = _FIRST_LAUNCH.setdefault(module, _threads.ForkSafeLock(reentrant=True))
+    return lock
 
 
 def run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int | None, args: dict) -> None:
@@ -282,7 +296,7 @@ def run(kernel: Any, dims: tuple[int, ...], device: torch.device, block_dim: int
     if slot is not None:
         slot.run(dims, args, device, stream)
         return
-    with _FIRST_LAUNCH:
+    with first_launch_lock(kernel):
         slot = _Recorded(kernel, dims, device, block_dim, args)
         slot.run(dims, args, device, stream)
     recorded[key] = slot
@@ -429,7 +443,7 @@ def _launch_between(
 def _load(kernel: Any, device: torch.device, block_dim: int | None = None) -> None:
     """Load (compile on first use) ``kernel``'s Warp module for ``device`` as its launches run it."""
     wdev = warp_device(device)
-    with _FIRST_LAUNCH:
+    with first_launch_lock(kernel):
         kernel.module.load(wdev, launch_block_dim(wdev, block_dim))
 
 

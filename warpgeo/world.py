@@ -61,7 +61,7 @@ def _torch_layout(element: Any, dims: tuple) -> tuple[torch.dtype | None, tuple[
 #: ``warpgeo._kernels.world.WORLD_FIELDS`` (whose struct the kernels read): ``name: (dtype, shape)``, with ``E`` /
 #: ``M`` the numbers of environments and mesh slots, None a free size and dtype None the query's compute dtype
 #: (float32, or float64 for float64 queries). ``set_poses`` / ``set_enabled`` update ``inv_poses``,
-#: ``world_bounds`` and ``enabled`` in place; a large mesh's tables come in as new tensors (``wait_tables``);
+#: ``world_bounds`` and ``enabled`` in place; a mesh's tables come in as new tensors (``wait_tables``);
 #: the others never change.
 WORLD_FIELDS: dict[str, tuple[torch.dtype | None, tuple[int | str | None, ...]]] = {
     name: _torch_layout(element, dims) for name, (element, dims) in world_kernels.WORLD_FIELDS.items()
@@ -135,14 +135,13 @@ class MeshWorld:
     :meth:`set_enabled`, ``num_meshes``) there is one per slot.
 
     Building: each mesh's BVH is built at once; the tables of every new mesh are built together, in batched
-    kernels (one launch over all meshes' faces or grid cells). On the CPU, a mesh of 16,384 faces or more,
-    or new meshes that add up to 65,536 faces (thousands of environments of small objects), get the tables
-    of the queries' exact shortcuts (closed-mesh check and pseudo-normals, distance grid sized to the mesh, a
-    convex mesh's plane tree: seconds at a million faces) on background threads at the lowest priority, and
-    the next op call after they are done takes them in (:meth:`wait_tables` waits for them). Queries before
-    give the same distances (the same closest face up to float32 ties, the same side), only slower for
-    points deep inside; the build stops if the world is dropped first. Smaller worlds, and every CUDA world,
-    get their tables at once.
+    kernels (one launch over all meshes' faces or grid cells). On the CPU the meshes get the tables of the
+    queries' exact shortcuts (closed-mesh check and pseudo-normals, distance grid sized to the mesh, a convex
+    mesh's plane tree: seconds at a million faces, and seconds for any mesh in a fresh process whose kernel
+    cache is empty) on background threads at the lowest priority, and the next op call after they are done
+    takes them in (:meth:`wait_tables` waits for them). Queries before give the same distances (the same
+    closest face up to float32 ties, the same side), only slower for points deep inside; the build stops if
+    the world is dropped first, or the interpreter exits. Every CUDA world gets its tables at once.
 
     Args:
         meshes: the entries of a one-environment world, a list or a dict ``{name: entry}``; each a
@@ -339,7 +338,7 @@ class MeshWorld:
             for dtype, inv in ((torch.float32, self._inv_poses32), (torch.float64, self._inv_poses))
         }
         _mark_static(self._op_world)
-        #: the tables of large meshes, still being built on a background thread (None: all in; CPU only)
+        #: the tables of the meshes, still being built on a background thread (None: all in; CPU only)
         self._later = prepared.later
         self._take_lock = _threads.ForkSafeLock()
         if (
@@ -694,14 +693,13 @@ class MeshWorld:
         return self._later is None
 
     def wait_tables(self, timeout: float | None = None) -> bool:
-        """Wait until the query tables of the world's large meshes are built, and put them in.
+        """Wait until the query tables of the world's meshes are built, and put them in.
 
         Building a world on the CPU builds what a query needs (each mesh's BVH) and leaves the tables of its
-        exact shortcuts (closed-mesh pseudo-normals, distance grid, a convex mesh's plane tree) for meshes of
-        16,384 faces or more, or new meshes of 65,536 faces in all, to background threads; each op call takes
-        them in once they are done. Queries
-        give the same distances without them (only slower, for points deep inside a mesh). Call this for
-        steady timings, or to have every query take the same path.
+        exact shortcuts (closed-mesh pseudo-normals, distance grid, a convex mesh's plane tree) to background
+        threads; each op call takes them in once they are done. Queries give the same distances without them
+        (only slower, for points deep inside a mesh). Call this for steady timings, or to have every query
+        take the same path.
 
         Args:
             timeout: seconds to wait at most (a float >= 0); None or ``float("inf")``: no limit.
@@ -744,7 +742,7 @@ class MeshWorld:
             tables = later.take(self._device)
         except Exception as exc:
             warnings.warn(
-                f"MeshWorld: building the query tables of its large meshes failed ({exc!r}); queries stay exact "
+                f"MeshWorld: building the query tables of its meshes failed ({exc!r}); queries stay exact "
                 "without them, only slower",
                 RuntimeWarning,
                 stacklevel=3,

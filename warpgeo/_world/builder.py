@@ -1,10 +1,11 @@
 """A world's tables as they are put together (:class:`_Assembly`: each slot's flags and first rows, the flat
-tables' parts) and the background build of a CPU world's large meshes' tables (:class:`Later`), which the
+tables' parts) and the background build of a CPU world's meshes' tables (:class:`Later`), which the
 world takes in between ops (``MeshWorld.wait_tables``)."""
 
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from concurrent.futures import Future
 
@@ -119,10 +120,11 @@ class _Assembly:
 
 
 class Later:
-    """The tables of a world's large meshes (:data:`BACKGROUND_FACES`), built on a background thread; the
-    world takes them in (:meth:`take`) on its caller's thread, between ops. If the world goes first, the build
-    stops at its next step. CPU worlds only: on CUDA a thread of its own launching kernels could break the
-    caller's graph captures, and the tables' tensors are state that captured graphs read in place."""
+    """The tables of a CPU world's meshes (``prepare.BACKGROUND_FACES``), built on a background thread; the
+    world takes them in (:meth:`take`) on its caller's thread, between ops. If the world goes first, or the
+    interpreter shuts down, the build stops at its next step. CPU worlds only: on CUDA a thread of its own
+    launching kernels could break the caller's graph captures, and the tables' tensors are state that
+    captured graphs read in place."""
 
     def __init__(
         self, assembly: _Assembly, jobs: list[tuple[_meshes._MeshSpec, list[tuple[int, int]]]], device
@@ -137,7 +139,12 @@ class Later:
         if self._pid is not None:
             return
         self._pid = os.getpid()
-        jobs, device, future, alive = self._jobs, self._device, self.future, weakref.ref(self._token)
+        jobs, device, future, token = self._jobs, self._device, self.future, weakref.ref(self._token)
+
+        def alive() -> _Token | None:
+            # None once the world is gone, or once the interpreter shuts down (the main thread has ended:
+            # its exit joins this thread, and would otherwise wait for the rest of the build)
+            return token() if threading.main_thread().is_alive() else None
 
         def run() -> None:
             try:

@@ -9,10 +9,9 @@ self-intersections), angle-weighted pseudo-normals, plane trees of convex meshes
 Every step takes all of a world's new meshes at once (:func:`build_tables`): one kernel launch over all their
 faces or grid cells, NumPy over their concatenated faces, the plane trees' levels over all their nodes, and
 each mesh gets the tables of building it alone. What a query needs (the BVH, the box) is built at once; on a
-CPU world the tables of a large mesh (:data:`BACKGROUND_FACES`), or of many meshes that add up
-(:data:`BACKGROUND_WORLD_FACES`: thousands of environments of small objects), are built on a background
-thread (:class:`Later`), because they take longer than the BVHs by far, and the queries are exact without
-them. The world takes them in between ops (``MeshWorld.wait_tables``)."""
+CPU world the tables are built on a background thread (:class:`Later`, :data:`BACKGROUND_FACES`), because
+they take longer than the BVHs by far (and compile modules of their own in a fresh process), and the queries
+are exact without them. The world takes them in between ops (``MeshWorld.wait_tables``)."""
 
 from __future__ import annotations
 
@@ -49,7 +48,7 @@ class Prepared(NamedTuple):
     #: every entry is a closed form (a cuboid mesh, ``FLAG_BOX``, or an analytic primitive, ``slot_kind``):
     #: the world's queries may run the kernels made for that (no BVH query in them)
     all_cuboids: bool
-    #: the tables of the world's large meshes, being built on a background thread (None: none left to build)
+    #: the tables of the world's meshes, being built on a background thread (None: none left to build)
     later: _builder.Later | None
     #: the slots ``(e, m)`` of open meshes (their directed edges do not pair up with reversed ones: see
     #: :func:`_face_checks`) given a signed method that reads them as closed (``"ray"``, ``"normal"``)
@@ -67,10 +66,10 @@ def prepare(
 
     What a query needs is built here: each mesh's Warp mesh (its BVH) and box, the per-face checks of every
     new mesh in one launch. The tables of the kernels' exact shortcuts (see :func:`build_tables`: every
-    mesh's in one batch of launches) are built here too, unless the world is on the CPU and a mesh has
-    :data:`BACKGROUND_FACES` faces or more, or its new meshes :data:`BACKGROUND_WORLD_FACES` in all: then on
-    a background thread (:class:`Later`); until they are in, its queries take the exact path without them
-    (the same closest face, the mesh's own sign method), only slower for points deep inside.
+    mesh's in one batch of launches) are built here on CUDA (a background thread launching kernels could
+    break the caller's graph captures); on the CPU on a background thread (:class:`Later`,
+    :data:`BACKGROUND_FACES`): until they are in, its queries take the exact path without them (the same
+    closest face, the mesh's own sign method), only slower for points deep inside.
 
     An analytic primitive (:class:`~warpgeo.primitives.Primitive`) gets fields of its own: its kind in
     ``slot_kind`` and its half-extents in ``prim_size`` (float32), from which the kernels compute its distance
@@ -163,12 +162,8 @@ def prepare(
         )
         for i, method in job_meshes
     ]
-    total = sum(len(spec.faces) for spec in specs if not spec.cuboid)
     later_jobs = [
-        device.type == "cpu"
-        and not spec.cuboid
-        and (len(spec.faces) >= BACKGROUND_FACES or total >= BACKGROUND_WORLD_FACES)
-        for spec in specs
+        device.type == "cpu" and not spec.cuboid and len(spec.faces) >= BACKGROUND_FACES for spec in specs
     ]
     now = [k for k, later in enumerate(later_jobs) if not later]
     tables_now = dict(zip(now, _tables.build_tables([specs[k] for k in now], device), strict=True))
@@ -239,12 +234,9 @@ def _grid_box(grid: Any) -> np.ndarray:
     return np.stack([lo32, hi32])
 
 
-#: Meshes of at least this many faces get their tables on a background thread (CPU worlds): building them
-#: takes longer than the BVH (seconds at a million faces: the closed-mesh check, pseudo-normals, plane tree,
-#: grid), and a query is exact without them.
-BACKGROUND_FACES = 1 << 14
-
-
-#: A world whose new meshes hold this many faces in all (on the CPU) builds their tables on the background
-#: thread, however small each is (thousands of environments of small distinct objects).
-BACKGROUND_WORLD_FACES = 1 << 16
+#: A CPU world builds the tables of its meshes of this many faces or more (0: every mesh) on a background
+#: thread (:class:`~warpgeo._world.builder.Later`): building them takes longer than the BVHs (seconds at a
+#: million faces: the closed-mesh check, pseudo-normals, plane tree, grid; and in a fresh process with an
+#: empty kernel cache seconds for any mesh, five build modules compiling), and a query is exact without them.
+#: Tests and benchmarks raise it to compare with tables built at once.
+BACKGROUND_FACES = 0
