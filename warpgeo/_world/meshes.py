@@ -281,8 +281,8 @@ def build_beside(
     edges may pair up, see :func:`_face_checks`), the spec with no edge pairs looked for (:data:`_NOT_PAIRED`: nothing reads them, the mesh gets no tables) and
     what :func:`_build_meshes` finds of it. On the CPU the BVH is built on this thread (Warp releases the
     GIL) while a helper thread runs everything else side by side: the per-face checks (one launch on that
-    thread), the spec (box, cuboid test) and ``beside`` (the caller's work that needs no BVH); the
-    spec's ``mesh`` is set once both are done. Elsewhere one after the other (the BVH on Warp's stream,
+    thread), the spec (box, cuboid test) and ``beside`` (the caller's work that needs no BVH), or this thread
+    after the BVH where the helper had not started by then; the spec's ``mesh`` is set once both are done. Elsewhere one after the other (the BVH on Warp's stream,
     waited for). ``vertices`` / ``faces``: validated float32 / int32 arrays of the caller's own
     (:func:`warpgeo._world.loading.load_mesh`); the mesh points into them."""
     winding = method == "winding"
@@ -293,15 +293,15 @@ def build_beside(
         return spec, beside(spec, pairs_up)
     points, indices = torch.from_numpy(vertices), torch.from_numpy(faces.reshape(-1))
     _launch._load(build_checks.FACE_CHECKS["float32"].face_checks_rows, device)  # compiled here, not there
-    helper = _threads.pool("warpgeo-add", 1).submit(
-        _checked_beside, vertices, faces, points, indices, method, where, device, beside
-    )
+    work = (vertices, faces, points, indices, method, where, device, beside)
+    helper = _threads.pool("warpgeo-add", 1).submit(_checked_beside, *work)
     try:
         mesh = _warp_mesh(points, indices, winding, where)
     except BaseException:
         wait([helper])  # nothing left running on arrays the caller may let go
         raise
-    spec, extra = helper.result()  # raises what the checks raised
+    # a helper that has not started yet (no core was free) is not waited for: its work is done here
+    spec, extra = _checked_beside(*work) if helper.cancel() else helper.result()  # raises what they raised
     spec.mesh = mesh
     return spec, extra
 
