@@ -5,6 +5,7 @@ on the CPU), and the capacity, names and hostile inputs are refused with errors 
 
 from __future__ import annotations
 
+import concurrent.futures
 import gc
 import weakref
 
@@ -15,6 +16,7 @@ import trimesh
 
 import warpgeo
 from warpgeo import Capsule, Cuboid, Cylinder, MeshWorld, Sphere, signed_distance, sphere_mesh_cost
+from warpgeo._world import meshes as _meshes
 from warpgeo._world import prepare as _prepare
 from warpgeo.compat.curobo import load_world
 
@@ -145,6 +147,40 @@ def test_added_mesh_costs_as_in_a_world_built_with_it():
     ref_leaf = spheres.clone().requires_grad_(True)
     sphere_mesh_cost(ref_leaf, reference, activation_distance=0.1).sum().backward()
     torch.testing.assert_close(leaf.grad, ref_leaf.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_an_added_mesh_is_checked_here_when_its_helper_never_starts(monkeypatch):
+    """``add`` runs a mesh's per-face checks and slot rows on a helper thread beside its BVH build; where the
+    helper has not started by the time the BVH is built (no core free), they run on the calling thread: the
+    same slot, bit for bit, as with the helper, and the same answers as a world built with the mesh."""
+    base = {"table": Cuboid([2.0, 2.0, 0.1])}
+    pose = _turned(0.3, -0.2, 0.4, 0.8)
+    helped = MeshWorld(base, capacity={"mesh": 1})
+    alone = MeshWorld(base, capacity={"mesh": 1})
+    helped.add(_ball(), name="ball", pose=pose)
+    started = []
+
+    class Never(concurrent.futures.Future):  # a job that never starts: waiting for it fails, not hangs
+        def result(self, timeout=None):
+            raise AssertionError("add waited for a helper that never started")
+
+    class Idle:  # a pool whose jobs never start
+        def submit(self, fn, *args):
+            started.append(fn)
+            return Never()
+
+    monkeypatch.setattr(_meshes._threads, "pool", lambda *args, **kwargs: Idle())
+    alone.add(_ball(), name="ball", pose=pose)
+    monkeypatch.undo()
+    assert len(started) == 1  # the helper was asked for, and its work done here instead
+    ids = helped._tables["mesh_ids"]
+    for a, b in zip(helped.kernel_args().world, alone.kernel_args().world, strict=True):
+        if a is not ids:  # the mesh ids differ (two BVHs), every other row is the same
+            assert torch.equal(a, b)
+    reference = MeshWorld({**base, "ball": _ball()}, poses={"ball": pose})
+    spheres = _spheres(4, spread=1.0)
+    for g, x in zip(_answers(alone, spheres), _answers(reference, spheres), strict=True):
+        torch.testing.assert_close(g, x, atol=2e-6, rtol=1e-6)
 
 
 def test_removed_mesh_is_let_go_and_its_slot_reused():
@@ -315,6 +351,10 @@ def test_hostile_add_and_remove():
         (dict(entry=42), TypeError, "int"),
         (dict(entry="no/such/file.stl"), ValueError, "file"),
         (dict(entry=(np.zeros((3, 3)), np.array([[0, 1, 5]]))), IndexError, "face"),
+        (dict(entry=(np.eye(3) * [1, 1, np.nan], np.array([[0, 1, 2]]))), ValueError, "finite"),
+        (dict(entry=(np.eye(3) * 2.0**62, np.array([[0, 1, 2]]))), ValueError, "2\\*\\*60"),
+        # found by the per-face checks beside the BVH build (on a helper thread), raised here
+        (dict(entry=(np.zeros((3, 3)), np.array([[0, 1, 2], [2, 1, 0]]))), ValueError, "zero area"),
         (dict(entry=_ball(), sign_method="sideways"), ValueError, "sign_method must be one of"),
         (dict(entry=trimesh.Scene([_ball(), _box_mesh()])), ValueError, "scene"),
     ]

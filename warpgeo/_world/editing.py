@@ -89,8 +89,8 @@ def _env(world: Any, env: Any) -> int:
 
 
 def _pose(pose: Any) -> torch.Tensor:
-    """``pose`` (None: identity) as a ``(7,)`` float64 tensor on the host, checked (normalised by :func:`_slot_rows`,
-    as :meth:`MeshWorld.set_poses` normalises)."""
+    """``pose`` (None: identity) as a ``(7,)`` float64 tensor on the host, checked (normalised by
+    :func:`_slot_rows`, as :meth:`MeshWorld.set_poses` normalises)."""
     if pose is None:
         return torch.tensor((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), dtype=torch.float64)
     row = _pose_row(pose, "pose").cpu().numpy()

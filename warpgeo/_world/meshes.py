@@ -240,8 +240,8 @@ def _face_checks(
     reversed ones (False for an open mesh: a boundary edge has no reverse), from one O(F) hash sum per mesh:
     equal multisets of directed and reversed edges have equal sums of a hash ``h(a) g(b)`` of each edge ``a ->
     b`` (wrapping uint64 arithmetic). True for a closed mesh; then :func:`edge_pairs` decides, exactly. One
-    host read. ``split`` False: one launch on the calling thread however many the faces (a thread beside a
-    BVH build, :func:`build_beside`)."""
+    host read. ``split`` False: one launch on the calling thread however many the faces (beside a BVH
+    build, :func:`build_beside`)."""
     num_faces = int(face_rows[-1])
     slivers = torch.empty(num_faces, dtype=torch.int32, device=device)
     edge_hash = torch.empty(num_faces, dtype=torch.int64, device=device)
@@ -277,14 +277,17 @@ def build_beside(
     device: torch.device,
     beside: Callable[[_MeshSpec, bool], Any],
 ) -> tuple[_MeshSpec, Any]:
-    """One new mesh (``MeshWorld.add``): ``(its spec, beside(spec, pairs_up))`` (``pairs_up``: its directed
-    edges may pair up, see :func:`_face_checks`), the spec with no edge pairs looked for (:data:`_NOT_PAIRED`: nothing reads them, the mesh gets no tables) and
-    what :func:`_build_meshes` finds of it. On the CPU the BVH is built on this thread (Warp releases the
-    GIL) while a helper thread runs everything else side by side: the per-face checks (one launch on that
-    thread), the spec (box, cuboid test) and ``beside`` (the caller's work that needs no BVH), or this thread
-    after the BVH where the helper had not started by then; the spec's ``mesh`` is set once both are done. Elsewhere one after the other (the BVH on Warp's stream,
-    waited for). ``vertices`` / ``faces``: validated float32 / int32 arrays of the caller's own
-    (:func:`warpgeo._world.loading.load_mesh`); the mesh points into them."""
+    """One new mesh (``MeshWorld.add``): ``(its spec, beside(spec, pairs_up))``, with what
+    :func:`_build_meshes` finds of a mesh (``pairs_up``: its directed edges may pair up, see
+    :func:`_face_checks`) and no edge pairs looked for (:data:`_NOT_PAIRED`: an added mesh gets no tables).
+
+    On the CPU this thread builds the BVH (Warp releases the GIL) while a helper thread runs the rest side
+    by side: the per-face checks (one launch on that thread), the spec (box, cuboid test) and ``beside`` (the
+    caller's work that needs no BVH); where the helper has not started by the time the BVH is built (no core
+    was free), this thread does its work instead of waiting for it. Elsewhere one after the other (the BVH on
+    Warp's stream, waited for). ``spec.mesh`` is set once both are done. ``vertices`` / ``faces``: validated
+    float32 / int32 arrays of the caller's own (:func:`warpgeo._world.loading.load_mesh`); the mesh points
+    into them. Raises what the checks raise (every face a sliver of no area), after the BVH is built."""
     winding = method == "winding"
     if device.type != "cpu":
         mesh, may_close, pairs_up, _, slivers = _build_meshes([(vertices, faces, winding, where)], device)[0]
@@ -307,8 +310,9 @@ def build_beside(
 
 
 def _checked_beside(vertices, faces, points, indices, method, where, device, beside) -> tuple:
-    """:func:`build_beside`'s helper thread: the per-face checks of one mesh, its spec (no mesh yet), and
-    ``beside(spec, pairs_up)``; the checks' ValueError (every face a sliver of no area) as :func:`_build_meshes`'."""
+    """:func:`build_beside`'s helper: the per-face checks of one mesh, its spec (no mesh yet), and
+    ``beside(spec, pairs_up)``; the checks' ValueError (every face a sliver of no area) as
+    :func:`_build_meshes` raises it."""
     if len(faces) == 12 and _is_cuboid(vertices, faces, _box_of(vertices)):
         count, pairs_up = 0, True  # a cuboid's faces are halves of its box's sides: no sliver, closed
     else:
