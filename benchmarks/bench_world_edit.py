@@ -8,14 +8,18 @@ for more (``capacity={"cuboid": 64, "mesh": 2}``). Timed (median of rounds, afte
 
 * ``add`` of a cuboid (goal <= 0.1 ms), and its ``remove``, per entry: 64 adds then 64 removes a round;
 * ``add`` of a 20k-face mesh (an icosphere, 20,480 faces; goal <= its BVH build) and its ``remove``, against
-  ``wp.Mesh`` built from the same arrays with the same (default) constructor (the BVH alone), the two in turns
-  in each round;
+  ``wp.Mesh`` built from the same arrays with the same (default) constructor (the BVH alone); and the same
+  ``add`` made to run its per-face checks and slot rows on a helper thread beside the BVH build, and made
+  to run them after it on one thread (``add`` itself picks by the machine's load,
+  ``warpgeo._threads.core_to_spare``), all in turns in each round;
 * rebuilding the world with the cuboid, or with the mesh (what a world without capacity has to do).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
 import sys
 import time
@@ -29,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_size_arguments, print_header, sync, timeit
 
 import warpgeo
-from warpgeo import _warp
+from warpgeo import _threads, _warp
 
 
 def _scene():
@@ -39,6 +43,19 @@ def _scene():
     entries["bowl"] = trimesh.creation.icosphere(subdivisions=3, radius=0.3)
     poses = {name: [*rng.uniform(-1, 1, 3), 1.0, 0.0, 0.0, 0.0] for name in entries}
     return entries, poses
+
+
+@contextlib.contextmanager
+def _helper(beside: bool):
+    """``add`` with its helper thread (``beside``: the per-face checks and the slot's rows beside the BVH
+    build, as where a core is likely free) or without (after it, on the calling thread, as where none is),
+    whatever the machine's load (``warpgeo._threads.core_to_spare``)."""
+    real = _threads.core_to_spare
+    _threads.core_to_spare = lambda: beside
+    try:
+        yield
+    finally:
+        _threads.core_to_spare = real
 
 
 def main() -> None:
@@ -81,26 +98,39 @@ def main() -> None:
         indices = wp.array(faces.astype(np.int32).reshape(-1), dtype=wp.int32, device=wdev)
         return wp.Mesh(points=points, indices=indices)
 
-    # the BVH alone and the add in turns, round by round (a change of the machine's load reaches both alike)
-    bvh_times, mesh_adds, mesh_removes = [], [], []
-    for r in range(3 * rounds + 1):
+    def timed_add():
         sync(device)
         start = time.perf_counter()
-        built = bvh()
-        sync(device)
-        middle = time.perf_counter()
         m = world.add((vertices, faces), pose=pose)
         sync(device)
         end = time.perf_counter()
         world.remove(m)
         sync(device)
+        return end - start, time.perf_counter() - end
+
+    # the BVH alone and the adds in turns, round by round (a change of the machine's load reaches all alike)
+    bvh_times, mesh_adds, mesh_removes, helped_adds, alone_adds = [], [], [], [], []
+    for r in range(3 * rounds + 1):
+        sync(device)
+        start = time.perf_counter()
+        built = bvh()
+        sync(device)
+        bvh_time = time.perf_counter() - start
+        added, removed = timed_add()
+        with _helper(True):
+            helped, _ = timed_add()
+        with _helper(False):
+            alone, _ = timed_add()
         del built  # let go untimed, as the added mesh is (by the remove)
         if r:
-            bvh_times.append(middle - start)
-            mesh_adds.append(end - middle)
-            mesh_removes.append(time.perf_counter() - end)
+            bvh_times.append(bvh_time)
+            mesh_adds.append(added)
+            mesh_removes.append(removed)
+            helped_adds.append(helped)
+            alone_adds.append(alone)
     bvh_time = statistics.median(bvh_times)
     add_mesh, remove_mesh = statistics.median(mesh_adds), statistics.median(mesh_removes)
+    add_helped, add_alone = statistics.median(helped_adds), statistics.median(alone_adds)
 
     def rebuild(extra):
         built = warpgeo.MeshWorld({**entries, "extra": extra}, poses=poses, device=device)
@@ -115,6 +145,14 @@ def main() -> None:
     print(f"rebuild with a cuboid  {rebuild_box * 1e3:8.3f} ms   ({rebuild_box / add_box:6.1f}x add)")
     print(f"add 20,480-face mesh   {add_mesh * 1e3:8.3f} ms   (goal <= its BVH build)")
     print(f"  its BVH (wp.Mesh)    {bvh_time * 1e3:8.3f} ms   (add / BVH {add_mesh / bvh_time:5.2f})")
+    spare = "a core to spare" if _threads.core_to_spare() else "no core to spare"
+    print(
+        f"  with a helper        {add_helped * 1e3:8.3f} ms   ({add_helped / bvh_time:5.2f}: checks beside the BVH)"
+    )
+    print(
+        f"  on one thread        {add_alone * 1e3:8.3f} ms   ({add_alone / bvh_time:5.2f}: checks after it)"
+    )
+    print(f"  (add picks by the load: {spare} now, load average {os.getloadavg()[0]:.2f})")
     print(f"remove that mesh       {remove_mesh * 1e3:8.3f} ms")
     print(f"rebuild with the mesh  {rebuild_mesh * 1e3:8.3f} ms   ({rebuild_mesh / add_mesh:6.1f}x add)")
 

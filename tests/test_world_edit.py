@@ -15,8 +15,7 @@ import torch
 import trimesh
 
 import warpgeo
-from warpgeo import Capsule, Cuboid, Cylinder, MeshWorld, Sphere, signed_distance, sphere_mesh_cost
-from warpgeo._world import meshes as _meshes
+from warpgeo import Capsule, Cuboid, Cylinder, MeshWorld, Sphere, _threads, signed_distance, sphere_mesh_cost
 from warpgeo._world import prepare as _prepare
 from warpgeo.compat.curobo import load_world
 
@@ -149,16 +148,28 @@ def test_added_mesh_costs_as_in_a_world_built_with_it():
     torch.testing.assert_close(leaf.grad, ref_leaf.grad, atol=1e-4, rtol=1e-4)
 
 
-def test_an_added_mesh_is_checked_here_when_its_helper_never_starts(monkeypatch):
-    """``add`` runs a mesh's per-face checks and slot rows on a helper thread beside its BVH build; where the
-    helper has not started by the time the BVH is built (no core free), they run on the calling thread: the
-    same slot, bit for bit, as with the helper, and the same answers as a world built with the mesh."""
+@pytest.mark.parametrize("way", ["no core to spare", "helper never starts"])
+def test_an_added_mesh_is_the_same_with_or_without_its_helper(monkeypatch, way):
+    """``add`` runs a mesh's per-face checks and slot rows on a helper thread beside its BVH build where a
+    core is likely free; else on the calling thread, and there too where the helper has not started by the
+    time the BVH is built: the same slot, bit for bit, either way, and the same answers as a world built
+    with the mesh."""
     base = {"table": Cuboid([2.0, 2.0, 0.1])}
     pose = _turned(0.3, -0.2, 0.4, 0.8)
     helped = MeshWorld(base, capacity={"mesh": 1})
     alone = MeshWorld(base, capacity={"mesh": 1})
+    submitted = []
+    real_pool = _threads.pool
+
+    def pool(*args, **kwargs):
+        submitted.append(args[0])
+        return real_pool(*args, **kwargs)
+
+    monkeypatch.setattr(_threads, "core_to_spare", lambda: True)
+    monkeypatch.setattr(_threads, "pool", pool)
     helped.add(_ball(), name="ball", pose=pose)
-    started = []
+    assert submitted == ["warpgeo-add"]  # the helper ran
+    monkeypatch.undo()
 
     class Never(concurrent.futures.Future):  # a job that never starts: waiting for it fails, not hangs
         def result(self, timeout=None):
@@ -166,21 +177,27 @@ def test_an_added_mesh_is_checked_here_when_its_helper_never_starts(monkeypatch)
 
     class Idle:  # a pool whose jobs never start
         def submit(self, fn, *args):
-            started.append(fn)
+            submitted.append(fn)
             return Never()
 
-    monkeypatch.setattr(_meshes._threads, "pool", lambda *args, **kwargs: Idle())
+    if way == "no core to spare":
+        monkeypatch.setattr(_threads, "core_to_spare", lambda: False)
+        monkeypatch.setattr(_threads, "pool", lambda *args, **kwargs: Idle())  # never asked for
+    else:
+        monkeypatch.setattr(_threads, "core_to_spare", lambda: True)
+        monkeypatch.setattr(_threads, "pool", lambda *args, **kwargs: Idle())
     alone.add(_ball(), name="ball", pose=pose)
     monkeypatch.undo()
-    assert len(started) == 1  # the helper was asked for, and its work done here instead
+    assert len(submitted) == (1 if way == "no core to spare" else 2)
     ids = helped._tables["mesh_ids"]
     for a, b in zip(helped.kernel_args().world, alone.kernel_args().world, strict=True):
         if a is not ids:  # the mesh ids differ (two BVHs), every other row is the same
             assert torch.equal(a, b)
     reference = MeshWorld({**base, "ball": _ball()}, poses={"ball": pose})
     spheres = _spheres(4, spread=1.0)
-    for g, x in zip(_answers(alone, spheres), _answers(reference, spheres), strict=True):
-        torch.testing.assert_close(g, x, atol=2e-6, rtol=1e-6)
+    for world in (helped, alone):
+        for g, x in zip(_answers(world, spheres), _answers(reference, spheres), strict=True):
+            torch.testing.assert_close(g, x, atol=2e-6, rtol=1e-6)
 
 
 def test_removed_mesh_is_let_go_and_its_slot_reused():

@@ -281,11 +281,12 @@ def build_beside(
     :func:`_build_meshes` finds of a mesh (``pairs_up``: its directed edges may pair up, see
     :func:`_face_checks`) and no edge pairs looked for (:data:`_NOT_PAIRED`: an added mesh gets no tables).
 
-    On the CPU this thread builds the BVH (Warp releases the GIL) while a helper thread runs the rest side
-    by side: the per-face checks (one launch on that thread), the spec (box, cuboid test) and ``beside`` (the
-    caller's work that needs no BVH); where the helper has not started by the time the BVH is built (no core
-    was free), this thread does its work instead of waiting for it. Elsewhere one after the other (the BVH on
-    Warp's stream, waited for). ``spec.mesh`` is set once both are done. ``vertices`` / ``faces``: validated
+    On the CPU, where a core is likely free (:func:`warpgeo._threads.core_to_spare`), this thread builds the
+    BVH (Warp releases the GIL) while a helper thread runs the rest side by side: the per-face checks (one
+    launch on that thread), the spec (box, cuboid test) and ``beside`` (the caller's work that needs no BVH);
+    where the helper has not started by the time the BVH is built, this thread does its work instead of
+    waiting for it. Elsewhere one after the other (on CUDA the BVH on Warp's stream, waited for): the same
+    results either way. ``spec.mesh`` is set once both are done. ``vertices`` / ``faces``: validated
     float32 / int32 arrays of the caller's own (:func:`warpgeo._world.loading.load_mesh`); the mesh points
     into them. Raises what the checks raise (every face a sliver of no area), after the BVH is built."""
     winding = method == "winding"
@@ -295,8 +296,12 @@ def build_beside(
         spec = _MeshSpec(mesh, vertices, faces, may_close, method, _NOT_PAIRED, slivers=slivers)
         return spec, beside(spec, pairs_up)
     points, indices = torch.from_numpy(vertices), torch.from_numpy(faces.reshape(-1))
-    _launch._load(build_checks.FACE_CHECKS["float32"].face_checks_rows, device)  # compiled here, not there
     work = (vertices, faces, points, indices, method, where, device, beside)
+    if not _threads.core_to_spare():  # no core free: a helper would only slow the BVH build down
+        spec, extra = _checked_beside(*work)  # the checks first, as a world's construction runs them
+        spec.mesh = _warp_mesh(points, indices, winding, where)
+        return spec, extra
+    _launch._load(build_checks.FACE_CHECKS["float32"].face_checks_rows, device)  # compiled here, not there
     helper = _threads.pool("warpgeo-add", 1).submit(_checked_beside, *work)
     try:
         mesh = _warp_mesh(points, indices, winding, where)
