@@ -11,7 +11,7 @@ for more (``capacity={"cuboid": 64, "mesh": 2}``). Timed (median of rounds, afte
   ``wp.Mesh`` built from the same arrays with the same (default) constructor (the BVH alone); and the same
   ``add`` made to run its per-face checks and slot rows on a helper thread beside the BVH build, and made
   to run them after it on one thread (``add`` itself picks by the machine's load,
-  ``warpgeo._threads.core_to_spare``), all in turns in each round;
+  ``warpgeo._threads.core_to_spare``), all in turns, each round in another order;
 * rebuilding the world with the cuboid, or with the mesh (what a world without capacity has to do).
 """
 
@@ -50,12 +50,15 @@ def _helper(beside: bool):
     """``add`` with its helper thread (``beside``: the per-face checks and the slot's rows beside the BVH
     build, as where a core is likely free) or without (after it, on the calling thread, as where none is),
     whatever the machine's load (``warpgeo._threads.core_to_spare``)."""
-    real = _threads.core_to_spare
+    real = getattr(_threads, "core_to_spare", None)  # None: a warpgeo from before the helper (one way only)
     _threads.core_to_spare = lambda: beside
     try:
         yield
     finally:
-        _threads.core_to_spare = real
+        if real is None:
+            del _threads.core_to_spare
+        else:
+            _threads.core_to_spare = real
 
 
 def main() -> None:
@@ -98,39 +101,46 @@ def main() -> None:
         indices = wp.array(faces.astype(np.int32).reshape(-1), dtype=wp.int32, device=wdev)
         return wp.Mesh(points=points, indices=indices)
 
-    def timed_add():
-        sync(device)
-        start = time.perf_counter()
-        m = world.add((vertices, faces), pose=pose)
-        sync(device)
-        end = time.perf_counter()
-        world.remove(m)
-        sync(device)
-        return end - start, time.perf_counter() - end
-
-    # the BVH alone and the adds in turns, round by round (a change of the machine's load reaches all alike)
-    bvh_times, mesh_adds, mesh_removes, helped_adds, alone_adds = [], [], [], [], []
-    for r in range(3 * rounds + 1):
+    def timed_bvh():
         sync(device)
         start = time.perf_counter()
         built = bvh()
         sync(device)
-        bvh_time = time.perf_counter() - start
-        added, removed = timed_add()
-        with _helper(True):
-            helped, _ = timed_add()
-        with _helper(False):
-            alone, _ = timed_add()
-        del built  # let go untimed, as the added mesh is (by the remove)
-        if r:
-            bvh_times.append(bvh_time)
-            mesh_adds.append(added)
-            mesh_removes.append(removed)
-            helped_adds.append(helped)
-            alone_adds.append(alone)
-    bvh_time = statistics.median(bvh_times)
-    add_mesh, remove_mesh = statistics.median(mesh_adds), statistics.median(mesh_removes)
-    add_helped, add_alone = statistics.median(helped_adds), statistics.median(alone_adds)
+        took = time.perf_counter() - start
+        del built  # let go untimed, as an added mesh is (by its remove)
+        return took, 0.0
+
+    def timed_add(beside=None):
+        with contextlib.nullcontext() if beside is None else _helper(beside):
+            sync(device)
+            start = time.perf_counter()
+            m = world.add((vertices, faces), pose=pose)
+            sync(device)
+            end = time.perf_counter()
+            world.remove(m)
+            sync(device)
+        return end - start, time.perf_counter() - end
+
+    # the BVH alone and the adds in turns, each round in another order (a change of the machine's load, or
+    # what one leaves behind for the next, reaches all alike)
+    cases = {
+        "bvh": timed_bvh,
+        "add": timed_add,
+        "helped": lambda: timed_add(True),
+        "alone": lambda: timed_add(False),
+    }
+    times = {name: [] for name in cases}
+    removes = []
+    names = list(cases)
+    for r in range(4 * rounds + 1):
+        for name in names[r % 4 :] + names[: r % 4]:
+            took, removed = cases[name]()
+            if r:  # the first round warms up
+                times[name].append(took)
+                if name == "add":
+                    removes.append(removed)
+    bvh_time, add_mesh, add_helped, add_alone = (statistics.median(times[name]) for name in names)
+    remove_mesh = statistics.median(removes)
 
     def rebuild(extra):
         built = warpgeo.MeshWorld({**entries, "extra": extra}, poses=poses, device=device)
@@ -145,7 +155,14 @@ def main() -> None:
     print(f"rebuild with a cuboid  {rebuild_box * 1e3:8.3f} ms   ({rebuild_box / add_box:6.1f}x add)")
     print(f"add 20,480-face mesh   {add_mesh * 1e3:8.3f} ms   (goal <= its BVH build)")
     print(f"  its BVH (wp.Mesh)    {bvh_time * 1e3:8.3f} ms   (add / BVH {add_mesh / bvh_time:5.2f})")
-    spare = "a core to spare" if _threads.core_to_spare() else "no core to spare"
+    chooser = getattr(_threads, "core_to_spare", None)
+    spare = (
+        "no helper in this warpgeo"
+        if chooser is None
+        else "a core to spare"
+        if chooser()
+        else "no core to spare"
+    )
     print(
         f"  with a helper        {add_helped * 1e3:8.3f} ms   ({add_helped / bvh_time:5.2f}: checks beside the BVH)"
     )
