@@ -18,7 +18,8 @@ much of it, so its module is imported under empty ``curobo`` / ``curobo.util`` /
 which picks ``warp_sdf_fns``); its ``wp.stream_from_torch`` answers None for the CPU (a CPU build of torch
 has no CUDA stream to give).
 
-The scene: one closed mesh (a box, turned and moved), 4 trajectories of 24 steps of 6 spheres that pass
+The scene: two closed meshes (a box and an icosphere, turned and moved: cuRobo sums its cost over them, as
+warpgeo does), 4 trajectories of 24 steps of 6 spheres that pass
 through and near it (one dwells: interior speeds below cuRobo's 1e-3), ``activation_distance`` 0.05,
 ``weight`` 3, ``dt`` 0.02, float32. Compared:
 
@@ -62,14 +63,17 @@ ETA, WEIGHT, DT = 0.05, 3.0, 0.02
 B, H, N = 4, 24, 6
 
 
-def scene(device: torch.device) -> tuple[trimesh.Trimesh, list[float], torch.Tensor]:
-    """A box mesh, its world pose ``[x, y, z, qw, qx, qy, qz]``, and ``(B, H, N, 4)`` sphere trajectories: each
-    trajectory a smooth curve through the box's region, its spheres offset from it; one trajectory slows to
-    a stop in the middle (interior speeds below cuRobo's 1e-3 threshold)."""
-    box = trimesh.creation.box((0.5, 0.3, 0.4))
-    angle = 0.6
+def scene(device: torch.device) -> tuple[list[trimesh.Trimesh], list[list[float]], torch.Tensor]:
+    """Two closed meshes (a box and an icosphere of 320 faces), their world poses ``[x, y, z, qw, qx, qy, qz]``,
+    and ``(B, H, N, 4)`` sphere trajectories: each trajectory a smooth curve through the meshes' region, its
+    spheres offset from it; one trajectory slows to a stop in the middle (interior speeds below cuRobo's
+    1e-3 threshold)."""
+    meshes = [trimesh.creation.box((0.5, 0.3, 0.4)), trimesh.creation.icosphere(subdivisions=2, radius=0.2)]
     axis = np.array([1.0, 2.0, 3.0]) / np.sqrt(14.0)
-    pose = [0.1, -0.05, 0.2, float(np.cos(angle / 2)), *(np.sin(angle / 2) * axis).tolist()]
+    poses = [
+        [0.1, -0.05, 0.2, float(np.cos(0.3)), *(np.sin(0.3) * axis).tolist()],
+        [-0.3, 0.25, -0.1, float(np.cos(-0.5)), *(np.sin(-0.5) * axis).tolist()],
+    ]
     g = torch.Generator().manual_seed(0)
     t = torch.linspace(0.0, 1.0, H, dtype=torch.float64)[:, None]
     starts = torch.rand(B, 1, 3, generator=g, dtype=torch.float64) * 1.2 - 0.6
@@ -84,7 +88,7 @@ def scene(device: torch.device) -> tuple[trimesh.Trimesh, list[float], torch.Ten
     radii = torch.rand(1, 1, N, 1, generator=g, dtype=torch.float64) * 0.06 + 0.02
     centres = path[:, :, None, :] + offsets
     spheres = torch.cat([centres, radii.expand(B, H, N, 1)], dim=-1).to(torch.float32)
-    return box, pose, spheres.to(device)
+    return meshes, poses, spheres.to(device)
 
 
 def _inverse_pose(pose: list[float]) -> list[float]:
@@ -96,21 +100,27 @@ def _inverse_pose(pose: list[float]) -> list[float]:
     return [*back.tolist(), w, *v.tolist()]
 
 
-def curobo_swept(module, mesh: trimesh.Trimesh, pose, spheres, *, sweep_steps: int, speed_metric: bool):
-    """cuRobo's ``SweptSdfMeshWarpPy`` on one environment of one mesh: ``(cost (B, H, N), grad (B, H, N, 3))``
-    (its gradient buffer: what its backward hands to the centres)."""
+def curobo_swept(module, meshes, poses, spheres, *, sweep_steps: int, speed_metric: bool):
+    """cuRobo's ``SweptSdfMeshWarpPy`` on one environment of ``meshes`` at ``poses``: ``(cost (B, H, N), grad
+    (B, H, N, 3))`` (its gradient buffer: what its backward hands to the centres)."""
     device = spheres.device
-    points = wp.array(np.asarray(mesh.vertices, np.float32), dtype=wp.vec3, device=str(device))
-    indices = wp.array(np.asarray(mesh.faces, np.int32).reshape(-1), dtype=wp.int32, device=str(device))
-    warp_mesh = wp.Mesh(points=points, indices=indices)
+    warp_meshes = [
+        wp.Mesh(
+            points=wp.array(np.asarray(m.vertices, np.float32), dtype=wp.vec3, device=str(device)),
+            indices=wp.array(np.asarray(m.faces, np.int32).reshape(-1), dtype=wp.int32, device=str(device)),
+        )
+        for m in meshes
+    ]
+    count = len(meshes)
     f32 = {"dtype": torch.float32, "device": device}
     query = spheres.detach().clone().requires_grad_(True)
     out_cost = torch.zeros(spheres.shape[:-1], **f32)
     out_grad = torch.zeros(spheres.shape, **f32)
     sparsity = torch.zeros(spheres.shape[:-1], dtype=torch.uint8, device=device)
     # the mesh id's bits in an int64 tensor (Warp reads them as uint64, as cuRobo's world tensors hold them)
-    mesh_idx = torch.from_numpy(np.array([[warp_mesh.id]], dtype=np.uint64).view(np.int64)).to(device)
-    inverse = torch.tensor([[[*_inverse_pose(pose), 0.0]]], **f32)  # cuRobo's (x, y, z, qw, qx, qy, qz, 0)
+    ids = np.array([[m.id for m in warp_meshes]], dtype=np.uint64)
+    mesh_idx = torch.from_numpy(ids.view(np.int64)).to(device)
+    inverse = torch.tensor([[[*_inverse_pose(p), 0.0] for p in poses]], **f32)  # (x, y, z, qw, qx, qy, qz, 0)
     cost = module.SweptSdfMeshWarpPy.apply(
         query,
         out_cost,
@@ -121,8 +131,8 @@ def curobo_swept(module, mesh: trimesh.Trimesh, pose, spheres, *, sweep_steps: i
         torch.tensor([DT], **f32),
         mesh_idx,
         inverse,
-        torch.ones(1, 1, dtype=torch.uint8, device=device),
-        torch.tensor([1], dtype=torch.int32, device=device),
+        torch.ones(1, count, dtype=torch.uint8, device=device),
+        torch.tensor([count], dtype=torch.int32, device=device),
         torch.tensor([10.0], **f32),  # max_dist: beyond any sphere of the scene
         sweep_steps,
         speed_metric,
@@ -198,14 +208,15 @@ def main() -> None:
     module = load_curobo(src)
     print(f"cuRobo kernel: {module.get_swept_closest_pt_batch_env.key} from {src}")
     print(f"versions: torch {torch.__version__}, warp {wp.config.version}, device {device}")
-    mesh, pose, spheres = scene(device)
-    world = warpgeo.MeshWorld({"box": mesh}, poses={"box": pose}, device=device)
+    meshes, poses, spheres = scene(device)
+    world = warpgeo.MeshWorld(meshes, poses=poses, device=device)
     print(
-        f"scene: a box of 12 faces, posed; spheres {tuple(spheres.shape)}; eta {ETA}, weight {WEIGHT}, dt {DT}"
+        f"scene: a box (12 faces) and an icosphere (320 faces), posed; spheres {tuple(spheres.shape)}; "
+        f"eta {ETA}, weight {WEIGHT}, dt {DT}"
     )
 
     print("1. speed metric off, sweep_steps=0 (the same definition)")
-    cu_cost, cu_grad = curobo_swept(module, mesh, pose, spheres, sweep_steps=0, speed_metric=False)
+    cu_cost, cu_grad = curobo_swept(module, meshes, poses, spheres, sweep_steps=0, speed_metric=False)
     wg_cost, wg_grad = warpgeo_swept(world, spheres, sweep_steps=0, speed_metric=False)
     hit = cu_cost > 0
     print(
@@ -215,7 +226,7 @@ def main() -> None:
     _diff("gradient w.r.t. the centres", wg_grad, cu_grad)
 
     print("2. speed metric on, sweep_steps=0: the cost")
-    cs_cost, cs_grad = curobo_swept(module, mesh, pose, spheres, sweep_steps=0, speed_metric=True)
+    cs_cost, cs_grad = curobo_swept(module, meshes, poses, spheres, sweep_steps=0, speed_metric=True)
     ws_cost, ws_grad = warpgeo_swept(world, spheres, sweep_steps=0, speed_metric=True)
     c = spheres[..., :3].double()
     speed = torch.zeros(spheres.shape[:-1], dtype=torch.float64, device=device)
@@ -241,7 +252,7 @@ def main() -> None:
     print("4. speed metric on, sweep_steps=0, a disabled sphere at step 8 of every trajectory")
     holed = spheres.clone()
     holed[:, 8, :, 3] = -1.0
-    ch_cost, _ = curobo_swept(module, mesh, pose, holed, sweep_steps=0, speed_metric=True)
+    ch_cost, _ = curobo_swept(module, meshes, poses, holed, sweep_steps=0, speed_metric=True)
     wh_cost, _ = warpgeo_swept(world, holed, sweep_steps=0, speed_metric=True)
     beside = torch.zeros_like(hit)
     beside[:, [7, 9]] = True
@@ -251,7 +262,7 @@ def main() -> None:
     _diff("cost, steps 7 and 9 (central vs one-sided: differ)", wh_cost, ch_cost, beside & (ch_cost > 0))
 
     print("5. speed metric on, sweep_steps=4 (swept costs defined differently: for the record)")
-    c4_cost, _ = curobo_swept(module, mesh, pose, spheres, sweep_steps=4, speed_metric=True)
+    c4_cost, _ = curobo_swept(module, meshes, poses, spheres, sweep_steps=4, speed_metric=True)
     w4_cost, _ = warpgeo_swept(world, spheres, sweep_steps=4, speed_metric=True)
     _diff("cost", w4_cost, c4_cost)
 
