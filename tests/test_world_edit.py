@@ -176,7 +176,7 @@ def test_an_added_mesh_is_the_same_with_or_without_its_helper(monkeypatch, way):
             raise AssertionError("add waited for a helper that never started")
 
     class Idle:  # a pool whose jobs never start
-        def submit(self, fn, *args):
+        def submit(self, fn, *args, **kwargs):
             submitted.append(fn)
             return Never()
 

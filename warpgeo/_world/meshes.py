@@ -298,31 +298,31 @@ def build_beside(
     points, indices = torch.from_numpy(vertices), torch.from_numpy(faces.reshape(-1))
     work = (vertices, faces, points, indices, method, where, device, beside)
     if not _threads.core_to_spare():  # no core free: a helper would only slow the BVH build down
-        spec, extra = _checked_beside(*work)  # the checks first, as a world's construction runs them
+        spec, extra = _checked_beside(*work, split=True)  # the checks first, as a construction runs them
         spec.mesh = _warp_mesh(points, indices, winding, where)
         return spec, extra
     _launch._load(build_checks.FACE_CHECKS["float32"].face_checks_rows, device)  # compiled here, not there
-    helper = _threads.pool("warpgeo-add", 1).submit(_checked_beside, *work)
+    helper = _threads.pool("warpgeo-add", 1).submit(_checked_beside, *work, split=False)
     try:
         mesh = _warp_mesh(points, indices, winding, where)
     except BaseException:
         wait([helper])  # nothing left running on arrays the caller may let go
         raise
     # a helper that has not started yet (no core was free) is not waited for: its work is done here
-    spec, extra = _checked_beside(*work) if helper.cancel() else helper.result()  # raises what they raised
+    spec, extra = _checked_beside(*work, split=True) if helper.cancel() else helper.result()  # raises theirs
     spec.mesh = mesh
     return spec, extra
 
 
-def _checked_beside(vertices, faces, points, indices, method, where, device, beside) -> tuple:
-    """:func:`build_beside`'s helper: the per-face checks of one mesh, its spec (no mesh yet), and
-    ``beside(spec, pairs_up)``; the checks' ValueError (every face a sliver of no area) as
-    :func:`_build_meshes` raises it."""
+def _checked_beside(vertices, faces, points, indices, method, where, device, beside, *, split: bool) -> tuple:
+    """:func:`build_beside`'s helper: the per-face checks of one mesh (``split``: over threads as a launch by
+    rows splits; else on this thread, beside a BVH build), its spec (no mesh yet), and ``beside(spec,
+    pairs_up)``; the checks' ValueError (every face a sliver of no area) as :func:`_build_meshes` raises it."""
     if len(faces) == 12 and _is_cuboid(vertices, faces, _box_of(vertices)):
         count, pairs_up = 0, True  # a cuboid's faces are halves of its box's sides: no sliver, closed
     else:
         counts, ups = _face_checks(
-            points, indices, np.array([0, len(vertices)]), np.array([0, len(faces)]), device, split=False
+            points, indices, np.array([0, len(vertices)]), np.array([0, len(faces)]), device, split=split
         )
         count, pairs_up = int(counts[0]), bool(ups[0])
     if count == len(faces) and not _has_area(vertices, faces):
