@@ -1031,6 +1031,19 @@ CASES: list[Case] = [
     R("world_complex_vertices", "MeshWorld([(np.asarray(BOX.vertices) + 0j, BOX.faces)])", T, "vertices"),
     R("world_vertex_1e39", "MeshWorld([(np.asarray(BOX.vertices) * 2e39, BOX.faces)])", V, "vertices"),
     R(
+        "world_vertex_beyond_2_60",
+        "MeshWorld([(np.asarray(BOX.vertices) * 2.0**62, BOX.faces)])",
+        V,
+        "vertex",
+    ),
+    R(
+        "world_int64_vertex_most_negative",  # its abs wraps to itself in int64: it once passed as small
+        "MeshWorld([(np.where(np.arange(24).reshape(8, 3) == 5, np.iinfo(np.int64).min, "
+        "(np.asarray(BOX.vertices) * 10).astype(np.int64)), BOX.faces)])",
+        V,
+        "vertex",
+    ),
+    R(
         "world_nan_vertex",
         "MeshWorld([(np.where(np.arange(24).reshape(8, 3) == 5, np.nan, BOX.vertices), BOX.faces)])",
         V,

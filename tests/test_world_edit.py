@@ -5,6 +5,7 @@ on the CPU), and the capacity, names and hostile inputs are refused with errors 
 
 from __future__ import annotations
 
+import concurrent.futures
 import gc
 import weakref
 
@@ -14,7 +15,7 @@ import torch
 import trimesh
 
 import warpgeo
-from warpgeo import Capsule, Cuboid, Cylinder, MeshWorld, Sphere, signed_distance, sphere_mesh_cost
+from warpgeo import Capsule, Cuboid, Cylinder, MeshWorld, Sphere, _threads, signed_distance, sphere_mesh_cost
 from warpgeo._world import prepare as _prepare
 from warpgeo.compat.curobo import load_world
 
@@ -145,6 +146,58 @@ def test_added_mesh_costs_as_in_a_world_built_with_it():
     ref_leaf = spheres.clone().requires_grad_(True)
     sphere_mesh_cost(ref_leaf, reference, activation_distance=0.1).sum().backward()
     torch.testing.assert_close(leaf.grad, ref_leaf.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("way", ["no core to spare", "helper never starts"])
+def test_an_added_mesh_is_the_same_with_or_without_its_helper(monkeypatch, way):
+    """``add`` runs a mesh's per-face checks and slot rows on a helper thread beside its BVH build where a
+    core is likely free; else on the calling thread, and there too where the helper has not started by the
+    time the BVH is built: the same slot, bit for bit, either way, and the same answers as a world built
+    with the mesh."""
+    base = {"table": Cuboid([2.0, 2.0, 0.1])}
+    pose = _turned(0.3, -0.2, 0.4, 0.8)
+    helped = MeshWorld(base, capacity={"mesh": 1})
+    alone = MeshWorld(base, capacity={"mesh": 1})
+    submitted = []
+    real_pool = _threads.pool
+
+    def pool(*args, **kwargs):
+        submitted.append(args[0])
+        return real_pool(*args, **kwargs)
+
+    monkeypatch.setattr(_threads, "core_to_spare", lambda: True)
+    monkeypatch.setattr(_threads, "pool", pool)
+    helped.add(_ball(), name="ball", pose=pose)
+    assert submitted == ["warpgeo-add"]  # the helper ran
+    monkeypatch.undo()
+
+    class Never(concurrent.futures.Future):  # a job that never starts: waiting for it fails, not hangs
+        def result(self, timeout=None):
+            raise AssertionError("add waited for a helper that never started")
+
+    class Idle:  # a pool whose jobs never start
+        def submit(self, fn, *args, **kwargs):
+            submitted.append(fn)
+            return Never()
+
+    if way == "no core to spare":
+        monkeypatch.setattr(_threads, "core_to_spare", lambda: False)
+        monkeypatch.setattr(_threads, "pool", lambda *args, **kwargs: Idle())  # never asked for
+    else:
+        monkeypatch.setattr(_threads, "core_to_spare", lambda: True)
+        monkeypatch.setattr(_threads, "pool", lambda *args, **kwargs: Idle())
+    alone.add(_ball(), name="ball", pose=pose)
+    monkeypatch.undo()
+    assert len(submitted) == (1 if way == "no core to spare" else 2)
+    ids = helped._tables["mesh_ids"]
+    for a, b in zip(helped.kernel_args().world, alone.kernel_args().world, strict=True):
+        if a is not ids:  # the mesh ids differ (two BVHs), every other row is the same
+            assert torch.equal(a, b)
+    reference = MeshWorld({**base, "ball": _ball()}, poses={"ball": pose})
+    spheres = _spheres(4, spread=1.0)
+    for world in (helped, alone):
+        for g, x in zip(_answers(world, spheres), _answers(reference, spheres), strict=True):
+            torch.testing.assert_close(g, x, atol=2e-6, rtol=1e-6)
 
 
 def test_removed_mesh_is_let_go_and_its_slot_reused():
@@ -315,6 +368,10 @@ def test_hostile_add_and_remove():
         (dict(entry=42), TypeError, "int"),
         (dict(entry="no/such/file.stl"), ValueError, "file"),
         (dict(entry=(np.zeros((3, 3)), np.array([[0, 1, 5]]))), IndexError, "face"),
+        (dict(entry=(np.eye(3) * [1, 1, np.nan], np.array([[0, 1, 2]]))), ValueError, "finite"),
+        (dict(entry=(np.eye(3) * 2.0**62, np.array([[0, 1, 2]]))), ValueError, "2\\*\\*60"),
+        # found by the per-face checks beside the BVH build (on a helper thread), raised here
+        (dict(entry=(np.zeros((3, 3)), np.array([[0, 1, 2], [2, 1, 0]]))), ValueError, "zero area"),
         (dict(entry=_ball(), sign_method="sideways"), ValueError, "sign_method must be one of"),
         (dict(entry=trimesh.Scene([_ball(), _box_mesh()])), ValueError, "scene"),
     ]

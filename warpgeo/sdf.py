@@ -148,9 +148,10 @@ def swept_sphere_mesh_cost(
     (``|c[h + 1] - c[h]| / dt`` or ``|c[h] - c[h - 1]| / dt``); where both are, the step is not scaled. The
     factor is continuous (a motionless interior step costs 0) and differentiated exactly: the gradient
     reaches ``c[h - 1]``, ``c[h]``, ``c[h + 1]`` and, through the cost, the radii (and ``dt`` if it is a
-    tensor that requires grad). cuRobo differs in two ways: it scales only where the speed exceeds 1e-3
-    (leaving slower steps unscaled), and its gradient is a CHOMP-style functional gradient w.r.t. ``c[h]``
-    only, not the gradient of its cost (see ``docs/sdf.md``).
+    tensor that requires grad). cuRobo differs in three ways: it scales only where the speed exceeds 1e-3
+    (leaving slower steps unscaled), it takes a disabled neighbour's centre into the central difference as
+    any other, and its gradient is a CHOMP-style functional gradient w.r.t. ``c[h]`` only, not the gradient
+    of its cost (see ``docs/sdf.md``; ``benchmarks/curobo_speed_metric.py`` runs its kernel beside this).
 
     Args:
         spheres: ``(B, H, N, 4)`` = x, y, z, radius over H time steps; float dtypes as for

@@ -515,8 +515,9 @@ class MeshWorld:
 
         The entry takes the environment's first free slot; every tensor the ops read keeps its storage (only
         that slot's row is written), so an op sees the entry at its next call and a captured CUDA graph at its
-        next replay. A primitive is a few small writes. A mesh gets its BVH, built here (as long as building
-        the world with it would take for its BVH), and none of the tables of the queries' shortcuts (distance
+        next replay. A primitive is a few small writes. A mesh gets its BVH, built here, and the per-face
+        checks a world's construction runs (beside the BVH build on a helper thread where a core is free: a
+        little longer than the bare BVH build), and none of the tables of the queries' shortcuts (distance
         grid, pseudo-normals, plane tree: those live in flat tables shared by every mesh, which would have to
         grow): its queries are exact (the same closest face and side as in a world built with it), only
         slower for points deep inside it. A cuboid mesh is a closed form either way.

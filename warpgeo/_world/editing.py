@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _constants, _warp
+from .. import _constants
 from .._mesh_ids import update_mesh_ids
 from ..primitives import PRIMITIVES
 from . import loading as _loading
@@ -89,8 +89,8 @@ def _env(world: Any, env: Any) -> int:
 
 
 def _pose(pose: Any) -> torch.Tensor:
-    """``pose`` (None: identity) as a ``(7,)`` float64 tensor on the host, checked (normalised by :func:`_write`,
-    as :meth:`MeshWorld.set_poses` normalises)."""
+    """``pose`` (None: identity) as a ``(7,)`` float64 tensor on the host, checked (normalised by
+    :func:`_slot_rows`, as :meth:`MeshWorld.set_poses` normalises)."""
     if pose is None:
         return torch.tensor((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), dtype=torch.float64)
     row = _pose_row(pose, "pose").cpu().numpy()
@@ -143,11 +143,11 @@ def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any
     if len(free) == 0:  # never, by the width the capacity gave M
         raise ValueError(f"environment {e} has no free slot (capacity {world._capacity})")
     m = int(free[0])
-    device = world._device
-    mesh = None
+    mesh, warn = None, False
     if isinstance(entry, PRIMITIVES):
         half = np.asarray(entry.half_extents(), dtype=np.float32)
-        size, box, flags, sign = half, np.stack([-half, half]), 0, 0
+        rows = _slot_rows(world, kind=KINDS[kind], size=half, box=np.stack([-half, half]), sign=0, pose=row)
+        flags = 0
     else:
         method = sign_method
         if method is None:
@@ -158,32 +158,30 @@ def add(world: Any, entry: Any, name: Any, pose: Any, env: Any, sign_method: Any
             )
         vertices, faces = _loading.load_mesh(entry, "entry")
         if method == "winding":
-            _tables._check_winding_support(device)
-        mesh, may_close, pairs_up, _, slivers = _meshes._build_meshes(
-            [(vertices, faces, method == "winding", "entry")], device
-        )[0]
-        if device.type == "cuda":
-            _warp.warp().synchronize_device(
-                _warp.warp_device(device)
-            )  # the BVH (Warp's stream) before any query
-        spec = _meshes._MeshSpec(mesh, vertices, faces, may_close, method, None, slivers=slivers)
-        box = spec.box.astype(np.float32)
-        size = np.zeros(3, dtype=np.float32)
+            _tables._check_winding_support(world._device)
+
+        def beside(spec: _meshes._MeshSpec, pairs_up: bool) -> tuple:
+            # what needs no BVH, computed while it is built: the slot's rows, and whether the mesh is open
+            # (the construction's warning for an open mesh given a method that reads it as closed)
+            rows = _slot_rows(
+                world, kind=KINDS[kind], size=np.zeros(3, dtype=np.float32), box=spec.box.astype(np.float32),
+                sign=SIGN_METHODS[method], pose=row,
+            )  # fmt: skip
+            opened = (
+                method in ("ray", "normal") and not pairs_up and _meshes.open_when_welded(vertices, faces)
+            )
+            return rows, opened
+
+        spec, (rows, warn) = _meshes.build_beside(vertices, faces, method, "entry", world._device, beside)
+        mesh = spec.mesh
         flags = _constants.FLAG_CLOSED | _constants.FLAG_BOX if spec.cuboid else spec.pending_flags
-        sign = SIGN_METHODS[method]
-    _write(world, e, m, kind=KINDS[kind], size=size, box=box, flags=flags, sign=sign, pose=row, mesh=mesh)
+    _commit(world, e, m, rows, flags, mesh)
     world._counts[e][kind] += 1
     names = world._names[e]
     names.extend([None] * (m + 1 - len(names)))
     names[m] = name
     _refresh_counts(world, e)
-    if (
-        mesh is not None
-        and method in ("ray", "normal")
-        and not pairs_up
-        and _meshes.open_when_welded(vertices, faces)
-    ):
-        # the construction's warning for an open mesh given a method that reads it as closed
+    if warn:
         _warn_open([(e, m)], {e: {m: method}}, world._names, world._single)
     return m
 
@@ -209,11 +207,9 @@ def remove(world: Any, name_or_index: Any, env: Any) -> None:
         )
     # a kind editing does not know (one added to the world since): removed as any slot is, counted by none
     kind = _KIND_NAMES.get(int(world._kinds_host[e, m]))
-    zero = np.zeros(3, dtype=np.float32)
     if world._wp_meshes[e][m] is not None and world._device.type == "cuda":
         torch.cuda.synchronize(world._device)  # no queued kernel still reads the BVH let go below
-    _write(world, e, m, kind=_constants.KIND_MESH, size=zero, box=np.zeros((2, 3), np.float32), flags=0, sign=0,
-           pose=None, mesh=None)  # fmt: skip
+    _commit(world, e, m, _padding_rows(world), 0, None)
     if kind is not None and world._counts:
         world._counts[e][kind] -= 1
     names[m] = None
@@ -232,13 +228,24 @@ def _refresh_counts(world: Any, e: int) -> None:
     names.extend([None] * (counts[e] - len(names)))
 
 
-def _write(world: Any, e: int, m: int, *, kind, size, box, flags, sign, pose, mesh) -> None:
-    """Slot ``(e, m)`` of every per-slot tensor, in place; ``pose`` None: an empty slot (padding).
+def _padding_rows(world: Any) -> dict[str, Any]:
+    """:func:`_slot_rows` of an empty slot (as padding is: no entry, identity pose, zero box), made once per
+    world (they never change; :func:`_commit` copies them in)."""
+    rows = world.__dict__.get("_padding")
+    if rows is None:
+        zero = np.zeros(3, dtype=np.float32)
+        box = np.zeros((2, 3), dtype=np.float32)
+        rows = world.__dict__["_padding"] = _slot_rows(
+            world, kind=_constants.KIND_MESH, size=zero, box=box, sign=0, pose=None
+        )
+    return rows
 
-    On the CPU the rows are written through NumPy views of the tensors (a few microseconds each, no torch
-    dispatch); on CUDA by indexed copies on the current stream. ``inv_poses`` is computed by the same torch
-    function as :meth:`MeshWorld.set_poses` on the world's device (the same bits as a world built with the
-    entry), the posed box (the broad phase's, any box that holds the entry) on the host."""
+
+def _slot_rows(world: Any, *, kind, size, box, sign, pose) -> dict[str, Any]:
+    """The values of one slot's rows (no write: :func:`add` computes them beside a BVH build), by field:
+    ``pose`` None: an empty slot (padding). ``inv_poses`` is computed by the same torch function as
+    :meth:`MeshWorld.set_poses` on the world's device (the same bits as a world built with the entry), the
+    posed box (the broad phase's, any box that holds the entry) on the host."""
     device = world._device
     present = pose is not None
     pose64 = (
@@ -249,14 +256,28 @@ def _write(world: Any, e: int, m: int, *, kind, size, box, flags, sign, pose, me
     norm = posed[..., 3:].norm(dim=-1)  # set_poses' normalisation, to the bit
     posed = torch.cat([posed[..., :3], posed[..., 3:] / norm[..., None]], dim=-1)
     inverse = _inverse_warp_transform(posed)[0, 0]
-    rows = {
+    posed = posed[0, 0]
+    posed_host = posed.numpy() if device.type == "cpu" else posed.cpu().numpy()
+    return {
         "bounds": box,
-        "world_bounds": _posed_box(box, posed.cpu().numpy()[0, 0]),
+        "world_bounds": _posed_box(box, posed_host),
         "slot_kind": kind,
         "prim_size": np.asarray(size, dtype=np.float32),
         "sign": sign,
         "enabled": int(present),
+        # on the CPU NumPy rows (written through views), on CUDA tensors on the device
+        "poses": posed_host if device.type == "cpu" else posed,
+        "inv_poses": inverse.numpy() if device.type == "cpu" else inverse,
+        "present": present,
     }
+
+
+def _commit(world: Any, e: int, m: int, rows: dict[str, Any], flags: int, mesh: Any) -> None:
+    """Slot ``(e, m)`` of every per-slot tensor written, in place: ``rows`` (:func:`_slot_rows`), the table
+    offsets and ``flags``, and ``mesh`` (None: none).
+
+    On the CPU the rows are written through NumPy views of the tensors (a few microseconds each, no torch
+    dispatch); on CUDA by indexed copies on the current stream."""
     tables = world._tables
     later = world._later
     with world._take_lock:
@@ -276,22 +297,23 @@ def _write(world: Any, e: int, m: int, *, kind, size, box, flags, sign, pose, me
             ("cone_offsets", -1),
         ):
             _put(world, field, tables[field], e, m, value)
-    for field, value in rows.items():
-        _put(world, field, tables[field], e, m, value)
-    if device.type == "cpu":
-        inverse_host = inverse.numpy()
-        _put(world, "poses", world._poses, e, m, posed.numpy()[0, 0])
-        _put(world, "inv_poses", world._inv_poses, e, m, inverse_host)
+    for field in _TABLE_ROWS:
+        _put(world, field, tables[field], e, m, rows[field])
+    inverse = rows["inv_poses"]
+    if world._device.type == "cpu":
+        _put(world, "poses", world._poses, e, m, rows["poses"])
+        _put(world, "inv_poses", world._inv_poses, e, m, inverse)
         _put(
-            world, "inv_poses32", world._inv_poses32, e, m, inverse_host
+            world, "inv_poses32", world._inv_poses32, e, m, inverse
         )  # rounded to float32 as torch's .to rounds
     else:
-        world._poses[e, m] = posed[0, 0]
+        world._poses[e, m] = rows["poses"]
         world._inv_poses[e, m] = inverse
         world._inv_poses32[e, m] = inverse.to(torch.float32)
+    present = rows["present"]
     _put(world, "present", world._present, e, m, present)
     world._present_host[e, m] = present
-    world._kinds_host[e, m] = kind
+    world._kinds_host[e, m] = rows["slot_kind"]
     world._wp_meshes[e][m] = mesh
     # the mesh id last, re-registered (the ops vet the world's own ids by their registered values)
     host_ids = world._ids_host
@@ -302,6 +324,10 @@ def _write(world: Any, e: int, m: int, *, kind, size, box, flags, sign, pose, me
         ids[e, m] = int(host_ids.view(np.int64)[e, m])
         live = [x for row in world._wp_meshes for x in row if x is not None]
         update_mesh_ids(ids, host_ids.view(np.int64), live)
+
+
+#: The per-slot fields of ``world._tables`` a slot's rows fill (:func:`_slot_rows`).
+_TABLE_ROWS = ("bounds", "world_bounds", "slot_kind", "prim_size", "sign", "enabled")
 
 
 def _put(world: Any, name: str, tensor: torch.Tensor, e: int, m: int, value: Any) -> None:
@@ -326,26 +352,24 @@ def _posed_box(box: np.ndarray, pose: np.ndarray) -> np.ndarray:
     quaternion), padded and rounded outwards as ``warpgeo._world.poses._posed_boxes`` pads (there for all
     slots, on the device). Python floats: a handful of microseconds for one slot."""
     (l0, l1, l2), (h0, h1, h2) = box.tolist()
-    centre = ((l0 + h0) / 2, (l1 + h1) / 2, (l2 + h2) / 2)
-    half = ((h0 - l0) / 2, (h1 - l1) / 2, (h2 - l2) / 2)
+    c0, c1, c2 = (l0 + h0) / 2, (l1 + h1) / 2, (l2 + h2) / 2  # centre
+    a0, a1, a2 = (h0 - l0) / 2, (h1 - l1) / 2, (h2 - l2) / 2  # half-extents
     t0, t1, t2, w, x, y, z = pose.tolist()
-    rotation = (
-        (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
-        (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
-        (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)),
-    )
-    extent = [sum(abs(r) * h for r, h in zip(row, half, strict=True)) for row in rotation]
-    middle = [
-        sum(r * c for r, c in zip(row, centre, strict=True)) + t
-        for row, t in zip(rotation, (t0, t1, t2), strict=True)
-    ]
-    pad = _PAD * max(abs(mid) + ext for mid, ext in zip(middle, extent, strict=True))
+    r00, r01, r02 = 1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)
+    r10, r11, r12 = 2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)
+    r20, r21, r22 = 2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)
+    e0 = abs(r00) * a0 + abs(r01) * a1 + abs(r02) * a2  # the posed box's half-extents
+    e1 = abs(r10) * a0 + abs(r11) * a1 + abs(r12) * a2
+    e2 = abs(r20) * a0 + abs(r21) * a1 + abs(r22) * a2
+    m0 = r00 * c0 + r01 * c1 + r02 * c2 + t0  # its centre
+    m1 = r10 * c0 + r11 * c1 + r12 * c2 + t1
+    m2 = r20 * c0 + r21 * c1 + r22 * c2 + t2
+    pad = _PAD * max(abs(m0) + e0, abs(m1) + e1, abs(m2) + e2)
     with np.errstate(over="ignore"):
         out = np.array(
-            [[mid - ext - pad for mid, ext in zip(middle, extent, strict=True)],
-             [mid + ext + pad for mid, ext in zip(middle, extent, strict=True)]],
+            [[m0 - e0 - pad, m1 - e1 - pad, m2 - e2 - pad], [m0 + e0 + pad, m1 + e1 + pad, m2 + e2 + pad]],
             dtype=np.float32,
-        )  # fmt: skip
+        )
     # two float32 steps outwards: beyond any rounding of the float64 box, or of the rotation above
     return np.nextafter(np.nextafter(out, _OUTWARDS), _OUTWARDS)
 

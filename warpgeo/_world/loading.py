@@ -91,9 +91,30 @@ def load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(f"{where}: vertices must be real numbers; got dtype {vertices.dtype}")
     if not np.issubdtype(faces.dtype, np.integer):
         raise TypeError(f"{where}: faces must be integers; got dtype {faces.dtype}")
+    # copies of our own, also where the input is float32 / int32 already: the Warp mesh points into them and
+    # the background tables read them after the build returns, so a caller writing into its arrays later
+    # must not reach either
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: inf, refused below
+        own = np.array(vertices, dtype=np.float32, order="C")
+    # a NaN or inf of the copy is in its extremes (min / max carry NaN on); float32 rounding keeps order, so a
+    # copy within 2**60 comes of values within it: else the values as given decide
+    low, high = float(own.min()), float(own.max())
+    if not (low > -_COORDINATE_LIMIT and high < _COORDINATE_LIMIT):  # also False for NaN
+        _check_vertices(vertices, where)
+    lo, hi = int(faces.min()), int(faces.max())
+    if lo < 0 or hi >= len(vertices):
+        raise IndexError(
+            f"{where}: face indices must lie in [0, {len(vertices)}); got values in [{lo}, {hi}]"
+        )
+    return own, np.array(faces, dtype=np.int32, order="C")
+
+
+def _check_vertices(vertices: np.ndarray, where: str) -> None:
+    """Raise ValueError where a mesh's vertices (real numbers, as given) are not finite, or lie beyond float32's
+    range or :data:`_COORDINATE_LIMIT`."""
     if not np.isfinite(vertices).all():
         raise ValueError(f"{where}: vertices must be finite; found NaN or inf")
-    largest = float(np.abs(vertices).max())
+    largest = float(np.abs(vertices.astype(np.float64)).max())  # float64: no integer wraps (abs of int64 min)
     if largest > _FLOAT32_MAX:
         raise ValueError(
             f"{where}: vertices must lie within float32's range (|v| <= {_FLOAT32_MAX:.4g}: Warp meshes are "
@@ -104,15 +125,6 @@ def load_mesh(item: MeshLike, where: str) -> tuple[np.ndarray, np.ndarray]:
             f"{where}: vertex coordinates must stay within 2**60 (~1.15e18) of the mesh origin, where Warp's "
             f"float32 queries can square distances; got {largest:.3g} (scale the mesh, or pose it instead)"
         )
-    lo, hi = int(faces.min()), int(faces.max())
-    if lo < 0 or hi >= len(vertices):
-        raise IndexError(
-            f"{where}: face indices must lie in [0, {len(vertices)}); got values in [{lo}, {hi}]"
-        )
-    # copies of our own, also where the input is float32 / int32 already: the Warp mesh points into them and
-    # the background tables read them after the build returns, so a caller writing into its arrays later
-    # must not reach either
-    return np.array(vertices, dtype=np.float32, order="C"), np.array(faces, dtype=np.int32, order="C")
 
 
 def _to_numpy(x: Any, name: str) -> np.ndarray:

@@ -8,7 +8,8 @@ that may run on the background thread (stopping between chunks once its world is
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future
+from collections.abc import Callable
+from concurrent.futures import Future, wait
 from typing import Any
 
 import numpy as np
@@ -67,7 +68,6 @@ def _build_meshes(
     the edge pairs of those that may be closed and are no cuboid (:func:`edge_pairs`, as a :class:`_Pairing`
     that the table build waits for; :data:`_NOT_PAIRED` where not looked for). A cuboid's faces are halves of its box's sides: none
     is a sliver, and it launches nothing."""
-    wp = _warp.warp()
     if not arrays:
         return []
     vertex_rows = np.cumsum([0] + [len(a[0]) for a in arrays])
@@ -109,15 +109,7 @@ def _build_meshes(
         v0, v1, f0, f1 = (
             int(x) for x in (vertex_rows[k], vertex_rows[k + 1], face_rows[k], face_rows[k + 1])
         )
-        winding, where = arrays[k][2], arrays[k][3]
-        mesh = wp.Mesh(
-            points=wp.from_torch(points[v0:v1], dtype=wp.vec3),
-            indices=wp.from_torch(indices[3 * f0 : 3 * f1]),
-            support_winding_number=winding,
-        )
-        if winding and not getattr(mesh, "support_winding_number", False):
-            raise RuntimeError(f"{where}: Warp did not build winding-number support for this mesh")
-        return mesh
+        return _warp_mesh(points[v0:v1], indices[3 * f0 : 3 * f1], arrays[k][2], arrays[k][3])
 
     # on the CPU, runs of meshes of about equal faces on threads (Warp builds a host BVH with the GIL released)
     if device.type == "cpu":
@@ -233,7 +225,13 @@ def face_checks(
 
 
 def _face_checks(
-    points: torch.Tensor, indices: torch.Tensor, vertex_rows: np.ndarray, face_rows: np.ndarray, device
+    points: torch.Tensor,
+    indices: torch.Tensor,
+    vertex_rows: np.ndarray,
+    face_rows: np.ndarray,
+    device,
+    *,
+    split: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(slivers (K,) int64, pairs_up (K,) bool)`` of K meshes whose vertices and faces are concatenated in
     ``points`` / ``indices`` (mesh ``k``: vertex rows ``vertex_rows[k:k + 2]``, face rows ``face_rows[k:k +
@@ -242,14 +240,17 @@ def _face_checks(
     reversed ones (False for an open mesh: a boundary edge has no reverse), from one O(F) hash sum per mesh:
     equal multisets of directed and reversed edges have equal sums of a hash ``h(a) g(b)`` of each edge ``a ->
     b`` (wrapping uint64 arithmetic). True for a closed mesh; then :func:`edge_pairs` decides, exactly. One
-    host read."""
+    host read. ``split`` False: one launch on the calling thread however many the faces (beside a BVH
+    build, :func:`build_beside`)."""
     num_faces = int(face_rows[-1])
     slivers = torch.empty(num_faces, dtype=torch.int32, device=device)
     edge_hash = torch.empty(num_faces, dtype=torch.int64, device=device)
-    _launch.launch_rows(
-        build_checks.FACE_CHECKS["float32"].face_checks_rows,
+    kernel = build_checks.FACE_CHECKS["float32"].face_checks_rows
+    (_launch.launch_rows if split else _launch.launch)(
+        kernel,
         num_faces,
         device=device,
+        **({} if split else {_launch.ROW_START: 0}),
         points=points,
         indices=indices,
         vertex_first=torch.from_numpy(np.asarray(vertex_rows, dtype=np.int64)).to(device),
@@ -266,6 +267,87 @@ def _face_checks(
     counts = np.add.reduceat(flags, starts, dtype=np.int64)
     rest = np.add.reduceat(hashes.view(np.uint64), starts)  # wraps modulo 2**64
     return counts, rest == 0
+
+
+def build_beside(
+    vertices: np.ndarray,
+    faces: np.ndarray,
+    method: str,
+    where: str,
+    device: torch.device,
+    beside: Callable[[_MeshSpec, bool], Any],
+) -> tuple[_MeshSpec, Any]:
+    """One new mesh (``MeshWorld.add``): ``(its spec, beside(spec, pairs_up))``, with what
+    :func:`_build_meshes` finds of a mesh (``pairs_up``: its directed edges may pair up, see
+    :func:`_face_checks`) and no edge pairs looked for (:data:`_NOT_PAIRED`: an added mesh gets no tables).
+
+    On the CPU, where a core is likely free (:func:`warpgeo._threads.core_to_spare`), this thread builds the
+    BVH (Warp releases the GIL) while a helper thread runs the rest side by side: the per-face checks (one
+    launch on that thread), the spec (box, cuboid test) and ``beside`` (the caller's work that needs no BVH);
+    where the helper has not started by the time the BVH is built, this thread does its work instead of
+    waiting for it. Elsewhere one after the other (on CUDA the BVH on Warp's stream, waited for): the same
+    results either way. ``spec.mesh`` is set once both are done. ``vertices`` / ``faces``: validated
+    float32 / int32 arrays of the caller's own (:func:`warpgeo._world.loading.load_mesh`); the mesh points
+    into them. Raises what the checks raise (every face a sliver of no area), after the BVH is built."""
+    winding = method == "winding"
+    if device.type != "cpu":
+        mesh, may_close, pairs_up, _, slivers = _build_meshes([(vertices, faces, winding, where)], device)[0]
+        _warp.warp().synchronize_device(_warp.warp_device(device))  # the BVH (Warp's stream) before any query
+        spec = _MeshSpec(mesh, vertices, faces, may_close, method, _NOT_PAIRED, slivers=slivers)
+        return spec, beside(spec, pairs_up)
+    points, indices = torch.from_numpy(vertices), torch.from_numpy(faces.reshape(-1))
+    work = (vertices, faces, points, indices, method, where, device, beside)
+    if not _threads.core_to_spare():  # no core free: a helper would only slow the BVH build down
+        spec, extra = _checked_beside(*work, split=True)  # the checks first, as a construction runs them
+        spec.mesh = _warp_mesh(points, indices, winding, where)
+        return spec, extra
+    _launch._load(build_checks.FACE_CHECKS["float32"].face_checks_rows, device)  # compiled here, not there
+    helper = _threads.pool("warpgeo-add", 1).submit(_checked_beside, *work, split=False)
+    try:
+        mesh = _warp_mesh(points, indices, winding, where)
+    except BaseException:
+        wait([helper])  # nothing left running on arrays the caller may let go
+        raise
+    # a helper that has not started yet (no core was free) is not waited for: its work is done here
+    spec, extra = _checked_beside(*work, split=True) if helper.cancel() else helper.result()  # raises theirs
+    spec.mesh = mesh
+    return spec, extra
+
+
+def _checked_beside(vertices, faces, points, indices, method, where, device, beside, *, split: bool) -> tuple:
+    """:func:`build_beside`'s helper: the per-face checks of one mesh (``split``: over threads as a launch by
+    rows splits; else on this thread, beside a BVH build), its spec (no mesh yet), and ``beside(spec,
+    pairs_up)``; the checks' ValueError (every face a sliver of no area) as :func:`_build_meshes` raises it."""
+    if len(faces) == 12 and _is_cuboid(vertices, faces, _box_of(vertices)):
+        count, pairs_up = 0, True  # a cuboid's faces are halves of its box's sides: no sliver, closed
+    else:
+        counts, ups = _face_checks(
+            points, indices, np.array([0, len(vertices)]), np.array([0, len(faces)]), device, split=split
+        )
+        count, pairs_up = int(counts[0]), bool(ups[0])
+    if count == len(faces) and not _has_area(vertices, faces):
+        raise ValueError(
+            f"{where}: every face has zero area, so the mesh has no surface to measure; got {len(faces)} "
+            "degenerate faces"
+        )
+    slivers = count > 0 and slivers_matter(vertices, faces)
+    may_close = count == 0 and pairs_up
+    spec = _MeshSpec(None, vertices, faces, may_close, method, _NOT_PAIRED, slivers=slivers)
+    return spec, beside(spec, pairs_up)
+
+
+def _warp_mesh(points: torch.Tensor, indices: torch.Tensor, winding: bool, where: str) -> Any:
+    """A Warp mesh (its BVH, Warp's default constructor) over ``points (V, 3)`` / ``indices (3F,)`` (it points
+    into them), with winding-number support where ``winding``."""
+    wp = _warp.warp()
+    mesh = wp.Mesh(
+        points=wp.from_torch(points, dtype=wp.vec3),
+        indices=wp.from_torch(indices),
+        support_winding_number=winding,
+    )
+    if winding and not getattr(mesh, "support_winding_number", False):
+        raise RuntimeError(f"{where}: Warp did not build winding-number support for this mesh")
+    return mesh
 
 
 class _MeshSpec:
