@@ -261,7 +261,9 @@ def test_incoherent_rays_are_cast_in_another_order_and_answered_in_theirs(monkey
     (``_ray_order``, from ``_SORT_MIN_RAYS`` rays: lowered here): each answer still lands at its own ray, in its
     own environment (brute force per batch entry; an environment out of range, checks off, misses), for
     broadcast origins too; a camera's rays (coherent) are cast as they come."""
-    monkeypatch.setattr(raycast_module, "_SORT_MIN_RAYS", 64)
+    from warpgeo import _ray_order
+
+    monkeypatch.setattr(_ray_order, "_SORT_MIN_RAYS", 64)
     reordered = []
     in_order = raycast_module._cast_in_order
 
