@@ -303,6 +303,14 @@ def test_incoherent_rays_are_cast_in_another_order_and_answered_in_theirs(monkey
         np.testing.assert_allclose(t[both], t_ref[both], rtol=0, atol=tol)
         np.testing.assert_array_equal(hits.entry[b].numpy()[ok], e_ref[ok])
         np.testing.assert_allclose(hits.normal[b].double().numpy()[both], n_ref[both], atol=1e-3)
+    # bit for bit the answers of the same rays cast as they come
+    monkeypatch.setattr(_ray_order, "_SORT_MIN_RAYS", 1 << 62)
+    with warpgeo.checks.value_checks(False):
+        as_given = raycast(world, o, d, env_index=env_index)
+    monkeypatch.setattr(_ray_order, "_SORT_MIN_RAYS", 64)
+    assert len(reordered) == 1
+    for a, b in zip(hits, as_given, strict=True):
+        assert torch.equal(a, b)
     # one origin per batch entry, broadcast along its rays (a strided view): the same answers
     one = torch.tensor(origins[::per][:, None, :], dtype=dtype)
     broadcast = raycast(world, one, d, env_index=torch.tensor([1, 0, 0, 1]))
