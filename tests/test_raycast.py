@@ -6,6 +6,7 @@ gradients by finite differences; opcheck and torch.compile; the sensors (camera,
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -259,8 +260,9 @@ def test_environments_poses_and_enable_flags(device):
 def test_incoherent_rays_are_cast_in_another_order_and_answered_in_theirs(monkeypatch, dtype):
     """On the CPU, many rays in no coherent order are cast sorted by where they enter the world
     (``_ray_order``, from ``_SORT_MIN_RAYS`` rays: lowered here): each answer still lands at its own ray, in its
-    own environment (brute force per batch entry; an environment out of range, checks off, misses), for
-    broadcast origins too; a camera's rays (coherent) are cast as they come."""
+    own environment (brute force per batch entry; an environment out of range, checks off, misses), bit for
+    bit as when cast as they come, for broadcast origins too; NaN and zero rays (checks off) miss without a
+    warning; a camera's rays (coherent) are cast as they come."""
     from warpgeo import _ray_order
 
     monkeypatch.setattr(_ray_order, "_SORT_MIN_RAYS", 64)
@@ -318,13 +320,24 @@ def test_incoherent_rays_are_cast_in_another_order_and_answered_in_theirs(monkey
     first_ref, _, _, fragile = brute_force(scenes[1], np.repeat(origins[:1], per, 0), dirs[:per])
     ok = ~fragile & np.isfinite(first_ref)
     np.testing.assert_allclose(broadcast.distance[0].double().numpy()[ok], first_ref[ok], rtol=0, atol=tol)
+    # checks off, rays with NaN origins or zero directions among them: misses, no warning from the sample
+    bad_o, bad_d = o.clone(), d.clone()
+    bad_o[0] = math.nan
+    bad_d[2, ::2] = 0.0
+    with warnings.catch_warnings(), warpgeo.checks.value_checks(False):
+        warnings.simplefilter("error")
+        bad = raycast(world, bad_o, bad_d, env_index=torch.tensor([1, 0, 0, 1]))
+        none = raycast(world, torch.full_like(o, math.nan), d, env_index=torch.tensor([1, 0, 0, 1]))
+    assert (bad.entry[0] == -1).all() and (bad.entry[2, ::2] == -1).all() and (bad.entry[3] >= 0).any()
+    assert (none.entry == -1).all()
+    assert len(reordered) == 3  # the first of them (its sample has usable pairs), not the NaN rays
     # a camera per environment: coherent rays, cast as they come
     k = torch.tensor([20.0, 20.0, 15.5, 15.5])
     cam_o, cam_d = camera_rays(
         k, 32, 32, torch.tensor([[0.0, -3.0, 0.0, 0.70710678, -0.70710678, 0.0, 0.0]] * 2)
     )
     raycast(world, cam_o.to(dtype), cam_d.to(dtype), env_index=torch.tensor([0, 1]))
-    assert len(reordered) == 2
+    assert len(reordered) == 3
 
 
 # --------------------------------------------------------------------------------------------------------

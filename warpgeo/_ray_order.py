@@ -88,15 +88,19 @@ def ray_order(o, d, env_index, world, all_cuboids) -> np.ndarray | None:
 def _incoherent(o0: np.ndarray, d0: np.ndarray, o1: np.ndarray, d1: np.ndarray) -> bool:
     """Whether pairs of neighbouring rays ``(o0, d0)``, ``(o1, d1)`` (NumPy ``(P, 3)``) are far apart: the median
     pair's directions more than about 8 degrees apart, or its origins more than a tenth of the sample's
-    extent apart."""
+    extent apart (pairs with a non-finite or zero ray left out: checks off, such a ray misses)."""
     with np.errstate(all="ignore"):
         u0 = d0 / np.linalg.norm(d0, axis=1, keepdims=True)
         u1 = d1 / np.linalg.norm(d1, axis=1, keepdims=True)
-        turn = np.nanmedian(1.0 - (u0 * u1).sum(axis=1)) if len(u0) else 0.0
-        gap = np.nanmedian(np.linalg.norm(o1 - o0, axis=1)) if len(o0) else 0.0
-        finite = o0[np.isfinite(o0).all(axis=1)]
-        extent = float(np.ptp(finite, axis=0).max()) if len(finite) else 0.0
-    return bool(turn > 1.0e-2) or bool(extent > 0.0 and gap > 0.1 * extent)
+        turn = 1.0 - (u0 * u1).sum(axis=1)
+        gap = np.linalg.norm(o1 - o0, axis=1)
+        usable = np.isfinite(turn) & np.isfinite(gap)
+        if not usable.any():
+            return False
+        extent = float(np.ptp(o0[usable], axis=0).max())
+        return bool(np.median(turn[usable]) > 1.0e-2) or bool(
+            extent > 0.0 and np.median(gap[usable]) > 0.1 * extent
+        )
 
 
 def _world_box(world: list[torch.Tensor]) -> tuple[np.ndarray, np.ndarray] | None:
