@@ -6,6 +6,7 @@ gradients by finite differences; opcheck and torch.compile; the sensors (camera,
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -253,6 +254,90 @@ def test_environments_poses_and_enable_flags(device):
     new[2, 2, 0] = 0.25
     world.set_poses(new)
     assert raycast(world, ray_o, ray_d, env_index=env2).distance.item() == pytest.approx(2.45, abs=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_incoherent_rays_are_cast_in_another_order_and_answered_in_theirs(monkeypatch, dtype):
+    """On the CPU, many rays in no coherent order are cast sorted by where they enter the world
+    (``_ray_order``, from ``_SORT_MIN_RAYS`` rays: lowered here): each answer still lands at its own ray, in its
+    own environment (brute force per batch entry; an environment out of range, checks off, misses), bit for
+    bit as when cast as they come, for broadcast origins too; NaN and zero rays (checks off) miss without a
+    warning; a camera's rays (coherent) are cast as they come."""
+    from warpgeo import _ray_order
+
+    monkeypatch.setattr(_ray_order, "_SORT_MIN_RAYS", 64)
+    reordered = []
+    in_order = raycast_module._cast_in_order
+
+    def spy(order, *args):
+        reordered.append(order)
+        return in_order(order, *args)
+
+    monkeypatch.setattr(raycast_module, "_cast_in_order", spy)
+    ico = trimesh.creation.icosphere(subdivisions=2, radius=0.5)
+    torus = trimesh.creation.torus(major_radius=0.6, minor_radius=0.2, major_sections=20, minor_sections=10)
+    world = MeshWorld.from_envs([[ico, torus], [torus]], poses=[[_POSE_A, _POSE_B], [_POSE_C]])
+    rng = np.random.default_rng(12)
+    per = 300
+    origins, dirs = _rays_towards(np.array([_POSE_A[:3], _POSE_B[:3], _POSE_C[:3]]), rng, 4 * per, spread=0.4)
+    o = torch.tensor(origins.reshape(4, per, 3), dtype=dtype)
+    d = torch.tensor(dirs.reshape(4, per, 3), dtype=dtype)
+    env_index = torch.tensor([1, 0, 7, 1])
+    with warpgeo.checks.value_checks(False):
+        hits = raycast(world, o, d, env_index=env_index)
+    assert len(reordered) == 1 and sorted(reordered[0].tolist()) == list(range(4 * per))
+    scenes = {
+        0: [_posed_triangles(ico, _POSE_A), _posed_triangles(torus, _POSE_B)],
+        1: [_posed_triangles(torus, _POSE_C)],
+    }
+    tol = 2e-4 if dtype == torch.float32 else 1e-8
+    for b, e in enumerate(env_index.tolist()):
+        t = hits.distance[b].double().numpy()
+        if e not in scenes:
+            assert np.isinf(t).all() and (hits.entry[b] == -1).all()
+            continue
+        ob, db = origins[b * per : (b + 1) * per], dirs[b * per : (b + 1) * per]
+        t_ref, e_ref, n_ref, fragile = brute_force(scenes[e], ob, db)
+        ok = ~fragile
+        assert np.isfinite(t_ref[ok]).sum() > 50 and np.isinf(t_ref[ok]).sum() > 20
+        np.testing.assert_array_equal(np.isfinite(t[ok]), np.isfinite(t_ref[ok]))
+        both = ok & np.isfinite(t_ref)
+        np.testing.assert_allclose(t[both], t_ref[both], rtol=0, atol=tol)
+        np.testing.assert_array_equal(hits.entry[b].numpy()[ok], e_ref[ok])
+        np.testing.assert_allclose(hits.normal[b].double().numpy()[both], n_ref[both], atol=1e-3)
+    # bit for bit the answers of the same rays cast as they come
+    monkeypatch.setattr(_ray_order, "_SORT_MIN_RAYS", 1 << 62)
+    with warpgeo.checks.value_checks(False):
+        as_given = raycast(world, o, d, env_index=env_index)
+    monkeypatch.setattr(_ray_order, "_SORT_MIN_RAYS", 64)
+    assert len(reordered) == 1
+    for a, b in zip(hits, as_given, strict=True):
+        assert torch.equal(a, b)
+    # one origin per batch entry, broadcast along its rays (a strided view): the same answers
+    one = torch.tensor(origins[::per][:, None, :], dtype=dtype)
+    broadcast = raycast(world, one, d, env_index=torch.tensor([1, 0, 0, 1]))
+    assert len(reordered) == 2
+    first_ref, _, _, fragile = brute_force(scenes[1], np.repeat(origins[:1], per, 0), dirs[:per])
+    ok = ~fragile & np.isfinite(first_ref)
+    np.testing.assert_allclose(broadcast.distance[0].double().numpy()[ok], first_ref[ok], rtol=0, atol=tol)
+    # checks off, rays with NaN origins or zero directions among them: misses, no warning from the sample
+    bad_o, bad_d = o.clone(), d.clone()
+    bad_o[0] = math.nan
+    bad_d[2, ::2] = 0.0
+    with warnings.catch_warnings(), warpgeo.checks.value_checks(False):
+        warnings.simplefilter("error")
+        bad = raycast(world, bad_o, bad_d, env_index=torch.tensor([1, 0, 0, 1]))
+        none = raycast(world, torch.full_like(o, math.nan), d, env_index=torch.tensor([1, 0, 0, 1]))
+    assert (bad.entry[0] == -1).all() and (bad.entry[2, ::2] == -1).all() and (bad.entry[3] >= 0).any()
+    assert (none.entry == -1).all()
+    assert len(reordered) == 3  # the first of them (its sample has usable pairs), not the NaN rays
+    # a camera per environment: coherent rays, cast as they come
+    k = torch.tensor([20.0, 20.0, 15.5, 15.5])
+    cam_o, cam_d = camera_rays(
+        k, 32, 32, torch.tensor([[0.0, -3.0, 0.0, 0.70710678, -0.70710678, 0.0, 0.0]] * 2)
+    )
+    raycast(world, cam_o.to(dtype), cam_d.to(dtype), env_index=torch.tensor([0, 1]))
+    assert len(reordered) == 3
 
 
 # --------------------------------------------------------------------------------------------------------

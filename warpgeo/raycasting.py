@@ -16,9 +16,10 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
-from . import _warp, checks
+from . import _ray_order, _warp, checks
 from ._kernels import raycasting as kernels
 from ._op import Op
 from ._world_query import check_query, launch_query, prepare_launch, world_args
@@ -223,7 +224,8 @@ def _raycast_impl(
     max_distance: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """origins, directions (B, S, 3), env_index (B,) or None, the world's tensors -> distance (B, S), point
-    (B, S, 3), normal (B, S, 3) in the rays' dtype, entry (B, S) int64."""
+    (B, S, 3), normal (B, S, 3) in the rays' dtype, entry (B, S) int64. On the CPU, many rays in no coherent
+    order are cast in another (:func:`warpgeo._ray_order.ray_order`); no answer depends on it."""
     device = origins.device
     o = _dense(
         prepare_launch(origins, "origins", env_index, world, None, lambda: _direction_checks(directions))
@@ -234,25 +236,50 @@ def _raycast_impl(
     point = torch.empty_like(o, memory_format=torch.contiguous_format)
     normal = torch.empty_like(point)
     entry = torch.empty(lead, dtype=torch.int64, device=device)
+    outputs = {"distance": distance, "point": point, "normal": normal, "entry": entry}
+    order = _ray_order.ray_order(o, d, env_index, world, all_cuboids)
+    if order is None:
+        _cast(o, d, env_index, world, all_cuboids, outputs, max_distance)
+    else:
+        _cast_in_order(order, o, d, env_index, world, all_cuboids, outputs, max_distance)
+    dtype = origins.dtype
+    return distance.to(dtype), point.to(dtype), normal.to(dtype), entry
+
+
+def _cast(o, d, env_index, world, all_cuboids, outputs: dict[str, torch.Tensor], max_distance: float) -> None:
+    """The one launch of the ray-cast kernel: rays ``o``, ``d`` (B, S, 3) -> ``outputs`` (by name)."""
     launch_query(
         kernels.RAYCAST,
         o,
         env_index,
         world,
         all_cuboids,
-        {
-            "origins": o,
-            "directions": d,
-            "distance": distance,
-            "point": point,
-            "normal": normal,
-            "entry": entry,
-        },
+        {"origins": o, "directions": d, **outputs},
         work_per_row=_RAY_WORK,
         max_distance=max_distance,
     )
-    dtype = origins.dtype
-    return distance.to(dtype), point.to(dtype), normal.to(dtype), entry
+
+
+def _cast_in_order(order, o, d, env_index, world, all_cuboids, outputs, max_distance: float) -> None:
+    """:func:`_cast` of the rays taken in ``order`` (a permutation of the flattened ``(B, S)`` rays, NumPy,
+    CPU tensors): copies of the rays in that order as ``(R, 1, 3)`` with each ray's environment as its
+    ``env_index``, their answers written back to the rays' own places."""
+    count = order.shape[0]
+    o_rows = np.take(_ray_order.host_rows(o), order, axis=0)  # np.take: 2 ms for 1M rows, indexing 16
+    d_rows = np.take(_ray_order.host_rows(d), order, axis=0)
+    env_rows = None
+    if env_index is not None:
+        env_rows = torch.from_numpy(_ray_order.environment_rows(env_index, o.shape[1])[order])
+    cast = {
+        name: torch.empty((count, 1, *t.shape[2:]), dtype=t.dtype, device=t.device)
+        for name, t in outputs.items()
+    }
+    o_sorted = torch.from_numpy(o_rows).view(count, 1, 3)
+    _cast(
+        o_sorted, torch.from_numpy(d_rows).view(count, 1, 3), env_rows, world, all_cuboids, cast, max_distance
+    )
+    for name, t in outputs.items():
+        _ray_order.rows_as_items(t, count)[order] = _ray_order.rows_as_items(cast[name], count)
 
 
 def _raycast_fake(origins, directions, env_index, world, all_cuboids, max_distance):
